@@ -1,0 +1,107 @@
+// kiln — Array: a cheap shared handle to an n-d array.
+//
+// An Array is either materialized (it holds a Buffer) or pending (it holds the
+// Primitive and the input Arrays that will produce it). Eager execution runs
+// each primitive as it is created; lazy execution and tracing keep the graph
+// and materialize it on eval(). Arrays are contiguous and row-major.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kiln/allocator.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+class Primitive;
+class Array;
+
+struct ArrayNode {
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device;
+  std::shared_ptr<Buffer> buffer;      // set once materialized
+  size_t offset = 0;                   // byte offset into buffer (views of buffers)
+  std::shared_ptr<Primitive> primitive;  // null for leaves
+  std::vector<Array> inputs;           // graph edges, kept while someone may differentiate
+  uint64_t id = 0;                     // unique, increasing: creation order
+};
+
+class Array {
+ public:
+  Array() = default;
+  explicit Array(std::shared_ptr<ArrayNode> node) : node_(std::move(node)) {}
+
+  // A new materialized array holding a copy of `data` (n elements of dtype).
+  static Array from_data(const void* data, const Shape& shape, DType dtype,
+                         Device device = Device::cpu());
+  template <typename T>
+  static Array from_vector(const std::vector<T>& v, const Shape& shape) {
+    if (static_cast<int64_t>(v.size()) != numel(shape))
+      fail("array", "from_vector: " + std::to_string(v.size()) + " values for shape " +
+                        str(shape));
+    return from_data(v.data(), shape, dtype_of<T>::value);
+  }
+  template <typename T>
+  static Array scalar(T v) {
+    return from_data(&v, {}, dtype_of<T>::value);
+  }
+  // An uninitialized materialized array (kernels fill it).
+  static Array empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+
+  bool valid() const { return node_ != nullptr; }
+  const Shape& shape() const { return node_->shape; }
+  int64_t dim(int axis) const;  // negative counts from the end
+  size_t ndim() const { return node_->shape.size(); }
+  int64_t size() const { return numel(node_->shape); }
+  size_t nbytes() const { return size() * size_of(node_->dtype); }
+  DType dtype() const { return node_->dtype; }
+  Device device() const { return node_->device; }
+  uint64_t id() const { return node_->id; }
+
+  bool is_materialized() const { return node_->buffer != nullptr; }
+  bool has_primitive() const { return node_->primitive != nullptr; }
+  const std::shared_ptr<Primitive>& primitive() const { return node_->primitive; }
+  const std::vector<Array>& inputs() const { return node_->inputs; }
+
+  // Runs whatever is pending to produce this array (no-op when materialized).
+  void eval() const;
+
+  // Raw storage; the array must be materialized.
+  void* raw() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
+
+  // Evaluates, then copies to host converting to T.
+  template <typename T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(size());
+    copy_to_host(out.data(), dtype_of<T>::value);
+    return out;
+  }
+  template <typename T>
+  T item() const {
+    if (size() != 1) fail("item", "array of shape " + str(shape()) + " has " +
+                                      std::to_string(size()) + " elements, expected 1");
+    return to_vector<T>()[0];
+  }
+  void copy_to_host(void* dst, DType dst_dtype) const;
+
+  ArrayNode* node() const { return node_.get(); }
+  const std::shared_ptr<ArrayNode>& node_ptr() const { return node_; }
+  bool same(const Array& other) const { return node_ == other.node_; }
+
+ private:
+  std::shared_ptr<ArrayNode> node_;
+};
+
+uint64_t next_array_id();
+// Converts n elements between dtypes on the host.
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+
+}  // namespace kiln

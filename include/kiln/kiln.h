@@ -1,0 +1,12 @@
+// kiln — umbrella header.
+#pragma once
+#include "kiln/allocator.h"
+#include "kiln/array.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/ops.h"
+#include "kiln/primitive.h"
+#include "kiln/random.h"
+#include "kiln/shape.h"
+#include "kiln/transforms.h"

@@ -1,0 +1,118 @@
+// kiln — array operations. Each builds one primitive (or a few) on the graph;
+// in eager mode it runs at once, in lazy mode and under tracing it records.
+#pragma once
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "kiln/array.h"
+#include "kiln/primitive.h"
+
+namespace kiln {
+
+// ---- creation (always materialized) ----
+Array zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Array ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Array full(const Shape& shape, double value, DType dtype = DType::f32,
+           Device device = Device::cpu());
+Array arange(int64_t start, int64_t stop, int64_t step = 1, DType dtype = DType::f32);
+Array arange(int64_t stop, DType dtype = DType::f32);
+Array zeros_like(const Array& a);
+Array ones_like(const Array& a);
+
+// ---- elementwise ----
+Array neg(const Array& a);
+Array exp(const Array& a);
+Array log(const Array& a);
+Array sqrt(const Array& a);
+Array rsqrt(const Array& a);
+Array tanh(const Array& a);
+Array erf(const Array& a);
+Array gelu(const Array& a);       // x·Φ(x), exact (erf) form
+Array gelu_tanh(const Array& a);  // tanh approximation (gelu_new, gelu_pytorch_tanh)
+Array relu(const Array& a);
+Array abs(const Array& a);
+Array square(const Array& a);
+Array add(const Array& a, const Array& b);
+Array subtract(const Array& a, const Array& b);
+Array multiply(const Array& a, const Array& b);
+Array divide(const Array& a, const Array& b);
+Array maximum(const Array& a, const Array& b);
+Array minimum(const Array& a, const Array& b);
+Array equal(const Array& a, const Array& b);
+Array not_equal(const Array& a, const Array& b);
+Array less(const Array& a, const Array& b);
+Array less_equal(const Array& a, const Array& b);
+Array greater(const Array& a, const Array& b);
+Array greater_equal(const Array& a, const Array& b);
+Array where(const Array& cond, const Array& a, const Array& b);
+Array astype(const Array& a, DType dtype);
+Array stop_gradient(const Array& a);
+
+// A rank-0 array of a's dtype holding v (for mixing arrays with numbers).
+Array scalar_like(const Array& a, double v);
+Array operator+(const Array& a, const Array& b);
+Array operator-(const Array& a, const Array& b);
+Array operator*(const Array& a, const Array& b);
+Array operator/(const Array& a, const Array& b);
+Array operator-(const Array& a);
+Array operator+(const Array& a, double b);
+Array operator-(const Array& a, double b);
+Array operator*(const Array& a, double b);
+Array operator/(const Array& a, double b);
+Array operator+(double a, const Array& b);
+Array operator-(double a, const Array& b);
+Array operator*(double a, const Array& b);
+Array operator/(double a, const Array& b);
+
+// ---- reductions (axes may be negative; empty axes = all) ----
+Array sum(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
+Array mean(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
+Array max(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
+Array argmax(const Array& a, int axis, bool keepdims = false);  // i32
+// Sums a broadcast result back down to `shape` (the reverse of broadcasting).
+Array sum_to(const Array& a, const Shape& shape);
+
+// ---- matmul: [..., M, K] @ [..., K, N]; batch dims equal, or one side rank 2 ----
+struct MatmulOptions {
+  bool transpose_a = false;  // a is stored [..., K, M]
+  bool transpose_b = false;  // b is stored [..., N, K]
+  std::optional<DType> out;  // e.g. bf16 inputs with f32 output
+};
+Array matmul(const Array& a, const Array& b, const MatmulOptions& opt = {});
+
+// ---- layout ----
+Array reshape(const Array& a, Shape shape);  // one dim may be -1
+Array transpose(const Array& a, std::vector<int> perm);
+Array transpose(const Array& a);  // reverses the axes
+Array swapaxes(const Array& a, int a1, int a2);
+Array broadcast_to(const Array& a, const Shape& shape);
+Array concatenate(const std::vector<Array>& arrays, int axis);
+// NumPy a[start:stop:step] per axis (missing trailing axes are taken whole).
+Array slice(const Array& a, Shape start, Shape stop, Shape step = {});
+// jnp.take(a, indices, axis): out shape = a[:axis] + indices + a[axis+1:].
+Array take(const Array& a, const Array& indices, int axis);
+Array one_hot(const Array& labels, int64_t depth, DType dtype = DType::f32);
+
+// ---- fused neural-network primitives ----
+Array softmax(const Array& a, int axis = -1);
+Array log_softmax(const Array& a, int axis = -1);
+// LayerNorm over the last axis; gamma and beta have the last axis' size.
+Array layer_norm(const Array& x, const Array& gamma, const Array& beta, double eps);
+Array layer_norm(const Array& x, double eps);  // no affine
+// Per-example softmax cross-entropy: logits [..., C], integer labels [...].
+Array softmax_cross_entropy(const Array& logits, const Array& labels);
+
+// ---- internal building blocks, public for the compiler and tests ----
+Array gelu_grad(const Array& x);       // d gelu / dx
+Array gelu_tanh_grad(const Array& x);  // d gelu_tanh / dx
+Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps);  // dx
+Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
+                                 const Array& dloss);  // dlogits
+Array slice_grad(const Array& g, const SliceAttrs& attrs);
+Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
+
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace kiln

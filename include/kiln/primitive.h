@@ -1,0 +1,136 @@
+// kiln — the primitive set. Each primitive is an Op (an enum with traits) plus
+// typed attributes. Its shape/dtype rule lives with its constructor in ops.cpp,
+// its VJP rule in vjp.cpp, and each backend has one kernel table indexed by Op.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+#define KILN_OPS(X)                                                                      \
+  /* unary elementwise */                                                                \
+  X(Neg, Unary) X(Exp, Unary) X(Log, Unary) X(Sqrt, Unary) X(Rsqrt, Unary) X(Tanh, Unary) \
+  X(Erf, Unary) X(Gelu, Unary) X(GeluTanh, Unary) X(Relu, Unary) X(Abs, Unary)           \
+  X(GeluGrad, Unary) X(GeluTanhGrad, Unary)                                              \
+  /* binary elementwise with NumPy broadcasting */                                       \
+  X(Add, Binary) X(Sub, Binary) X(Mul, Binary) X(Div, Binary) X(Maximum, Binary)          \
+  X(Minimum, Binary) X(Equal, Compare) X(NotEqual, Compare) X(Less, Compare)              \
+  X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)                      \
+  X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
+  /* reductions over any axes */                                                         \
+  X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce)                                        \
+  X(Matmul, Contraction)                                                                 \
+  /* layout */                                                                           \
+  X(Reshape, Layout) X(Transpose, Layout) X(BroadcastTo, Layout) X(Concatenate, Layout)   \
+  X(Slice, Layout) X(SliceGrad, Layout) X(Take, Layout) X(ScatterAdd, Layout)            \
+  X(OneHot, Layout)                                                                      \
+  /* fused neural-network primitives */                                                  \
+  X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
+  X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
+  X(Random, Source)
+
+enum class Op : uint8_t {
+#define KILN_ENUM(name, kind) name,
+  KILN_OPS(KILN_ENUM)
+#undef KILN_ENUM
+      Count
+};
+inline constexpr int kOpCount = static_cast<int>(Op::Count);
+
+enum class OpKind : uint8_t {
+  Unary, Binary, Compare, Select, Convert, Identity, Reduce, Contraction, Layout, Fused, Source
+};
+
+const char* op_name(Op op);
+OpKind op_kind(Op op);
+bool is_elementwise(Op op);  // Unary, Binary, Compare, Select, Convert
+
+// ---- typed attributes ----
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
+struct CastAttrs {
+  DType to;
+  bool operator==(const CastAttrs&) const = default;
+};
+struct ReduceAttrs {
+  std::vector<int> axes;  // sorted, unique, non-negative
+  bool keepdims;
+  bool operator==(const ReduceAttrs&) const = default;
+};
+struct MatmulAttrs {
+  bool transpose_a;
+  bool transpose_b;
+  DType out;  // accumulation is always at least f32
+  bool operator==(const MatmulAttrs&) const = default;
+};
+struct ShapeAttrs {  // Reshape, BroadcastTo
+  Shape shape;
+  bool operator==(const ShapeAttrs&) const = default;
+};
+struct PermAttrs {  // Transpose
+  std::vector<int> perm;
+  bool operator==(const PermAttrs&) const = default;
+};
+struct AxisAttrs {  // Concatenate, Softmax, LogSoftmax, Take
+  int axis;
+  bool operator==(const AxisAttrs&) const = default;
+};
+struct SliceAttrs {  // Slice; SliceGrad scatters back into `full`
+  Shape start, stop, step;
+  Shape full;
+  bool operator==(const SliceAttrs&) const = default;
+};
+struct ScatterAttrs {  // ScatterAdd(indices, updates) into zeros(shape) along axis
+  int axis;
+  Shape shape;
+  bool operator==(const ScatterAttrs&) const = default;
+};
+struct OneHotAttrs {
+  int64_t depth;
+  DType dtype;
+  bool operator==(const OneHotAttrs&) const = default;
+};
+struct NormAttrs {  // LayerNorm over the last axis
+  double eps;
+  bool operator==(const NormAttrs&) const = default;
+};
+enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli };
+struct RandomAttrs {
+  uint32_t key[2];
+  RandomKind kind;
+  double a, b;  // uniform [a,b); truncated normal bounds [a,b]; bernoulli p = a
+  Shape shape;
+  DType dtype;
+  bool operator==(const RandomAttrs&) const = default;
+};
+
+using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
+                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs>;
+
+class Primitive {
+ public:
+  Primitive(Op op, Attrs attrs = NoAttrs{}) : op_(op), attrs_(std::move(attrs)) {}
+  Op op() const { return op_; }
+  const char* name() const { return op_name(op_); }
+  template <typename T>
+  const T& attrs() const {
+    return std::get<T>(attrs_);
+  }
+  const Attrs& attrs_variant() const { return attrs_; }
+  // Structural equality and hash (used by CSE and the executable cache).
+  bool operator==(const Primitive& o) const { return op_ == o.op_ && attrs_ == o.attrs_; }
+  size_t hash() const;
+  std::string str() const;  // "matmul{ta=0,tb=1}"
+
+ private:
+  Op op_;
+  Attrs attrs_;
+};
+
+}  // namespace kiln

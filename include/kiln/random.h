@@ -1,0 +1,34 @@
+// kiln — counter-based random numbers in JAX's style. A Key is a pure value;
+// element i of a draw is a function of (key, i) alone (Threefry-2x32), so
+// results do not depend on the thread count or on evaluation order.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kiln/array.h"
+
+namespace kiln::random {
+
+struct Key {
+  uint32_t k[2] = {0, 0};
+  Key() = default;
+  explicit Key(uint64_t seed) : k{static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed)} {}
+  Key(uint32_t a, uint32_t b) : k{a, b} {}
+  bool operator==(const Key&) const = default;
+};
+
+std::vector<Key> split(const Key& key, int num = 2);
+Key fold_in(const Key& key, uint32_t data);
+
+Array uniform(const Key& key, const Shape& shape, double low = 0.0, double high = 1.0,
+              DType dtype = DType::f32);
+Array normal(const Key& key, const Shape& shape, DType dtype = DType::f32);
+// Standard normal conditioned on [lower, upper] (jax.random.truncated_normal).
+Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0,
+                       double upper = 2.0, DType dtype = DType::f32);
+Array bernoulli(const Key& key, const Shape& shape, double p = 0.5);  // bool
+
+// Threefry-2x32 with 20 rounds: the block function used by all of the above.
+void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
+
+}  // namespace kiln::random

@@ -1,0 +1,31 @@
+// kiln cpu backend: the kernel table, registered when the library loads.
+#include "backend/cpu/kernels.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+namespace cpu {
+namespace {
+
+struct Registrar {
+  Registrar() {
+    static KernelTable table;
+    register_elementwise(table);
+    register_reduce(table);
+    register_matmul(table);
+    register_layout(table);
+    register_nn(table);
+    register_random(table);
+    register_kernels(DeviceType::cpu, &table);
+  }
+} registrar;
+
+}  // namespace
+}  // namespace cpu
+
+void set_num_threads(int n) {
+  if (n < 1) fail("set_num_threads", "thread count must be positive, got " + std::to_string(n));
+  omp_set_num_threads(n);
+}
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace kiln

@@ -1,0 +1,246 @@
+// kiln cpu backend: layout kernels (transpose, broadcast, concatenate, slice,
+// take/scatter, one_hot). Reshape and stop_gradient alias their input.
+#include "backend/cpu/kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Copies elements of `elem` bytes along a strided view: operand 0 is the
+// destination, operand 1 the source.
+template <typename T>
+void strided_copy(T* dst, const T* src, const StridedView& v) {
+  for_each_strided<2>(v, 1, [&](const int64_t* off, int64_t n, const int64_t* s) {
+    T* d = dst + off[0];
+    const T* x = src + off[1];
+    if (s[0] == 1 && s[1] == 1) {
+      std::memcpy(d, x, n * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < n; ++i) d[i * s[0]] = x[i * s[1]];
+    }
+  });
+}
+
+template <typename F>
+void by_size(size_t bytes, const char* op, F&& f) {
+  switch (bytes) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    case 8: return f(uint64_t{});
+  }
+  fail(op, "unsupported element size");
+}
+
+void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& perm = p.attrs<PermAttrs>().perm;
+  auto in_strides = contiguous_strides(in[0].shape());
+  StridedView v;
+  v.shape = out.shape;
+  v.strides.push_back(contiguous_strides(out.shape));
+  std::vector<int64_t> src(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) src[i] = in_strides[perm[i]];
+  v.strides.push_back(src);
+  v = collapse(std::move(v));
+  void* y = alloc_output(out);
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* dst = static_cast<T*>(y);
+    const T* x = static_cast<const T*>(in[0].raw());
+    // Swapping the two innermost axes: go by 32x32 tiles so that both sides
+    // stay in cache lines.
+    size_t r = v.shape.size();
+    if (r >= 2 && v.strides[1][r - 1] == v.shape[r - 2] && v.strides[1][r - 2] == 1 &&
+        v.shape[r - 1] >= 16 && v.shape[r - 2] >= 16) {
+      int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+      int64_t outer = 1;
+      for (size_t d = 0; d + 2 < r; ++d) outer *= v.shape[d];
+      bool plain_outer = true;  // outer axes contiguous in both
+      for (size_t d = 0; d + 2 < r; ++d)
+        plain_outer &= v.strides[0][d] == v.strides[1][d];
+      if (plain_outer && (r == 2 || v.strides[0][r - 3] == rows * cols)) {
+        constexpr int64_t B = 32;
+        int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;
+        parallel_for(outer * tr * tc, B * B, [&](int64_t b, int64_t e) {
+          for (int64_t job = b; job < e; ++job) {
+            int64_t o = job / (tr * tc), t = job % (tr * tc);
+            int64_t i0 = (t / tc) * B, j0 = (t % tc) * B;
+            const T* xs = x + o * rows * cols;
+            T* ys = dst + o * rows * cols;
+            for (int64_t i = i0; i < std::min(rows, i0 + B); ++i)
+              for (int64_t j = j0; j < std::min(cols, j0 + B); ++j)
+                ys[i * cols + j] = xs[j * rows + i];
+          }
+        });
+        return;
+      }
+    }
+    strided_copy(dst, x, v);
+  });
+}
+
+void broadcast_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  void* y = alloc_output(out);
+  auto v = make_broadcast_view(out.shape, {in[0].shape()});
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    strided_copy(static_cast<T*>(y), static_cast<const T*>(in[0].raw()), v);
+  });
+}
+
+void concatenate_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  int ax = p.attrs<AxisAttrs>().axis;
+  size_t es = size_of(out.dtype);
+  int64_t outer = 1, inner = es;
+  for (int i = 0; i < ax; ++i) outer *= out.shape[i];
+  for (size_t i = ax + 1; i < out.shape.size(); ++i) inner *= out.shape[i];
+  char* y = static_cast<char*>(alloc_output(out));
+  int64_t row = out.shape[ax] * inner;
+  parallel_for(outer, row, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      int64_t pos = 0;
+      for (const auto& x : in) {
+        int64_t chunk = x.shape()[ax] * inner;
+        std::memcpy(y + o * row + pos, static_cast<const char*>(x.raw()) + o * chunk, chunk);
+        pos += chunk;
+      }
+    }
+  });
+}
+
+StridedView slice_view(const SliceAttrs& s, const Shape& out) {
+  auto full = contiguous_strides(s.full);
+  StridedView v;
+  v.shape = out;
+  v.strides.push_back(contiguous_strides(out));
+  std::vector<int64_t> src(out.size());
+  for (size_t i = 0; i < out.size(); ++i) src[i] = full[i] * s.step[i];
+  v.strides.push_back(src);
+  return v;  // not collapsed: the caller adds the start offset first
+}
+
+int64_t slice_offset(const SliceAttrs& s) {
+  auto full = contiguous_strides(s.full);
+  int64_t off = 0;
+  for (size_t i = 0; i < full.size(); ++i) off += s.start[i] * full[i];
+  return off;
+}
+
+void slice_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& s = p.attrs<SliceAttrs>();
+  void* y = alloc_output(out);
+  auto v = collapse(slice_view(s, out.shape));
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    strided_copy(static_cast<T*>(y), static_cast<const T*>(in[0].raw()) + slice_offset(s), v);
+  });
+}
+
+void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& s = p.attrs<SliceAttrs>();
+  void* y = alloc_output(out);
+  std::memset(y, 0, numel(out.shape) * size_of(out.dtype));
+  StridedView v = slice_view(s, in[0].shape());
+  std::swap(v.strides[0], v.strides[1]);  // destination is the full array now
+  v = collapse(std::move(v));
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    strided_copy(static_cast<T*>(y) + slice_offset(s), static_cast<const T*>(in[0].raw()), v);
+  });
+}
+
+// Checks indices against [-dim, dim) and returns them wrapped into [0, dim).
+template <typename I>
+std::vector<int64_t> checked_indices(const Array& idx, int64_t dim, const char* op) {
+  const I* ix = idx.data<I>();
+  std::vector<int64_t> out(idx.size());
+  for (int64_t j = 0; j < idx.size(); ++j) {
+    int64_t v = ix[j];
+    if (v < -dim || v >= dim)
+      fail(op, "index " + std::to_string(v) + " is out of range for an axis of size " +
+                   std::to_string(dim));
+    out[j] = v < 0 ? v + dim : v;
+  }
+  return out;
+}
+
+void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  int ax = p.attrs<AxisAttrs>().axis;
+  const Array &a = in[0], &idx = in[1];
+  int64_t outer = 1, inner = size_of(a.dtype()), dim = a.shape()[ax];
+  for (int i = 0; i < ax; ++i) outer *= a.shape()[i];
+  for (size_t i = ax + 1; i < a.ndim(); ++i) inner *= a.shape()[i];
+  std::vector<int64_t> ids;
+  dispatch_int(idx.dtype(), "take", [&](auto t) {
+    ids = checked_indices<decltype(t)>(idx, dim, "take");
+  });
+  int64_t n = static_cast<int64_t>(ids.size());
+  char* y = static_cast<char*>(alloc_output(out));
+  const char* x = static_cast<const char*>(a.raw());
+  parallel_for(outer * n, inner, [&](int64_t b, int64_t e) {
+    for (int64_t job = b; job < e; ++job) {
+      int64_t o = job / n, j = job % n;
+      std::memcpy(y + job * inner, x + (o * dim + ids[j]) * inner, inner);
+    }
+  });
+}
+
+void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& s = p.attrs<ScatterAttrs>();
+  const Array &idx = in[0], &upd = in[1];
+  int64_t outer = 1, inner = 1, dim = s.shape[s.axis];
+  for (int i = 0; i < s.axis; ++i) outer *= s.shape[i];
+  for (size_t i = s.axis + 1; i < s.shape.size(); ++i) inner *= s.shape[i];
+  std::vector<int64_t> ids;
+  dispatch_int(idx.dtype(), "scatter_add", [&](auto t) {
+    ids = checked_indices<decltype(t)>(idx, dim, "scatter_add");
+  });
+  int64_t n = static_cast<int64_t>(ids.size());
+  dispatch_numeric(upd.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* y = static_cast<T*>(alloc_output(out));
+    const T* u = upd.data<T>();
+    std::fill_n(y, numel(s.shape), st<T>(0));
+    // Parallel over outer and inner; the index loop stays serial per element
+    // so that repeated indices accumulate without races.
+    parallel_for(outer, n * inner, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o)
+        for (int64_t j = 0; j < n; ++j) {
+          T* dst = y + (o * dim + ids[j]) * inner;
+          const T* src = u + (o * n + j) * inner;
+          for (int64_t i = 0; i < inner; ++i) dst[i] = st<T>(ld(dst[i]) + ld(src[i]));
+        }
+    });
+  });
+}
+
+void one_hot_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& a = p.attrs<OneHotAttrs>();
+  std::vector<int64_t> labels(in[0].size());
+  dispatch_int(in[0].dtype(), "one_hot", [&](auto t) {
+    const auto* l = in[0].data<decltype(t)>();
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = l[i];
+  });
+  dispatch_all(out.dtype, p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* y = static_cast<T*>(alloc_output(out));
+    std::fill_n(y, numel(out.shape), st<T>(0));
+    // Labels outside [0, depth) give an all-zero row, as in JAX.
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] >= 0 && labels[i] < a.depth) y[i * a.depth + labels[i]] = st<T>(1);
+  });
+}
+
+}  // namespace
+
+void register_layout(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Transpose)] = transpose_kernel;
+  t.kernels[static_cast<int>(Op::BroadcastTo)] = broadcast_kernel;
+  t.kernels[static_cast<int>(Op::Concatenate)] = concatenate_kernel;
+  t.kernels[static_cast<int>(Op::Slice)] = slice_kernel;
+  t.kernels[static_cast<int>(Op::SliceGrad)] = slice_grad_kernel;
+  t.kernels[static_cast<int>(Op::Take)] = take_kernel;
+  t.kernels[static_cast<int>(Op::ScatterAdd)] = scatter_add_kernel;
+  t.kernels[static_cast<int>(Op::OneHot)] = one_hot_kernel;
+}
+
+}  // namespace kiln::cpu

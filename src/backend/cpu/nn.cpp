@@ -1,0 +1,239 @@
+// kiln cpu backend: fused neural-network kernels. Rows are processed whole
+// (they fit in cache); statistics are accumulated in f32 (f64 for f64).
+#include <limits>
+
+#include "backend/cpu/kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Softmax and log-softmax along one axis of x viewed as [outer, n, inner].
+template <typename T, bool Log>
+void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+  using A = acc_t<T>;
+  parallel_for(outer * inner, n * 8, [&](int64_t b, int64_t e) {
+    std::vector<A> buf(n);
+    for (int64_t job = b; job < e; ++job) {
+      int64_t o = job / inner, i = job % inner;
+      const T* xs = x + o * n * inner + i;
+      T* ys = y + o * n * inner + i;
+      A m = -std::numeric_limits<A>::infinity();
+      for (int64_t k = 0; k < n; ++k) {
+        buf[k] = ld(xs[k * inner]);
+        m = buf[k] > m ? buf[k] : m;
+      }
+      A total = 0;
+#pragma omp simd reduction(+ : total)
+      for (int64_t k = 0; k < n; ++k) {
+        A ex = fast_exp(buf[k] - m);
+        total += ex;
+        if constexpr (!Log) buf[k] = ex;
+      }
+      if constexpr (Log) {
+        A lse = m + std::log(total);
+        for (int64_t k = 0; k < n; ++k) ys[k * inner] = st<T>(buf[k] - lse);
+      } else {
+        A inv = A(1) / total;
+        for (int64_t k = 0; k < n; ++k) ys[k * inner] = st<T>(buf[k] * inv);
+      }
+    }
+  });
+}
+
+void softmax_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  int ax = p.attrs<AxisAttrs>().axis;
+  const Shape& s = in[0].shape();
+  int64_t outer = 1, inner = 1, n = s[ax];
+  for (int i = 0; i < ax; ++i) outer *= s[i];
+  for (size_t i = ax + 1; i < s.size(); ++i) inner *= s[i];
+  dispatch_float(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* y = static_cast<T*>(alloc_output(out));
+    if (p.op() == Op::LogSoftmax)
+      softmax_typed<T, true>(in[0].data<T>(), y, outer, n, inner);
+    else
+      softmax_typed<T, false>(in[0].data<T>(), y, outer, n, inner);
+  });
+}
+
+// Mean and 1/sqrt(var + eps) of one row (biased variance, as PyTorch).
+template <typename T, typename A>
+void row_stats(const T* x, int64_t c, double eps, A& mean, A& rstd) {
+  A s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t k = 0; k < c; ++k) s += ld(x[k]);
+  mean = s / A(c);
+  A v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int64_t k = 0; k < c; ++k) {
+    A d = ld(x[k]) - mean;
+    v += d * d;
+  }
+  rstd = A(1) / std::sqrt(v / A(c) + A(eps));
+}
+
+// y = (x - mean) * rstd * gamma + beta over the last axis.
+void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  double eps = p.attrs<NormAttrs>().eps;
+  int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
+  bool affine = in.size() == 3;
+  dispatch_float(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* x = in[0].data<T>();
+    const T* g = affine ? in[1].data<T>() : nullptr;
+    const T* b = affine ? in[2].data<T>() : nullptr;
+    T* y = static_cast<T*>(alloc_output(out));
+    parallel_for(rows, c * 4, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xs = x + r * c;
+        T* ys = y + r * c;
+        A mean, rstd;
+        row_stats(xs, c, eps, mean, rstd);
+        if (affine) {
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) ys[k] = st<T>((ld(xs[k]) - mean) * rstd * ld(g[k]) + ld(b[k]));
+        } else {
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) ys[k] = st<T>((ld(xs[k]) - mean) * rstd);
+        }
+      }
+    });
+  });
+}
+
+// dx = rstd * (dŷ - mean(dŷ) - x̂ * mean(dŷ * x̂)), with dŷ = dy * gamma.
+void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  double eps = p.attrs<NormAttrs>().eps;
+  bool affine = in.size() == 3;
+  const Array& x = in[0];
+  const Array& dy = in.back();
+  int64_t c = x.shape().back(), rows = c ? x.size() / c : 0;
+  dispatch_float(x.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* xs0 = x.data<T>();
+    const T* g = affine ? in[1].data<T>() : nullptr;
+    const T* dys0 = dy.data<T>();
+    T* dx0 = static_cast<T*>(alloc_output(out));
+    parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
+      std::vector<A> dyh(c);
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xs = xs0 + r * c;
+        const T* dys = dys0 + r * c;
+        T* dx = dx0 + r * c;
+        A mean, rstd;
+        row_stats(xs, c, eps, mean, rstd);
+        A s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t k = 0; k < c; ++k) {
+          A d = ld(dys[k]) * (affine ? ld(g[k]) : A(1));
+          dyh[k] = d;
+          s1 += d;
+          s2 += d * (ld(xs[k]) - mean) * rstd;
+        }
+        s1 /= A(c);
+        s2 /= A(c);
+#pragma omp simd
+        for (int64_t k = 0; k < c; ++k)
+          dx[k] = st<T>(rstd * (dyh[k] - s1 - (ld(xs[k]) - mean) * rstd * s2));
+      }
+    });
+  });
+}
+
+template <typename I>
+std::vector<int64_t> checked_labels(const Array& labels, int64_t classes, const char* op) {
+  const I* l = labels.data<I>();
+  std::vector<int64_t> out(labels.size());
+  for (int64_t i = 0; i < labels.size(); ++i) {
+    if (l[i] < 0 || l[i] >= classes)
+      fail(op, "label " + std::to_string(l[i]) + " at position " + std::to_string(i) +
+                   " is outside [0, " + std::to_string(classes) + ")");
+    out[i] = l[i];
+  }
+  return out;
+}
+
+std::vector<int64_t> labels_of(const Array& labels, int64_t classes, const char* op) {
+  std::vector<int64_t> out;
+  dispatch_int(labels.dtype(), op, [&](auto t) {
+    out = checked_labels<decltype(t)>(labels, classes, op);
+  });
+  return out;
+}
+
+// loss[r] = logsumexp(logits[r]) - logits[r, label[r]]
+void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const Array& logits = in[0];
+  int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
+  auto labels = labels_of(in[1], c, "softmax_cross_entropy");
+  dispatch_float(logits.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* x = logits.data<T>();
+    void* y = alloc_output(out);
+    parallel_for(rows, c * 4, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xs = x + r * c;
+        A m = -std::numeric_limits<A>::infinity();
+        for (int64_t k = 0; k < c; ++k) m = ld(xs[k]) > m ? ld(xs[k]) : m;
+        A total = 0;
+#pragma omp simd reduction(+ : total)
+        for (int64_t k = 0; k < c; ++k) total += fast_exp(ld(xs[k]) - m);
+        A loss = m + std::log(total) - ld(xs[labels[r]]);
+        if (out.dtype == DType::f64)
+          static_cast<double*>(y)[r] = loss;
+        else
+          static_cast<float*>(y)[r] = static_cast<float>(loss);
+      }
+    });
+  });
+}
+
+// dlogits[r] = (softmax(logits[r]) - onehot(label[r])) * dloss[r]
+void sce_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const Array& logits = in[0];
+  int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
+  auto labels = labels_of(in[1], c, "softmax_cross_entropy");
+  std::vector<double> dloss(rows);
+  in[2].copy_to_host(dloss.data(), DType::f64);
+  dispatch_float(logits.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* x = logits.data<T>();
+    T* dx = static_cast<T*>(alloc_output(out));
+    parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
+      std::vector<A> e(c);
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xs = x + r * c;
+        T* ds = dx + r * c;
+        A m = -std::numeric_limits<A>::infinity();
+        for (int64_t k = 0; k < c; ++k) m = ld(xs[k]) > m ? ld(xs[k]) : m;
+        A total = 0;
+#pragma omp simd reduction(+ : total)
+        for (int64_t k = 0; k < c; ++k) {
+          e[k] = fast_exp(ld(xs[k]) - m);
+          total += e[k];
+        }
+        A scale = A(dloss[r]) / total;
+#pragma omp simd
+        for (int64_t k = 0; k < c; ++k) ds[k] = st<T>(e[k] * scale);
+        ds[labels[r]] = st<T>(ld(ds[labels[r]]) - A(dloss[r]));
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_nn(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Softmax)] = softmax_kernel;
+  t.kernels[static_cast<int>(Op::LogSoftmax)] = softmax_kernel;
+  t.kernels[static_cast<int>(Op::LayerNorm)] = layer_norm_kernel;
+  t.kernels[static_cast<int>(Op::LayerNormGrad)] = layer_norm_grad_kernel;
+  t.kernels[static_cast<int>(Op::SoftmaxCrossEntropy)] = sce_kernel;
+  t.kernels[static_cast<int>(Op::SoftmaxCrossEntropyGrad)] = sce_grad_kernel;
+}
+
+}  // namespace kiln::cpu

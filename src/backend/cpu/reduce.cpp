@@ -1,0 +1,152 @@
+// kiln cpu backend: reductions (sum, max, argmax) over any axes.
+//
+// The input is viewed as [outer, reduced, inner] after merging adjacent axes
+// of the same kind; reductions over several separated groups first move the
+// reduced axes to the end with the transpose kernel.
+#include <algorithm>
+#include <limits>
+
+#include "backend/cpu/kernels.h"
+#include "kiln/ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct ReduceView {
+  int64_t outer = 1, reduced = 1, inner = 1;
+};
+
+// Returns false when the reduced axes do not form one contiguous group.
+bool reduce_view(const Shape& s, const std::vector<int>& axes, ReduceView& v) {
+  int first = -1, last = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int>(i));
+    if (r && s[i] != 1) {
+      if (first < 0) first = static_cast<int>(i);
+      last = static_cast<int>(i);
+    }
+  }
+  if (first < 0) {  // only size-1 axes reduced
+    v.outer = numel(s);
+    return true;
+  }
+  for (int i = first; i <= last; ++i)
+    if (s[i] != 1 && !std::binary_search(axes.begin(), axes.end(), i)) return false;
+  for (int i = 0; i < first; ++i) v.outer *= s[i];
+  for (int i = first; i <= last; ++i) v.reduced *= s[i];
+  for (size_t i = last + 1; i < s.size(); ++i) v.inner *= s[i];
+  return true;
+}
+
+template <typename T>
+using sum_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, acc_t<T>>;
+
+template <typename T, bool IsMax>
+void reduce_typed(const T* x, T* y, const ReduceView& v) {
+  using A = std::conditional_t<IsMax, acc_t<T>, sum_acc_t<T>>;
+  auto combine = [](A a, A b) { return IsMax ? (b > a ? b : a) : a + b; };
+  const A init = IsMax ? std::numeric_limits<A>::lowest() : A(0);
+  if (v.inner == 1) {
+    // Row reduction: several accumulators keep the vector units busy.
+    parallel_for(v.outer, v.reduced, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        const T* row = x + o * v.reduced;
+        A acc[8];
+        for (auto& a : acc) a = init;
+        int64_t r = 0;
+        for (; r + 8 <= v.reduced; r += 8)
+          for (int k = 0; k < 8; ++k) acc[k] = combine(acc[k], static_cast<A>(ld(row[r + k])));
+        for (; r < v.reduced; ++r) acc[0] = combine(acc[0], static_cast<A>(ld(row[r])));
+        A total = init;
+        for (auto a : acc) total = combine(total, a);
+        y[o] = st<T>(total);
+      }
+    });
+    return;
+  }
+  // Column reduction: accumulate whole inner rows, vectorized over inner.
+  constexpr int64_t kTile = 512;
+  int64_t tiles = (v.inner + kTile - 1) / kTile;
+  parallel_for(v.outer * tiles, v.reduced * kTile, [&](int64_t b, int64_t e) {
+    A acc[kTile];
+    for (int64_t job = b; job < e; ++job) {
+      int64_t o = job / tiles, i0 = (job % tiles) * kTile;
+      int64_t n = std::min(kTile, v.inner - i0);
+      for (int64_t i = 0; i < n; ++i) acc[i] = init;
+      for (int64_t r = 0; r < v.reduced; ++r) {
+        const T* row = x + (o * v.reduced + r) * v.inner + i0;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) acc[i] = combine(acc[i], static_cast<A>(ld(row[i])));
+      }
+      T* dst = y + o * v.inner + i0;
+      for (int64_t i = 0; i < n; ++i) dst[i] = st<T>(acc[i]);
+    }
+  });
+}
+
+// Moves the reduced axes last (materialized) and reduces rows.
+Array reduced_last(const Array& x, const std::vector<int>& axes) {
+  std::vector<int> perm;
+  for (size_t i = 0; i < x.ndim(); ++i)
+    if (!std::binary_search(axes.begin(), axes.end(), static_cast<int>(i)))
+      perm.push_back(static_cast<int>(i));
+  for (int a : axes) perm.push_back(a);
+  ExecState saved = exec_state();
+  exec_state() = ExecState{};  // an eager helper inside a kernel
+  Array t = transpose(x, perm);
+  exec_state() = saved;
+  return t;
+}
+
+void reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& attrs = p.attrs<ReduceAttrs>();
+  Array x = in[0];
+  ReduceView v;
+  if (!reduce_view(x.shape(), attrs.axes, v)) {
+    x = reduced_last(x, attrs.axes);
+    v = {};
+    std::vector<int> tail;
+    for (size_t i = x.ndim() - attrs.axes.size(); i < x.ndim(); ++i) tail.push_back(i);
+    reduce_view(x.shape(), tail, v);
+  }
+  if (p.op() == Op::Argmax) {
+    dispatch_numeric(x.dtype(), p.name(), [&](auto t) {
+      using T = decltype(t);
+      const T* xs = x.data<T>();
+      int32_t* y = static_cast<int32_t*>(alloc_output(out));
+      parallel_for(v.outer * v.inner, v.reduced, [&](int64_t b, int64_t e) {
+        for (int64_t job = b; job < e; ++job) {
+          int64_t o = job / v.inner, i = job % v.inner;
+          const T* base = xs + o * v.reduced * v.inner + i;
+          auto best = ld(base[0]);
+          int32_t arg = 0;
+          for (int64_t r = 1; r < v.reduced; ++r) {
+            auto val = ld(base[r * v.inner]);
+            if (val > best || (val != val && best == best)) {
+              best = val;
+              arg = static_cast<int32_t>(r);
+            }
+          }
+          y[job] = arg;
+        }
+      });
+    });
+    return;
+  }
+  dispatch_numeric(x.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* y = static_cast<T*>(alloc_output(out));
+    if (p.op() == Op::Max)
+      reduce_typed<T, true>(x.data<T>(), y, v);
+    else
+      reduce_typed<T, false>(x.data<T>(), y, v);
+  });
+}
+
+}  // namespace
+
+void register_reduce(KernelTable& t) {
+  for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,126 @@
+// kiln core: the caching CPU allocator.
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "kiln/allocator.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+// Rounds up to a size class: multiples of 64 B below 4 KiB, then four classes
+// per power of two (at most 25% slack), so that freed blocks are found again
+// by an exact-size lookup.
+size_t size_class(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= 4096) return (bytes + kAlign - 1) / kAlign * kAlign;
+  int top = 63 - __builtin_clzll(bytes);
+  size_t step = size_t{1} << (top - 2);
+  return (bytes + step - 1) / step * step;
+}
+
+class CpuCachingAllocator final : public Allocator {
+ public:
+  ~CpuCachingAllocator() override { trim(); }
+
+  void* allocate(size_t bytes) override {
+    size_t cls = size_class(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        stats_.bytes_cached -= cls;
+        note_in_use(cls);
+        ++stats_.cache_hits;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, cls);
+    if (!p) {
+      trim();
+      p = std::aligned_alloc(kAlign, cls);
+      if (!p) fail("allocator", "out of memory allocating " + std::to_string(cls) + " bytes");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_reserved += cls;
+    ++stats_.system_allocs;
+    note_in_use(cls);
+    return p;
+  }
+
+  void release(void* ptr, size_t bytes) override {
+    size_t cls = size_class(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace(cls, ptr);
+    stats_.bytes_in_use -= cls;
+    stats_.bytes_cached += cls;
+  }
+
+  void trim() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, p] : free_) {
+      std::free(p);
+      stats_.bytes_reserved -= cls;
+    }
+    free_.clear();
+    stats_.bytes_cached = 0;
+  }
+
+  AllocatorStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  void note_in_use(size_t cls) {
+    stats_.bytes_in_use += cls;
+    if (stats_.bytes_in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.bytes_in_use;
+  }
+
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  AllocatorStats stats_;
+};
+
+CpuCachingAllocator& cpu_caching_allocator() {
+  // Never destroyed: arrays in static storage may outlive any other object.
+  static auto* alloc = new CpuCachingAllocator();
+  return *alloc;
+}
+
+}  // namespace
+
+Allocator& cpu_allocator() { return cpu_caching_allocator(); }
+AllocatorStats cpu_allocator_stats() { return cpu_caching_allocator().stats(); }
+void cpu_allocator_trim() { cpu_caching_allocator().trim(); }
+
+Buffer::Buffer(Allocator* alloc, size_t bytes, Device device)
+    : alloc_(alloc), ptr_(alloc->allocate(bytes)), bytes_(bytes), device_(device) {}
+
+Buffer::~Buffer() { alloc_->release(ptr_, bytes_); }
+
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+Allocator* g_allocators[kDeviceTypes] = {};
+}
+
+void register_allocator(DeviceType type, Allocator* alloc) {
+  g_allocators[static_cast<int>(type)] = alloc;
+}
+
+Allocator& allocator_for(Device device) {
+  if (device.type == DeviceType::cpu) return cpu_allocator();
+  Allocator* a = g_allocators[static_cast<int>(device.type)];
+  if (!a) fail("allocator", "no backend is available for device " + device.str());
+  return *a;
+}
+
+}  // namespace kiln

@@ -1,0 +1,99 @@
+// kiln core: Array construction and host access.
+#include <atomic>
+#include <cstring>
+
+#include "kiln/array.h"
+
+namespace kiln {
+
+uint64_t next_array_id() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+Array Array::empty(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape)
+    if (d < 0) fail("array", "negative dimension in shape " + str(shape));
+  auto node = std::make_shared<ArrayNode>();
+  node->shape = shape;
+  node->dtype = dtype;
+  node->device = device;
+  node->buffer =
+      std::make_shared<Buffer>(&allocator_for(device), numel(shape) * size_of(dtype), device);
+  node->id = next_array_id();
+  return Array(std::move(node));
+}
+
+Array Array::from_data(const void* data, const Shape& shape, DType dtype, Device device) {
+  if (device.type != DeviceType::cpu)
+    fail("array", "from_data onto " + device.str() + " is not supported yet");
+  Array a = empty(shape, dtype, device);
+  if (a.nbytes()) std::memcpy(a.raw(), data, a.nbytes());
+  return a;
+}
+
+int64_t Array::dim(int axis) const {
+  return shape()[normalize_axis(axis, ndim(), "array")];
+}
+
+void* Array::raw() const {
+  if (!node_) fail("array", "use of an empty Array handle");
+  if (!node_->buffer) fail("array", "data of an array that has not been evaluated");
+  return static_cast<char*>(node_->buffer->data()) + node_->offset;
+}
+
+void Array::copy_to_host(void* dst, DType dst_dtype) const {
+  eval();
+  if (device().type != DeviceType::cpu)
+    fail("array", "copy from " + device().str() + " is not supported yet");
+  convert(raw(), dtype(), dst, dst_dtype, size());
+}
+
+namespace {
+template <typename S, typename D>
+void convert_typed(const S* s, D* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<D, bool>)
+      d[i] = static_cast<float>(s[i]) != 0.0f;
+    else if constexpr (std::is_same_v<D, bf16>)
+      d[i] = bf16(static_cast<float>(s[i]));
+    else if constexpr (std::is_same_v<S, bf16>)
+      d[i] = static_cast<D>(static_cast<float>(s[i]));
+    else
+      d[i] = static_cast<D>(s[i]);
+  }
+}
+
+template <typename S>
+void convert_from(const S* s, void* dst, DType dt, int64_t n) {
+  switch (dt) {
+    case DType::f32: return convert_typed(s, static_cast<float*>(dst), n);
+    case DType::f64: return convert_typed(s, static_cast<double*>(dst), n);
+    case DType::bf16: return convert_typed(s, static_cast<bf16*>(dst), n);
+    case DType::i32: return convert_typed(s, static_cast<int32_t*>(dst), n);
+    case DType::i64: return convert_typed(s, static_cast<int64_t*>(dst), n);
+    case DType::bool_: return convert_typed(s, static_cast<bool*>(dst), n);
+    case DType::f16: break;
+  }
+  fail("convert", std::string("conversion to ") + name_of(dt) + " is not supported");
+}
+}  // namespace
+
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, n * size_of(st));
+    return;
+  }
+  switch (st) {
+    case DType::f32: return convert_from(static_cast<const float*>(src), dst, dt, n);
+    case DType::f64: return convert_from(static_cast<const double*>(src), dst, dt, n);
+    case DType::bf16: return convert_from(static_cast<const bf16*>(src), dst, dt, n);
+    case DType::i32: return convert_from(static_cast<const int32_t*>(src), dst, dt, n);
+    case DType::i64: return convert_from(static_cast<const int64_t*>(src), dst, dt, n);
+    case DType::bool_: return convert_from(static_cast<const bool*>(src), dst, dt, n);
+    case DType::f16: break;
+  }
+  fail("convert", std::string("conversion from ") + name_of(st) + " is not supported");
+}
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// kiln ops: how a primitive reaches a backend kernel, and the per-thread
+// execution state (eager or lazy, whether graph edges are being kept).
+#pragma once
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "kiln/array.h"
+#include "kiln/primitive.h"
+
+namespace kiln {
+
+// A kernel reads its materialized inputs and materializes `out` (whose shape
+// and dtype are already set): it allocates out's buffer, or aliases an input's.
+using Kernel = void (*)(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out);
+
+struct KernelTable {
+  std::array<Kernel, kOpCount> kernels{};
+};
+
+void register_kernels(DeviceType type, const KernelTable* table);
+// Runs node's primitive on its (materialized) inputs.
+void run_kernel(ArrayNode& node);
+
+// Allocates the output buffer of a kernel on the node's device.
+void* alloc_output(ArrayNode& out);
+
+struct ExecState {
+  bool lazy = false;   // record instead of run
+  int keep_graph = 0;  // > 0 while a function is traced for differentiation
+};
+ExecState& exec_state();
+
+// Creates the array that `prim` computes from `inputs`; runs it at once in
+// eager mode, records it otherwise.
+Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype);
+
+// Drops a materialized node's graph edges (its producer and inputs).
+void detach(ArrayNode& node);
+
+}  // namespace kiln

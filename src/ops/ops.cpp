@@ -1,0 +1,469 @@
+// kiln ops: the user-facing operations and each primitive's shape/dtype rule.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kiln/ops.h"
+#include "kiln/random.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+namespace {
+
+void require_float(const Array& a, const char* op) {
+  if (!is_floating(a.dtype()) || a.dtype() == DType::f16)
+    fail(op, std::string("expected a floating-point array (f32, f64, bf16), got ") +
+                 name_of(a.dtype()) + " of shape " + str(a.shape()));
+}
+
+void require_integer(const Array& a, const char* op, const char* what) {
+  if (!is_integral(a.dtype()))
+    fail(op, std::string(what) + " must be integers (i32 or i64), got " + name_of(a.dtype()));
+}
+
+void require_valid(const Array& a, const char* op) {
+  if (!a.valid()) fail(op, "use of an empty Array handle");
+}
+
+Array unary(Op op, const Array& a, bool float_only = true) {
+  require_valid(a, op_name(op));
+  if (float_only) require_float(a, op_name(op));
+  return make_array(Primitive(op), {a}, a.shape(), a.dtype());
+}
+
+std::pair<Array, Array> promote_pair(const Array& a, const Array& b, const char* op) {
+  require_valid(a, op);
+  require_valid(b, op);
+  DType dt = promote(a.dtype(), b.dtype());
+  return {a.dtype() == dt ? a : astype(a, dt), b.dtype() == dt ? b : astype(b, dt)};
+}
+
+Array binary(Op op, const Array& a0, const Array& b0) {
+  auto [a, b] = promote_pair(a0, b0, op_name(op));
+  Shape s = broadcast_shapes(a.shape(), b.shape(), op_name(op));
+  DType out = op_kind(op) == OpKind::Compare ? DType::bool_ : a.dtype();
+  if (op_kind(op) == OpKind::Binary && a.dtype() == DType::bool_)
+    fail(op_name(op), "arithmetic on bool arrays; cast them first");
+  return make_array(Primitive(op), {a, b}, std::move(s), out);
+}
+
+std::vector<int> normalize_axes(std::vector<int> axes, size_t rank, const char* op) {
+  if (axes.empty()) {
+    axes.resize(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+    return axes;
+  }
+  for (auto& x : axes) x = normalize_axis(x, rank, op);
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    fail(op, "repeated axis in reduction");
+  return axes;
+}
+
+Shape reduced_shape(const Shape& s, const std::vector<int>& axes, bool keepdims) {
+  Shape out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool reduced = std::binary_search(axes.begin(), axes.end(), static_cast<int>(i));
+    if (!reduced)
+      out.push_back(s[i]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  return out;
+}
+
+Array reduce(Op op, const Array& a, std::vector<int> axes, bool keepdims, DType out) {
+  require_valid(a, op_name(op));
+  axes = normalize_axes(std::move(axes), a.ndim(), op_name(op));
+  Shape s = reduced_shape(a.shape(), axes, keepdims);
+  if (op != Op::Sum)
+    for (int ax : axes)
+      if (a.shape()[ax] == 0) fail(op_name(op), "reduction over an empty axis of " + str(a.shape()));
+  return make_array(Primitive(op, ReduceAttrs{axes, keepdims}), {a}, std::move(s), out);
+}
+
+}  // namespace
+
+// ---- creation ----
+Array full(const Shape& shape, double value, DType dtype, Device device) {
+  Array a = Array::empty(shape, dtype, device);
+  int64_t n = a.size();
+  switch (dtype) {
+    case DType::f32: std::fill_n(a.data<float>(), n, static_cast<float>(value)); break;
+    case DType::f64: std::fill_n(a.data<double>(), n, value); break;
+    case DType::bf16: std::fill_n(a.data<bf16>(), n, bf16(static_cast<float>(value))); break;
+    case DType::i32: std::fill_n(a.data<int32_t>(), n, static_cast<int32_t>(value)); break;
+    case DType::i64: std::fill_n(a.data<int64_t>(), n, static_cast<int64_t>(value)); break;
+    case DType::bool_: std::fill_n(a.data<bool>(), n, value != 0.0); break;
+    case DType::f16: fail("full", "f16 arrays are not supported yet");
+  }
+  return a;
+}
+Array zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
+Array ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
+Array zeros_like(const Array& a) { return zeros(a.shape(), a.dtype(), a.device()); }
+Array ones_like(const Array& a) { return ones(a.shape(), a.dtype(), a.device()); }
+
+Array arange(int64_t start, int64_t stop, int64_t step, DType dtype) {
+  if (step == 0) fail("arange", "step must not be 0");
+  int64_t n = std::max<int64_t>(0, (stop - start + step - (step > 0 ? 1 : -1)) / step);
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(start + i * step);
+  Array a = Array::empty({n}, dtype);
+  convert(v.data(), DType::f64, a.raw(), dtype, n);
+  return a;
+}
+Array arange(int64_t stop, DType dtype) { return arange(0, stop, 1, dtype); }
+
+Array scalar_like(const Array& a, double v) { return full({}, v, a.dtype(), a.device()); }
+
+// ---- elementwise ----
+Array neg(const Array& a) { return unary(Op::Neg, a, false); }
+Array exp(const Array& a) { return unary(Op::Exp, a); }
+Array log(const Array& a) { return unary(Op::Log, a); }
+Array sqrt(const Array& a) { return unary(Op::Sqrt, a); }
+Array rsqrt(const Array& a) { return unary(Op::Rsqrt, a); }
+Array tanh(const Array& a) { return unary(Op::Tanh, a); }
+Array erf(const Array& a) { return unary(Op::Erf, a); }
+Array gelu(const Array& a) { return unary(Op::Gelu, a); }
+Array gelu_tanh(const Array& a) { return unary(Op::GeluTanh, a); }
+Array gelu_grad(const Array& a) { return unary(Op::GeluGrad, a); }
+Array gelu_tanh_grad(const Array& a) { return unary(Op::GeluTanhGrad, a); }
+Array relu(const Array& a) { return unary(Op::Relu, a, false); }
+Array abs(const Array& a) { return unary(Op::Abs, a, false); }
+Array square(const Array& a) { return multiply(a, a); }
+
+Array add(const Array& a, const Array& b) { return binary(Op::Add, a, b); }
+Array subtract(const Array& a, const Array& b) { return binary(Op::Sub, a, b); }
+Array multiply(const Array& a, const Array& b) { return binary(Op::Mul, a, b); }
+Array divide(const Array& a, const Array& b) { return binary(Op::Div, a, b); }
+Array maximum(const Array& a, const Array& b) { return binary(Op::Maximum, a, b); }
+Array minimum(const Array& a, const Array& b) { return binary(Op::Minimum, a, b); }
+Array equal(const Array& a, const Array& b) { return binary(Op::Equal, a, b); }
+Array not_equal(const Array& a, const Array& b) { return binary(Op::NotEqual, a, b); }
+Array less(const Array& a, const Array& b) { return binary(Op::Less, a, b); }
+Array less_equal(const Array& a, const Array& b) { return binary(Op::LessEqual, a, b); }
+Array greater(const Array& a, const Array& b) { return binary(Op::Greater, a, b); }
+Array greater_equal(const Array& a, const Array& b) { return binary(Op::GreaterEqual, a, b); }
+
+Array where(const Array& cond, const Array& a0, const Array& b0) {
+  require_valid(cond, "where");
+  if (cond.dtype() != DType::bool_)
+    fail("where", std::string("condition must be bool, got ") + name_of(cond.dtype()));
+  auto [a, b] = promote_pair(a0, b0, "where");
+  Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  DType dt = a.dtype();
+  return make_array(Primitive(Op::Where), {cond, a, b}, std::move(s), dt);
+}
+
+Array astype(const Array& a, DType dtype) {
+  require_valid(a, "cast");
+  if (dtype == DType::f16 || a.dtype() == DType::f16) fail("cast", "f16 is not supported yet");
+  if (a.dtype() == dtype) return a;
+  return make_array(Primitive(Op::Cast, CastAttrs{dtype}), {a}, a.shape(), dtype);
+}
+
+Array stop_gradient(const Array& a) {
+  require_valid(a, "stop_gradient");
+  return make_array(Primitive(Op::StopGradient), {a}, a.shape(), a.dtype());
+}
+
+Array operator+(const Array& a, const Array& b) { return add(a, b); }
+Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
+Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
+Array operator/(const Array& a, const Array& b) { return divide(a, b); }
+Array operator-(const Array& a) { return neg(a); }
+Array operator+(const Array& a, double b) { return add(a, scalar_like(a, b)); }
+Array operator-(const Array& a, double b) { return subtract(a, scalar_like(a, b)); }
+Array operator*(const Array& a, double b) { return multiply(a, scalar_like(a, b)); }
+Array operator/(const Array& a, double b) { return divide(a, scalar_like(a, b)); }
+Array operator+(double a, const Array& b) { return add(scalar_like(b, a), b); }
+Array operator-(double a, const Array& b) { return subtract(scalar_like(b, a), b); }
+Array operator*(double a, const Array& b) { return multiply(scalar_like(b, a), b); }
+Array operator/(double a, const Array& b) { return divide(scalar_like(b, a), b); }
+
+// ---- reductions ----
+Array sum(const Array& a, std::vector<int> axes, bool keepdims) {
+  require_valid(a, "sum");
+  Array x = a.dtype() == DType::bool_ ? astype(a, DType::i32) : a;
+  return reduce(Op::Sum, x, std::move(axes), keepdims, x.dtype());
+}
+
+Array mean(const Array& a, std::vector<int> axes, bool keepdims) {
+  require_float(a, "mean");
+  auto ax = normalize_axes(axes, a.ndim(), "mean");
+  int64_t count = 1;
+  for (int x : ax) count *= a.shape()[x];
+  if (count == 0) fail("mean", "mean over an empty axis of " + str(a.shape()));
+  return sum(a, ax, keepdims) * (1.0 / static_cast<double>(count));
+}
+
+Array max(const Array& a, std::vector<int> axes, bool keepdims) {
+  return reduce(Op::Max, a, std::move(axes), keepdims, a.dtype());
+}
+
+Array argmax(const Array& a, int axis, bool keepdims) {
+  return reduce(Op::Argmax, a, {axis}, keepdims, DType::i32);
+}
+
+Array sum_to(const Array& a, const Shape& shape) {
+  if (a.shape() == shape) return a;
+  size_t lead = a.ndim() - shape.size();
+  std::vector<int> axes;
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && a.shape()[i] != 1)) axes.push_back(static_cast<int>(i));
+  Array r = axes.empty() ? a : sum(a, axes, true);
+  return reshape(r, shape);
+}
+
+// ---- matmul ----
+Array matmul(const Array& a, const Array& b, const MatmulOptions& opt) {
+  require_valid(a, "matmul");
+  require_valid(b, "matmul");
+  if (a.ndim() < 2 || b.ndim() < 2)
+    fail("matmul", "operands must have rank >= 2, got " + str(a.shape()) + " @ " + str(b.shape()));
+  if (a.dtype() != b.dtype())
+    fail("matmul", std::string("operand dtypes differ: ") + name_of(a.dtype()) + " " +
+                       str(a.shape()) + " @ " + name_of(b.dtype()) + " " + str(b.shape()));
+  require_float(a, "matmul");
+  DType out = opt.out.value_or(a.dtype());
+  if (out != a.dtype() && !(a.dtype() == DType::bf16 && out == DType::f32))
+    fail("matmul", std::string("output dtype ") + name_of(out) + " is not supported for " +
+                       name_of(a.dtype()) + " inputs");
+  size_t ra = a.ndim(), rb = b.ndim();
+  int64_t m = a.shape()[ra - (opt.transpose_a ? 1 : 2)];
+  int64_t ka = a.shape()[ra - (opt.transpose_a ? 2 : 1)];
+  int64_t kb = b.shape()[rb - (opt.transpose_b ? 1 : 2)];
+  int64_t n = b.shape()[rb - (opt.transpose_b ? 2 : 1)];
+  auto shapes = [&] {
+    return str(a.shape()) + (opt.transpose_a ? "ᵀ" : "") + " @ " + str(b.shape()) +
+           (opt.transpose_b ? "ᵀ" : "");
+  };
+  if (ka != kb) fail("matmul", "inner dimensions differ: " + shapes());
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch;
+  if (ba == bb || bb.empty()) {
+    batch = ba;
+  } else if (ba.empty()) {
+    batch = bb;
+  } else {
+    fail("matmul", "batch dimensions differ: " + shapes() +
+                       " (they must be equal, or one operand must have rank 2)");
+  }
+  batch.push_back(m);
+  batch.push_back(n);
+  return make_array(Primitive(Op::Matmul, MatmulAttrs{opt.transpose_a, opt.transpose_b, out}),
+                    {a, b}, std::move(batch), out);
+}
+
+// ---- layout ----
+Array reshape(const Array& a, Shape shape) {
+  require_valid(a, "reshape");
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) fail("reshape", "more than one -1 in " + str(shape));
+      infer = static_cast<int>(i);
+    } else if (shape[i] < 0) {
+      fail("reshape", "negative dimension in " + str(shape));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || a.size() % known != 0)
+      fail("reshape", "cannot reshape " + str(a.shape()) + " into " + str(shape));
+    shape[infer] = a.size() / known;
+  }
+  if (numel(shape) != a.size())
+    fail("reshape", "cannot reshape " + str(a.shape()) + " into " + str(shape));
+  if (shape == a.shape()) return a;
+  Shape s = shape;
+  return make_array(Primitive(Op::Reshape, ShapeAttrs{std::move(shape)}), {a}, std::move(s),
+                    a.dtype());
+}
+
+Array transpose(const Array& a, std::vector<int> perm) {
+  require_valid(a, "transpose");
+  if (perm.size() != a.ndim())
+    fail("transpose", "permutation of " + std::to_string(perm.size()) + " axes for shape " +
+                          str(a.shape()));
+  std::vector<bool> seen(perm.size());
+  for (auto& p : perm) {
+    p = normalize_axis(p, a.ndim(), "transpose");
+    if (seen[p]) fail("transpose", "axis " + std::to_string(p) + " repeated in permutation");
+    seen[p] = true;
+  }
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int>(i);
+  if (identity) return a;
+  Shape s(a.ndim());
+  for (size_t i = 0; i < perm.size(); ++i) s[i] = a.shape()[perm[i]];
+  return make_array(Primitive(Op::Transpose, PermAttrs{std::move(perm)}), {a}, std::move(s),
+                    a.dtype());
+}
+
+Array transpose(const Array& a) {
+  std::vector<int> perm(a.ndim());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(perm.size() - 1 - i);
+  return transpose(a, perm);
+}
+
+Array swapaxes(const Array& a, int a1, int a2) {
+  std::vector<int> perm(a.ndim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[normalize_axis(a1, a.ndim(), "swapaxes")],
+            perm[normalize_axis(a2, a.ndim(), "swapaxes")]);
+  return transpose(a, perm);
+}
+
+Array broadcast_to(const Array& a, const Shape& shape) {
+  require_valid(a, "broadcast_to");
+  if (shape.size() < a.ndim())
+    fail("broadcast_to", "cannot broadcast " + str(a.shape()) + " to " + str(shape));
+  size_t lead = shape.size() - a.ndim();
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape()[i] != 1 && a.shape()[i] != shape[lead + i])
+      fail("broadcast_to", "cannot broadcast " + str(a.shape()) + " to " + str(shape));
+  if (shape == a.shape()) return a;
+  return make_array(Primitive(Op::BroadcastTo, ShapeAttrs{shape}), {a}, shape, a.dtype());
+}
+
+Array concatenate(const std::vector<Array>& arrays, int axis) {
+  if (arrays.empty()) fail("concatenate", "no arrays given");
+  for (auto& x : arrays) require_valid(x, "concatenate");
+  const Array& first = arrays[0];
+  int ax = normalize_axis(axis, first.ndim(), "concatenate");
+  DType dt = first.dtype();
+  for (auto& x : arrays) dt = promote(dt, x.dtype());
+  Shape s = first.shape();
+  s[ax] = 0;
+  std::vector<Array> ins;
+  for (auto& x : arrays) {
+    if (x.ndim() != first.ndim())
+      fail("concatenate", "ranks differ: " + str(first.shape()) + " and " + str(x.shape()));
+    for (size_t i = 0; i < x.ndim(); ++i)
+      if (static_cast<int>(i) != ax && x.shape()[i] != first.shape()[i])
+        fail("concatenate", "shapes " + str(first.shape()) + " and " + str(x.shape()) +
+                                " differ outside axis " + std::to_string(ax));
+    s[ax] += x.shape()[ax];
+    ins.push_back(astype(x, dt));
+  }
+  if (ins.size() == 1) return ins[0];
+  return make_array(Primitive(Op::Concatenate, AxisAttrs{ax}), std::move(ins), std::move(s), dt);
+}
+
+Array slice(const Array& a, Shape start, Shape stop, Shape step) {
+  require_valid(a, "slice");
+  size_t r = a.ndim();
+  if (start.size() > r || stop.size() > r || step.size() > r)
+    fail("slice", "more indices than the " + std::to_string(r) + " axes of " + str(a.shape()));
+  if (start.size() != stop.size())
+    fail("slice", "start has " + std::to_string(start.size()) + " entries, stop " +
+                      std::to_string(stop.size()));
+  start.resize(r, 0);
+  for (size_t i = stop.size(); i < r; ++i) stop.push_back(a.shape()[i]);
+  step.resize(r, 1);
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t d = a.shape()[i];
+    if (step[i] <= 0) fail("slice", "step must be positive, got " + std::to_string(step[i]));
+    auto clamp = [d](int64_t x) { return std::clamp<int64_t>(x < 0 ? x + d : x, 0, d); };
+    start[i] = clamp(start[i]);
+    stop[i] = std::max(clamp(stop[i]), start[i]);
+    out[i] = (stop[i] - start[i] + step[i] - 1) / step[i];
+  }
+  if (out == a.shape()) return a;
+  return make_array(Primitive(Op::Slice, SliceAttrs{start, stop, step, a.shape()}), {a},
+                    std::move(out), a.dtype());
+}
+
+Array slice_grad(const Array& g, const SliceAttrs& attrs) {
+  return make_array(Primitive(Op::SliceGrad, attrs), {g}, attrs.full, g.dtype());
+}
+
+Array take(const Array& a, const Array& indices, int axis) {
+  require_valid(a, "take");
+  require_valid(indices, "take");
+  require_integer(indices, "take", "indices");
+  int ax = normalize_axis(axis, a.ndim(), "take");
+  Shape s(a.shape().begin(), a.shape().begin() + ax);
+  s.insert(s.end(), indices.shape().begin(), indices.shape().end());
+  s.insert(s.end(), a.shape().begin() + ax + 1, a.shape().end());
+  return make_array(Primitive(Op::Take, AxisAttrs{ax}), {a, indices}, std::move(s), a.dtype());
+}
+
+Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape) {
+  require_integer(indices, "scatter_add", "indices");
+  return make_array(Primitive(Op::ScatterAdd, ScatterAttrs{axis, shape}), {indices, updates},
+                    shape, updates.dtype());
+}
+
+Array one_hot(const Array& labels, int64_t depth, DType dtype) {
+  require_valid(labels, "one_hot");
+  require_integer(labels, "one_hot", "labels");
+  if (depth <= 0) fail("one_hot", "depth must be positive, got " + std::to_string(depth));
+  Shape s = labels.shape();
+  s.push_back(depth);
+  return make_array(Primitive(Op::OneHot, OneHotAttrs{depth, dtype}), {labels}, std::move(s),
+                    dtype);
+}
+
+// ---- fused ----
+Array softmax(const Array& a, int axis) {
+  require_float(a, "softmax");
+  int ax = normalize_axis(axis, a.ndim(), "softmax");
+  return make_array(Primitive(Op::Softmax, AxisAttrs{ax}), {a}, a.shape(), a.dtype());
+}
+
+Array log_softmax(const Array& a, int axis) {
+  require_float(a, "log_softmax");
+  int ax = normalize_axis(axis, a.ndim(), "log_softmax");
+  return make_array(Primitive(Op::LogSoftmax, AxisAttrs{ax}), {a}, a.shape(), a.dtype());
+}
+
+Array layer_norm(const Array& x, const Array& gamma, const Array& beta, double eps) {
+  require_float(x, "layer_norm");
+  if (x.ndim() == 0) fail("layer_norm", "input must have rank >= 1");
+  Shape c = {x.shape().back()};
+  if (gamma.shape() != c || beta.shape() != c)
+    fail("layer_norm", "weight " + str(gamma.shape()) + " and bias " + str(beta.shape()) +
+                           " must both be " + str(c) + " for input " + str(x.shape()));
+  return make_array(Primitive(Op::LayerNorm, NormAttrs{eps}),
+                    {x, astype(gamma, x.dtype()), astype(beta, x.dtype())}, x.shape(), x.dtype());
+}
+
+Array layer_norm(const Array& x, double eps) {
+  require_float(x, "layer_norm");
+  if (x.ndim() == 0) fail("layer_norm", "input must have rank >= 1");
+  return make_array(Primitive(Op::LayerNorm, NormAttrs{eps}), {x}, x.shape(), x.dtype());
+}
+
+Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps) {
+  std::vector<Array> ins = {x};
+  if (gamma.valid()) ins.push_back(gamma);
+  ins.push_back(dy);
+  return make_array(Primitive(Op::LayerNormGrad, NormAttrs{eps}), std::move(ins), x.shape(),
+                    x.dtype());
+}
+
+Array softmax_cross_entropy(const Array& logits, const Array& labels) {
+  require_float(logits, "softmax_cross_entropy");
+  require_valid(labels, "softmax_cross_entropy");
+  require_integer(labels, "softmax_cross_entropy", "labels");
+  Shape expect(logits.shape().begin(), logits.shape().end() - (logits.ndim() ? 1 : 0));
+  if (logits.ndim() == 0 || labels.shape() != expect)
+    fail("softmax_cross_entropy", "labels " + str(labels.shape()) + " do not match logits " +
+                                      str(logits.shape()) + " (expected labels " + str(expect) +
+                                      ")");
+  DType out = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  return make_array(Primitive(Op::SoftmaxCrossEntropy), {logits, labels}, std::move(expect), out);
+}
+
+Array softmax_cross_entropy_grad(const Array& logits, const Array& labels, const Array& dloss) {
+  return make_array(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss},
+                    logits.shape(), logits.dtype());
+}
+
+}  // namespace kiln

@@ -1,0 +1,126 @@
+// kiln ops: primitive traits, hashing and printing.
+#include <sstream>
+
+#include "kiln/primitive.h"
+
+namespace kiln {
+namespace {
+
+struct OpInfo {
+  const char* name;
+  OpKind kind;
+};
+
+constexpr OpInfo kOpInfo[] = {
+#define KILN_INFO(name, kind) {#name, OpKind::kind},
+    KILN_OPS(KILN_INFO)
+#undef KILN_INFO
+};
+static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == kOpCount);
+
+size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+size_t mix_shape(size_t h, const Shape& s) {
+  h = mix(h, s.size());
+  for (auto d : s) h = mix(h, static_cast<size_t>(d));
+  return h;
+}
+
+void print_list(std::ostream& os, const char* key, const auto& v) {
+  os << key << "=(";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  os << ")";
+}
+
+}  // namespace
+
+const char* op_name(Op op) { return kOpInfo[static_cast<int>(op)].name; }
+OpKind op_kind(Op op) { return kOpInfo[static_cast<int>(op)].kind; }
+bool is_elementwise(Op op) {
+  switch (op_kind(op)) {
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Compare:
+    case OpKind::Select:
+    case OpKind::Convert: return true;
+    default: return false;
+  }
+}
+
+size_t Primitive::hash() const {
+  size_t h = mix(0, static_cast<size_t>(op_));
+  h = mix(h, attrs_.index());
+  std::visit(
+      [&](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<A, CastAttrs>) {
+          h = mix(h, static_cast<size_t>(a.to));
+        } else if constexpr (std::is_same_v<A, ReduceAttrs>) {
+          for (int x : a.axes) h = mix(h, x);
+          h = mix(h, a.keepdims);
+        } else if constexpr (std::is_same_v<A, MatmulAttrs>) {
+          h = mix(mix(mix(h, a.transpose_a), a.transpose_b), static_cast<size_t>(a.out));
+        } else if constexpr (std::is_same_v<A, ShapeAttrs>) {
+          h = mix_shape(h, a.shape);
+        } else if constexpr (std::is_same_v<A, PermAttrs>) {
+          for (int x : a.perm) h = mix(h, x);
+        } else if constexpr (std::is_same_v<A, AxisAttrs>) {
+          h = mix(h, a.axis);
+        } else if constexpr (std::is_same_v<A, SliceAttrs>) {
+          h = mix_shape(mix_shape(mix_shape(mix_shape(h, a.start), a.stop), a.step), a.full);
+        } else if constexpr (std::is_same_v<A, ScatterAttrs>) {
+          h = mix_shape(mix(h, a.axis), a.shape);
+        } else if constexpr (std::is_same_v<A, OneHotAttrs>) {
+          h = mix(mix(h, a.depth), static_cast<size_t>(a.dtype));
+        } else if constexpr (std::is_same_v<A, NormAttrs>) {
+          h = mix(h, std::hash<double>{}(a.eps));
+        } else if constexpr (std::is_same_v<A, RandomAttrs>) {
+          h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
+          h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
+          h = mix(mix_shape(h, a.shape), static_cast<size_t>(a.dtype));
+        }
+      },
+      attrs_);
+  return h;
+}
+
+std::string Primitive::str() const {
+  std::ostringstream os;
+  os << name();
+  std::visit(
+      [&](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<A, NoAttrs>) return;
+        os << "{";
+        if constexpr (std::is_same_v<A, CastAttrs>) {
+          os << "to=" << name_of(a.to);
+        } else if constexpr (std::is_same_v<A, ReduceAttrs>) {
+          print_list(os, "axes", a.axes);
+          os << ",keepdims=" << a.keepdims;
+        } else if constexpr (std::is_same_v<A, MatmulAttrs>) {
+          os << "ta=" << a.transpose_a << ",tb=" << a.transpose_b << ",out=" << name_of(a.out);
+        } else if constexpr (std::is_same_v<A, ShapeAttrs>) {
+          os << "shape=" << kiln::str(a.shape);
+        } else if constexpr (std::is_same_v<A, PermAttrs>) {
+          print_list(os, "perm", a.perm);
+        } else if constexpr (std::is_same_v<A, AxisAttrs>) {
+          os << "axis=" << a.axis;
+        } else if constexpr (std::is_same_v<A, SliceAttrs>) {
+          print_list(os, "start", a.start);
+          print_list(os, ",stop", a.stop);
+          print_list(os, ",step", a.step);
+        } else if constexpr (std::is_same_v<A, ScatterAttrs>) {
+          os << "axis=" << a.axis << ",shape=" << kiln::str(a.shape);
+        } else if constexpr (std::is_same_v<A, OneHotAttrs>) {
+          os << "depth=" << a.depth << ",dtype=" << name_of(a.dtype);
+        } else if constexpr (std::is_same_v<A, NormAttrs>) {
+          os << "eps=" << a.eps;
+        } else if constexpr (std::is_same_v<A, RandomAttrs>) {
+          os << "kind=" << static_cast<int>(a.kind) << ",shape=" << kiln::str(a.shape);
+        }
+        os << "}";
+      },
+      attrs_);
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,164 @@
+// kiln transforms: reverse-mode autodiff over the graph.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/ops.h"
+#include "kiln/transforms.h"
+#include "ops/dispatch.h"
+#include "ops/vjp.h"
+
+namespace kiln {
+namespace {
+
+// While alive, operations keep their graph edges so that they can be walked
+// backwards.
+struct KeepGraph {
+  KeepGraph() { ++exec_state().keep_graph; }
+  ~KeepGraph() { --exec_state().keep_graph; }
+};
+
+// A fresh node standing for a primal: its own identity marks where the walk
+// stops, while it shares the primal's data (or, when pending, its producer).
+Array trace_input(const Array& primal) {
+  if (!primal.valid()) fail("vjp", "use of an empty Array handle as a primal");
+  if (primal.is_materialized()) {
+    auto node = std::make_shared<ArrayNode>();
+    node->shape = primal.shape();
+    node->dtype = primal.dtype();
+    node->device = primal.device();
+    node->buffer = primal.node()->buffer;
+    node->offset = primal.node()->offset;
+    node->id = next_array_id();
+    return Array(std::move(node));
+  }
+  return stop_gradient(primal);
+}
+
+using CotangentFn = std::function<std::vector<Array>(const std::vector<Array>& outputs)>;
+
+std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
+                                                           const std::vector<Array>& primals,
+                                                           const CotangentFn& make_cotangents) {
+  std::vector<Array> traced;
+  std::vector<Array> outputs;
+  {
+    KeepGraph keep;
+    for (auto& p : primals) traced.push_back(trace_input(p));
+    outputs = f(traced);
+  }
+  std::vector<Array> cotangents = make_cotangents(outputs);
+  if (cotangents.size() != outputs.size())
+    fail("vjp", std::to_string(cotangents.size()) + " cotangents for " +
+                    std::to_string(outputs.size()) + " outputs");
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (cotangents[i].shape() != outputs[i].shape())
+      fail("vjp", "cotangent " + str(cotangents[i].shape()) + " for output " + std::to_string(i) +
+                      " of shape " + str(outputs[i].shape()));
+
+  // Which nodes depend on a primal, in topological order (iterative DFS).
+  std::unordered_set<ArrayNode*> primal_nodes;
+  for (auto& t : traced) primal_nodes.insert(t.node());
+  std::unordered_map<ArrayNode*, bool> depends;
+  std::vector<Array> order;
+  std::vector<std::pair<Array, size_t>> stack;
+  for (auto& out : outputs) {
+    if (depends.count(out.node())) continue;
+    stack.push_back({out, 0});
+    depends[out.node()] = primal_nodes.count(out.node()) > 0;
+    while (!stack.empty()) {
+      auto& [arr, next] = stack.back();
+      ArrayNode* n = arr.node();
+      if (!primal_nodes.count(n) && next < n->inputs.size()) {
+        const Array& in = n->inputs[next++];
+        if (!depends.count(in.node())) {
+          depends[in.node()] = primal_nodes.count(in.node()) > 0;
+          stack.push_back({in, 0});
+        }
+      } else {
+        if (!primal_nodes.count(n))
+          for (auto& in : n->inputs) depends[n] = depends[n] || depends[in.node()];
+        order.push_back(arr);
+        stack.pop_back();
+      }
+    }
+  }
+
+  std::unordered_map<ArrayNode*, Array> ct;
+  auto accumulate = [&](const Array& target, const Array& c) {
+    auto [it, inserted] = ct.try_emplace(target.node(), c);
+    if (!inserted) it->second = add(it->second, c);
+  };
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (depends[outputs[i].node()]) accumulate(outputs[i], astype(cotangents[i], outputs[i].dtype()));
+
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    ArrayNode* n = it->node();
+    if (primal_nodes.count(n) || !n->primitive || !depends[n]) continue;
+    auto found = ct.find(n);
+    if (found == ct.end()) continue;
+    Array g = found->second;
+    std::vector<bool> need(n->inputs.size());
+    for (size_t i = 0; i < need.size(); ++i)
+      need[i] = depends[n->inputs[i].node()] && is_floating(n->inputs[i].dtype());
+    auto cts = vjp_rule(*n->primitive, n->inputs, *it, g, need);
+    for (size_t i = 0; i < cts.size(); ++i)
+      if (need[i] && cts[i].valid()) accumulate(n->inputs[i], cts[i]);
+    ct.erase(found);  // frees this cotangent as soon as it has been propagated
+  }
+
+  std::vector<Array> grads;
+  for (size_t i = 0; i < traced.size(); ++i) {
+    auto found = ct.find(traced[i].node());
+    grads.push_back(found != ct.end() ? astype(found->second, primals[i].dtype())
+                                      : zeros_like(primals[i]));
+  }
+  // Outside any enclosing trace, drop the forward graph held by the outputs.
+  if (exec_state().keep_graph == 0)
+    for (auto& out : outputs)
+      if (out.is_materialized()) detach(*out.node());
+  return {outputs, grads};
+}
+
+}  // namespace
+
+std::pair<std::vector<Array>, std::vector<Array>> vjp(const VectorFn& f,
+                                                      const std::vector<Array>& primals,
+                                                      const std::vector<Array>& cotangents) {
+  return vjp_impl(f, primals, [&](const std::vector<Array>&) { return cotangents; });
+}
+
+std::pair<Array, std::vector<Array>> value_and_grad_vector(
+    const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& primals) {
+  auto [outs, grads] = vjp_impl(
+      [&](const std::vector<Array>& xs) {
+        Array v = f(xs);
+        if (!v.valid() || v.size() != 1)
+          fail("value_and_grad",
+               "function must return a scalar, got shape " + (v.valid() ? str(v.shape()) : "none"));
+        return std::vector<Array>{v};
+      },
+      primals, [](const std::vector<Array>& outs) { return std::vector<Array>{ones_like(outs[0])}; });
+  return {outs[0], grads};
+}
+
+std::pair<Array, Params> value_and_grad_params(const std::function<Array(const Params&)>& f,
+                                               const Params& params) {
+  std::vector<std::string> names;
+  std::vector<Array> flat;
+  for (auto& [k, v] : params) {
+    names.push_back(k);
+    flat.push_back(v);
+  }
+  auto [value, grads] = value_and_grad_vector(
+      [&](const std::vector<Array>& xs) {
+        Params p;
+        for (size_t i = 0; i < xs.size(); ++i) p.emplace(names[i], xs[i]);
+        return f(p);
+      },
+      flat);
+  Params out;
+  for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], grads[i]);
+  return {value, out};
+}
+
+}  // namespace kiln
