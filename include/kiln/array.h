@@ -80,9 +80,15 @@ class Array {
   // Evaluates, then copies to host converting to T.
   template <typename T>
   std::vector<T> to_vector() const {
-    std::vector<T> out(size());
-    copy_to_host(out.data(), dtype_of<T>::value);
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<uint8_t> bytes(size());
+      copy_to_host(bytes.data(), DType::bool_);
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(size());
+      copy_to_host(out.data(), dtype_of<T>::value);
+      return out;
+    }
   }
   template <typename T>
   T item() const {

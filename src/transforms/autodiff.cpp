@@ -17,21 +17,13 @@ struct KeepGraph {
   ~KeepGraph() { --exec_state().keep_graph; }
 };
 
-// A fresh node standing for a primal: its own identity marks where the walk
-// stops, while it shares the primal's data (or, when pending, its producer).
+// A fresh node standing for a primal: an identity (an aliasing reshape) whose
+// own identity marks where this walk stops, while an enclosing trace still
+// sees through it to the primal (so nested differentiation stays connected).
 Array trace_input(const Array& primal) {
   if (!primal.valid()) fail("vjp", "use of an empty Array handle as a primal");
-  if (primal.is_materialized()) {
-    auto node = std::make_shared<ArrayNode>();
-    node->shape = primal.shape();
-    node->dtype = primal.dtype();
-    node->device = primal.device();
-    node->buffer = primal.node()->buffer;
-    node->offset = primal.node()->offset;
-    node->id = next_array_id();
-    return Array(std::move(node));
-  }
-  return stop_gradient(primal);
+  return make_array(Primitive(Op::Reshape, ShapeAttrs{primal.shape()}), {primal}, primal.shape(),
+                    primal.dtype());
 }
 
 using CotangentFn = std::function<std::vector<Array>(const std::vector<Array>& outputs)>;

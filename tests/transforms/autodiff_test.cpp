@@ -1,0 +1,106 @@
+// Autodiff as a user meets it: grad and value_and_grad over a parameter tree.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+Array vec(std::vector<float> v) {
+  int64_t n = static_cast<int64_t>(v.size());
+  return Array::from_vector(v, {n});
+}
+
+TEST(Autodiff, GradOfScalarFunction) {
+  auto f = [](const Array& x) { return sum(x * x * x); };  // d/dx = 3x²
+  Array g = grad(f)(vec({1, 2, -3}));
+  EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{3, 12, 27}));
+}
+
+TEST(Autodiff, ValueAndGradOverParams) {
+  random::Key key(0);
+  auto keys = random::split(key, 3);
+  Params params{{"dense.weight", random::normal(keys[0], {3, 4}, DType::f64)},
+                {"dense.bias", zeros({3}, DType::f64)}};
+  Array x = random::normal(keys[1], {5, 4}, DType::f64);
+  Array y = Array::from_vector<int32_t>({0, 1, 2, 1, 0}, {5});
+  auto loss_fn = [](const Params& p, const Array& x, const Array& y) {
+    Array logits = matmul(x, p.at("dense.weight"), {.transpose_b = true}) + p.at("dense.bias");
+    return mean(softmax_cross_entropy(logits, y));
+  };
+  auto [loss, grads] = value_and_grad(loss_fn)(params, x, y);
+  ASSERT_EQ(grads.size(), 2u);
+  EXPECT_EQ(grads.at("dense.weight").shape(), (Shape{3, 4}));
+  EXPECT_EQ(grads.at("dense.bias").shape(), (Shape{3}));
+  // Closed form: dlogits = (softmax - onehot)/N; db = Σ_rows dlogits.
+  Array logits = matmul(x, params.at("dense.weight"), {.transpose_b = true});
+  Array d = (softmax(logits) - one_hot(y, 3, DType::f64)) / 5.0;
+  auto want_b = sum(d, {0}).to_vector<double>();
+  auto got_b = grads.at("dense.bias").to_vector<double>();
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(got_b[i], want_b[i], 1e-12);
+  auto want_w = matmul(d, x, {.transpose_a = true}).to_vector<double>();
+  auto got_w = grads.at("dense.weight").to_vector<double>();
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(got_w[i], want_w[i], 1e-12);
+  EXPECT_NEAR(loss.item<double>(), mean(softmax_cross_entropy(logits, y)).item<double>(), 1e-12);
+}
+
+TEST(Autodiff, StopGradientBlocksTheFlow) {
+  auto f = [](const std::vector<Array>& p) { return sum(p[0] * stop_gradient(p[1]) + p[1]); };
+  auto [v, g] = value_and_grad(f)(std::vector<Array>{vec({1, 2}), vec({3, 4})});
+  EXPECT_EQ(g[0].to_vector<float>(), (std::vector<float>{3, 4}));  // = y
+  EXPECT_EQ(g[1].to_vector<float>(), (std::vector<float>{1, 1}));  // only the "+ y" path
+  EXPECT_FLOAT_EQ(v.item<float>(), 1 * 3 + 2 * 4 + 3 + 4);
+}
+
+TEST(Autodiff, UnusedParameterGetsZeros) {
+  auto f = [](const Params& p) { return sum(p.at("a")); };
+  Params params{{"a", vec({1, 2})}, {"b", vec({5, 6, 7})}};
+  auto g = grad(f)(params);
+  EXPECT_EQ(g.at("a").to_vector<float>(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(g.at("b").to_vector<float>(), (std::vector<float>{0, 0, 0}));
+}
+
+TEST(Autodiff, ParameterUsedTwiceAccumulates) {
+  auto f = [](const Array& x) { return sum(x * 2.0 + x * x); };  // 2 + 2x
+  EXPECT_EQ(grad(f)(vec({1, -1})).to_vector<float>(), (std::vector<float>{4, 0}));
+}
+
+TEST(Autodiff, CastCarriesGradientBackToTheInputDtype) {
+  auto f = [](const Array& x) { return sum(astype(x, DType::f32) * 3.0); };
+  Array g = grad(f)(Array::from_vector<double>({1, 2}, {2}));
+  EXPECT_EQ(g.dtype(), DType::f64);
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{3, 3}));
+}
+
+TEST(Autodiff, VjpWithExplicitCotangents) {
+  auto [outs, cts] = vjp([](const std::vector<Array>& x) { return std::vector<Array>{x[0] * x[1]}; },
+                         {vec({1, 2}), vec({3, 4})}, {vec({10, 100})});
+  EXPECT_EQ(outs[0].to_vector<float>(), (std::vector<float>{3, 8}));
+  EXPECT_EQ(cts[0].to_vector<float>(), (std::vector<float>{30, 400}));
+  EXPECT_EQ(cts[1].to_vector<float>(), (std::vector<float>{10, 200}));
+}
+
+TEST(Autodiff, NonScalarValueIsAnError) {
+  auto f = [](const Array& x) { return x * 2.0; };
+  try {
+    grad(f)(vec({1, 2}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[value_and_grad] function must return a scalar, got shape (2)");
+  }
+}
+
+TEST(Autodiff, SecondOrderOfFusedBackwardIsRefusedClearly) {
+  auto inner = [](const Array& x) { return sum(gelu(x)); };
+  auto outer = [&](const Array& x) { return sum(grad(inner)(x)); };
+  EXPECT_THROW(grad(outer)(vec({0.5f})), Error);
+}
+
+TEST(Autodiff, EagerForwardGraphIsReleasedAfterGrad) {
+  auto f = [](const Array& x) { return sum(exp(x)); };
+  auto [v, g] = value_and_grad(f)(vec({1, 2}));
+  EXPECT_FALSE(v.has_primitive()) << "the returned value should not pin the forward graph";
+}
+
+}  // namespace
+}  // namespace kiln
