@@ -1,1 +1,175 @@
-int main(){}
+// kiln op benchmarks (Google Benchmark): matmul at the ViT-Base/16 training
+// shapes beside direct oneDNN calls, elementwise and LayerNorm throughput, and
+// the cost of dispatching one eager op.
+//
+//   build/kiln-bench-ops --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "kiln/kiln.h"
+
+namespace {
+using namespace kiln;
+
+// One linear layer of ViT-B/16 at batch 32: x [M,K], W [N,K], M = 32*197.
+// Forward Y = X·Wᵀ; backward dX = dY·W and dW = dYᵀ·X.
+struct Gemm {
+  const char* name;
+  int64_t m, k, n;  // C[m,n] = op(A)[m,k] · op(B)[k,n]
+  bool ta, tb;
+};
+constexpr int64_t M = 32 * 197;
+const Gemm kGemms[] = {
+    {"qkv_fwd", M, 768, 2304, false, true},  {"qkv_dx", M, 2304, 768, false, false},
+    {"qkv_dw", 2304, M, 768, true, false},   {"proj_fwd", M, 768, 768, false, true},
+    {"proj_dx", M, 768, 768, false, false},  {"proj_dw", 768, M, 768, true, false},
+    {"fc1_fwd", M, 768, 3072, false, true},  {"fc1_dx", M, 3072, 768, false, false},
+    {"fc1_dw", 3072, M, 768, true, false},   {"fc2_fwd", M, 3072, 768, false, true},
+    {"fc2_dx", M, 768, 3072, false, false},  {"fc2_dw", 768, M, 3072, true, false},
+};
+
+Shape shape_a(const Gemm& g) { return g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}; }
+Shape shape_b(const Gemm& g) { return g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}; }
+
+void set_flops(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_kiln_matmul(benchmark::State& state, Gemm g, DType dt) {
+  Array a = astype(random::normal(random::Key(1), shape_a(g)), dt);
+  Array b = astype(random::normal(random::Key(2), shape_b(g)), dt);
+  MatmulOptions opt{g.ta, g.tb, DType::f32};
+  for (auto _ : state) {
+    Array c = matmul(a, b, opt);  // eager: the result exists when matmul returns
+    benchmark::DoNotOptimize(c.raw());
+  }
+  set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
+void BM_dnnl_sgemm(benchmark::State& state, Gemm g) {
+  std::vector<float> a(g.m * g.k, 0.5f), b(g.k * g.n, 0.25f), c(g.m * g.n);
+  for (auto _ : state) {
+    dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a.data(), g.ta ? g.m : g.k,
+               b.data(), g.tb ? g.k : g.n, 0.0f, c.data(), g.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
+void BM_dnnl_matmul_primitive(benchmark::State& state, Gemm g, dnnl::memory::data_type in) {
+  using dt = dnnl::memory::data_type;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  dnnl::memory::desc a_md({g.m, g.k}, in, g.ta ? dnnl::memory::dims{1, g.m} : dnnl::memory::dims{g.k, 1});
+  dnnl::memory::desc b_md({g.k, g.n}, in, g.tb ? dnnl::memory::dims{1, g.k} : dnnl::memory::dims{g.n, 1});
+  dnnl::memory::desc c_md({g.m, g.n}, dt::f32, dnnl::memory::dims{g.n, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+  dnnl::matmul prim(pd);
+  dnnl::memory am(a_md, eng), bm(b_md, eng), cm(c_md, eng);
+  std::memset(am.get_data_handle(), 0, a_md.get_size());
+  std::memset(bm.get_data_handle(), 0, b_md.get_size());
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+  }
+  set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
+// ---- elementwise and LayerNorm, GB/s over bytes read + written ----
+void BM_add(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {M, 768}), b = random::normal(random::Key(2), {M, 768});
+  for (auto _ : state) benchmark::DoNotOptimize((a + b).raw());
+  state.SetBytesProcessed(state.iterations() * 3 * a.nbytes());
+}
+void BM_add_bias_broadcast(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {M, 3072}), b = random::normal(random::Key(2), {3072});
+  for (auto _ : state) benchmark::DoNotOptimize((a + b).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
+}
+void BM_gelu(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {M, 3072});
+  for (auto _ : state) benchmark::DoNotOptimize(gelu(a).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
+}
+void BM_gelu_grad(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {M, 3072});
+  for (auto _ : state) benchmark::DoNotOptimize(gelu_grad(a).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
+}
+void BM_exp(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {M, 768});
+  for (auto _ : state) benchmark::DoNotOptimize(exp(a).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
+}
+void BM_softmax_attention(benchmark::State& state) {
+  Array a = random::normal(random::Key(1), {32 * 12, 197, 197});
+  for (auto _ : state) benchmark::DoNotOptimize(softmax(a).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
+}
+void BM_layer_norm(benchmark::State& state) {
+  Array x = random::normal(random::Key(1), {M, 768});
+  Array g = ones({768}), b = zeros({768});
+  for (auto _ : state) benchmark::DoNotOptimize(layer_norm(x, g, b, 1e-12).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+void BM_layer_norm_grad(benchmark::State& state) {
+  Array x = random::normal(random::Key(1), {M, 768}), dy = random::normal(random::Key(2), {M, 768});
+  Array g = ones({768});
+  for (auto _ : state) benchmark::DoNotOptimize(layer_norm_grad(x, g, dy, 1e-12).raw());
+  state.SetBytesProcessed(state.iterations() * 3 * x.nbytes());
+}
+void BM_transpose_heads(benchmark::State& state) {
+  Array x = random::normal(random::Key(1), {32, 197, 12, 64});
+  for (auto _ : state) benchmark::DoNotOptimize(transpose(x, {0, 2, 1, 3}).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+
+// ---- dispatch: one eager op on one element ----
+void BM_dispatch_add_1elem(benchmark::State& state) {
+  Array a = ones({1}), b = ones({1});
+  for (auto _ : state) benchmark::DoNotOptimize((a + b).raw());
+}
+void BM_dispatch_exp_1elem(benchmark::State& state) {
+  Array a = ones({1});
+  for (auto _ : state) benchmark::DoNotOptimize(exp(a).raw());
+}
+
+int register_all() {
+  for (const auto& g : kGemms) {
+    std::string n = g.name;
+    benchmark::RegisterBenchmark(("matmul_f32/" + n + "/kiln").c_str(), BM_kiln_matmul, g, DType::f32)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("matmul_f32/" + n + "/dnnl_sgemm").c_str(), BM_dnnl_sgemm, g)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("matmul_f32/" + n + "/dnnl_matmul").c_str(),
+                                 BM_dnnl_matmul_primitive, g, dnnl::memory::data_type::f32)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  for (const auto& g : kGemms) {
+    std::string n = g.name;
+    benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/kiln").c_str(), BM_kiln_matmul, g, DType::bf16)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/dnnl_matmul").c_str(),
+                                 BM_dnnl_matmul_primitive, g, dnnl::memory::data_type::bf16)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+
+BENCHMARK(BM_add)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_add_bias_broadcast)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_exp)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_softmax_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_layer_norm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_layer_norm_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_transpose_heads)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_dispatch_add_1elem);
+BENCHMARK(BM_dispatch_exp_1elem);
+BENCHMARK_MAIN();

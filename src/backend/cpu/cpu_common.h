@@ -89,8 +89,9 @@ void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
 
 // ---- float math that the compiler can vectorize (within ~2 ulp) ----
 inline float exp_approx(float x) {
-  x = std::fmin(std::fmax(x, -87.0f), 88.5f);
-  float n = std::nearbyint(x * 1.44269504089f);
+  x = x < -87.0f ? -87.0f : (x > 88.5f ? 88.5f : x);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
+  float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
   float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f + r * (0.04166664928f +
                                                                    r * (0.008333335072f +

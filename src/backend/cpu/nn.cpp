@@ -7,34 +7,49 @@
 namespace kiln::cpu {
 namespace {
 
-// Softmax and log-softmax along one axis of x viewed as [outer, n, inner].
+// Softmax (or log-softmax) of n contiguous values.
+template <typename T, bool Log, typename A>
+void softmax_row(const T* x, T* y, int64_t n, A* buf) {
+  A m = -std::numeric_limits<A>::infinity();
+  for (int64_t k = 0; k < n; ++k) buf[k] = ld(x[k]);
+#pragma omp simd reduction(max : m)
+  for (int64_t k = 0; k < n; ++k) m = buf[k] > m ? buf[k] : m;
+  A total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t k = 0; k < n; ++k) {
+    A e = fast_exp(buf[k] - m);
+    total += e;
+    if constexpr (!Log) buf[k] = e;
+  }
+  if constexpr (Log) {
+    A lse = m + std::log(total);
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) y[k] = st<T>(buf[k] - lse);
+  } else {
+    A inv = A(1) / total;
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) y[k] = st<T>(buf[k] * inv);
+  }
+}
+
+// Softmax and log-softmax along one axis of x viewed as [outer, n, inner];
+// a strided axis is gathered into a contiguous row first.
 template <typename T, bool Log>
 void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
   using A = acc_t<T>;
   parallel_for(outer * inner, n * 8, [&](int64_t b, int64_t e) {
     std::vector<A> buf(n);
+    std::vector<T> row_in(inner == 1 ? 0 : n), row_out(inner == 1 ? 0 : n);
     for (int64_t job = b; job < e; ++job) {
       int64_t o = job / inner, i = job % inner;
       const T* xs = x + o * n * inner + i;
       T* ys = y + o * n * inner + i;
-      A m = -std::numeric_limits<A>::infinity();
-      for (int64_t k = 0; k < n; ++k) {
-        buf[k] = ld(xs[k * inner]);
-        m = buf[k] > m ? buf[k] : m;
-      }
-      A total = 0;
-#pragma omp simd reduction(+ : total)
-      for (int64_t k = 0; k < n; ++k) {
-        A ex = fast_exp(buf[k] - m);
-        total += ex;
-        if constexpr (!Log) buf[k] = ex;
-      }
-      if constexpr (Log) {
-        A lse = m + std::log(total);
-        for (int64_t k = 0; k < n; ++k) ys[k * inner] = st<T>(buf[k] - lse);
+      if (inner == 1) {
+        softmax_row<T, Log>(xs, ys, n, buf.data());
       } else {
-        A inv = A(1) / total;
-        for (int64_t k = 0; k < n; ++k) ys[k * inner] = st<T>(buf[k] * inv);
+        for (int64_t k = 0; k < n; ++k) row_in[k] = xs[k * inner];
+        softmax_row<T, Log>(row_in.data(), row_out.data(), n, buf.data());
+        for (int64_t k = 0; k < n; ++k) ys[k * inner] = row_out[k];
       }
     }
   });
@@ -124,14 +139,20 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
         T* dx = dx0 + r * c;
         A mean, rstd;
         row_stats(xs, c, eps, mean, rstd);
+        if (affine) {
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]) * ld(g[k]);
+        } else {
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]);
+        }
         A s1 = 0, s2 = 0;
 #pragma omp simd reduction(+ : s1, s2)
         for (int64_t k = 0; k < c; ++k) {
-          A d = ld(dys[k]) * (affine ? ld(g[k]) : A(1));
-          dyh[k] = d;
-          s1 += d;
-          s2 += d * (ld(xs[k]) - mean) * rstd;
+          s1 += dyh[k];
+          s2 += dyh[k] * (ld(xs[k]) - mean);
         }
+        s2 *= rstd;
         s1 /= A(c);
         s2 /= A(c);
 #pragma omp simd

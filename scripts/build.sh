@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures kiln into build/ (Release, Ninja) and builds the given targets
+# (everything when none are given) with two jobs unless KILN_JOBS says more.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build -j"${KILN_JOBS:-2}" "$@"
