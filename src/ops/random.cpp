@@ -1,6 +1,8 @@
 // kiln ops: counter-based random numbers (Threefry-2x32, 20 rounds).
 #include "kiln/random.h"
 
+#include <cmath>
+
 #include "kiln/primitive.h"
 #include "ops/dispatch.h"
 
@@ -45,6 +47,80 @@ void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]) 
   }
   out[0] = x0;
   out[1] = x1;
+}
+
+namespace {
+constexpr uint32_t kDrawDomain = 2;
+
+// Inverse error function: Giles' approximation refined by two Newton steps.
+double erfinv(double y) {
+  double w = -std::log((1.0 - y) * (1.0 + y)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941})
+      p = c + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682})
+      p = c + p * w;
+  }
+  double x = p * y;
+  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (1.1283791670955126 * std::exp(-x * x));
+  return x;
+}
+}  // namespace
+
+DrawSpec draw_spec(const Key& key, RandomKind kind, double a, double b) {
+  DrawSpec s{{0, 0}, kind, a, b};
+  uint32_t dom[2] = {kDrawDomain, 0};
+  threefry2x32(key.k, dom, s.key);
+  if (kind == RandomKind::TruncatedNormal) {
+    s.a = std::erf(a / std::sqrt(2.0));
+    s.b = std::erf(b / std::sqrt(2.0));
+  }
+  return s;
+}
+
+void draw_block(const DrawSpec& s, uint64_t j, double v[2]) {
+  uint32_t ctr[2] = {static_cast<uint32_t>(j >> 32), static_cast<uint32_t>(j)}, w[2];
+  threefry2x32(s.key, ctr, w);
+  double u[2] = {(w[0] >> 8) * 0x1p-24, (w[1] >> 8) * 0x1p-24};  // [0, 1)
+  switch (s.kind) {
+    case RandomKind::Uniform:
+      for (int k = 0; k < 2; ++k) v[k] = s.a + (s.b - s.a) * u[k];
+      break;
+    case RandomKind::Normal: {
+      double r = std::sqrt(-2.0 * std::log(1.0 - u[0]));  // 1 - u in (0, 1]
+      v[0] = r * std::cos(2 * M_PI * u[1]);
+      v[1] = r * std::sin(2 * M_PI * u[1]);
+      break;
+    }
+    case RandomKind::TruncatedNormal:
+      // Inverse CDF of the normal restricted to [lower, upper]; s.a, s.b hold
+      // erf of the bounds over sqrt(2).
+      for (int k = 0; k < 2; ++k) {
+        double y = s.a + (u[k] + 0x1p-25) * (s.b - s.a);
+        v[k] = std::sqrt(2.0) * erfinv(y);
+      }
+      break;
+    case RandomKind::Bernoulli:
+      for (int k = 0; k < 2; ++k) v[k] = u[k] < s.a ? 1.0 : 0.0;
+      break;
+  }
+}
+
+void fill_normal(const Key& key, float* out, int64_t n) {
+  DrawSpec s = draw_spec(key, RandomKind::Normal);
+  double v[2];
+  for (int64_t j = 0; 2 * j < n; ++j) {
+    draw_block(s, static_cast<uint64_t>(j), v);
+    out[2 * j] = static_cast<float>(v[0]);
+    if (2 * j + 1 < n) out[2 * j + 1] = static_cast<float>(v[1]);
+  }
 }
 
 std::vector<Key> split(const Key& key, int num) {

@@ -1,0 +1,54 @@
+// kiln — the training loop of `kiln train`: the reference experiment.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "kiln/data.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+
+namespace kiln::train {
+
+struct TrainConfig {
+  std::string model_name = "vit-base";  // preset, or the --config path
+  nn::ViTConfig model = nn::ViTConfig::preset("vit-base");
+  int64_t batch_size = 32;
+  int64_t steps = 12;   // total steps, warm-up included
+  int64_t warmup = 2;   // untimed steps at the start
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  nn::Layout layout = nn::Layout::NCHW;
+  int workers = 2;
+  std::string log_json;  // one JSON object per line, if set
+  bool progress = false;  // live progress line (on a terminal)
+};
+
+struct StepTiming {
+  int64_t step;
+  double seconds;       // from the start of the step until its results exist
+  double data_seconds;  // spent waiting for the batch
+  float loss;
+};
+
+struct TrainReport {
+  std::vector<StepTiming> steps;
+  double mean = 0, median = 0, p90 = 0, min = 0, max = 0;  // over timed steps, seconds
+  double images_per_second = 0;
+  double data_wait_share = 0;  // data wait / step time, timed steps
+  double flops_per_step = 0;
+  double achieved_gflops = 0;
+  double peak_gflops = 0;
+  double mfu = 0;
+  double first_step_seconds = 0;
+  double peak_rss_mib = 0;
+  int64_t parameters = 0;
+};
+
+// Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
+double measure_peak_gflops();
+
+// Runs the experiment in eager mode: random images, ViT, mean softmax
+// cross-entropy, SGD. on_step is called after every step.
+TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTiming&)>& on_step = {});
+
+}  // namespace kiln::train
