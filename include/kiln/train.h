@@ -51,4 +51,14 @@ double measure_peak_gflops();
 // cross-entropy, SGD. on_step is called after every step.
 TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTiming&)>& on_step = {});
 
+// One forward and backward pass of ViTForImageClassification (no dropout):
+// what `kiln grad` writes. pixels are f32 in `layout`; labels i32 or i64.
+struct GradResult {
+  Array logits;  // [B, num_labels]
+  Array loss;    // scalar, mean softmax cross-entropy
+  Params grads;  // HuggingFace names
+};
+GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
+                            const Array& labels, nn::Layout layout);
+
 }  // namespace kiln::train

@@ -154,3 +154,30 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
 }
 
 }  // namespace kiln::train
+
+namespace kiln::train {
+
+GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
+                            const Array& labels, nn::Layout layout) {
+  nn::ViTForImageClassification model(cfg);
+  model.check(weights, "weights");
+  Params p;
+  for (auto& [name, w] : weights) p.emplace(name, astype(w, DType::f32));
+  if (labels.ndim() != 1 || !is_integral(labels.dtype()))
+    fail("batch", "labels must be a 1-d integer array, got " + std::string(name_of(labels.dtype())) +
+                      " " + str(labels.shape()));
+  if (pixels.ndim() != 4 || pixels.shape()[0] != labels.shape()[0])
+    fail("batch", "pixel_values " + str(pixels.shape()) + " and labels " + str(labels.shape()) +
+                      " disagree on the batch size");
+  GradResult r;
+  Array x = astype(pixels, DType::f32);
+  auto [loss, grads] = value_and_grad([&](const Params& q) {
+    r.logits = model.apply(q, x, {.layout = layout});
+    return mean(softmax_cross_entropy(r.logits, labels));
+  })(p);
+  r.loss = loss;
+  r.grads = std::move(grads);
+  return r;
+}
+
+}  // namespace kiln::train

@@ -1,12 +1,18 @@
 // kiln — the command line.
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
+//   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
+//   kiln grad --config C.json --weights W.safetensors --batch B.safetensors --out O.safetensors
 //   kiln info
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/train.h"
 
 using namespace kiln;
 
@@ -82,6 +88,123 @@ int run_info() {
   return 0;
 }
 
+struct TrainFlags {
+  int64_t batch_size = 32;
+  std::string mode = "eager";
+  bool compile_model = false;
+  std::string model = "vit-base";
+  std::string config;
+  int64_t steps = -1, warmup = -1;
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  std::string layout = "nchw";
+  int threads = 0;
+  std::string log_json;
+};
+
+// Default schedule: a few timed steps, so that the default run (vit-base on a
+// 2-core CPU) finishes in minutes. The reference schedule is --steps 52 --warmup 11.
+void default_schedule(TrainFlags& f) {
+  if (f.steps < 0) f.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
+  if (f.warmup < 0) f.warmup = std::min<int64_t>(2, f.steps - 1);
+}
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 1 ? "%.1f ms" : "%.3f s", s < 1 ? s * 1e3 : s);
+  return buf;
+}
+
+int run_train(TrainFlags f) {
+  if (f.mode == "pytorch") f.mode = "eager";
+  if (f.mode == "torch_xla") f.mode = "lazy";
+  if (f.mode == "jax") f.mode = "jit";
+  if (f.mode != "eager")
+    fail("train", "--mode " + f.mode +
+                      " is not available yet: only eager (alias pytorch) runs training today; "
+                      "lazy (torch_xla) and jit (jax) come with the compiler");
+  if (f.compile_model)
+    fail("train", "--compile-model is not available yet: it comes with the compiler");
+  if (f.threads > 0) set_num_threads(f.threads);
+  default_schedule(f);
+  train::TrainConfig cfg;
+  if (!f.config.empty()) {
+    cfg.model = io::load_vit_config(f.config);
+    cfg.model_name = f.config;
+  } else {
+    cfg.model = nn::ViTConfig::preset(f.model);
+    cfg.model_name = f.model;
+  }
+  cfg.batch_size = f.batch_size;
+  cfg.steps = f.steps;
+  cfg.warmup = f.warmup;
+  cfg.lr = f.lr;
+  cfg.seed = f.seed;
+  cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  cfg.log_json = f.log_json;
+  bool tty = ::isatty(STDOUT_FILENO);
+  int64_t params = 0;
+  for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
+    params += numel(shape);
+
+  std::printf("kiln train: mode eager (pytorch), model %s, %.1fM parameters\n",
+              cfg.model_name.c_str(), params / 1e6);
+  std::printf("batch size %lld, %lldx%lld images (%s), %lld labels, SGD lr %g, seed %llu\n",
+              (long long)cfg.batch_size, (long long)cfg.model.image_size,
+              (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
+              (long long)cfg.model.num_labels, cfg.lr, (unsigned long long)cfg.seed);
+  std::printf("device cpu, %d threads; %lld steps, the first %lld untimed\n", num_threads(),
+              (long long)cfg.steps, (long long)cfg.warmup);
+  std::fflush(stdout);
+
+  double elapsed = 0;
+  auto on_step = [&](const train::StepTiming& s) {
+    elapsed += s.seconds;
+    double eta = elapsed / s.step * (cfg.steps - s.step);
+    if (tty) {
+      std::printf("\r\033[Kstep %lld/%lld  loss %.4f  %s/step  ETA %.0f s", (long long)s.step,
+                  (long long)cfg.steps, s.loss, fmt_seconds(s.seconds).c_str(), eta);
+      if (s.step == cfg.steps) std::printf("\n");
+    } else {
+      std::printf("step %lld/%lld  loss %.4f  %s%s\n", (long long)s.step, (long long)cfg.steps,
+                  s.loss, fmt_seconds(s.seconds).c_str(), s.step <= cfg.warmup ? "  (untimed)" : "");
+    }
+    std::fflush(stdout);
+  };
+  train::TrainReport r = train::run(cfg, on_step);
+  std::printf("average step time: %.6f\n", r.mean);
+  std::printf("median %s, p90 %s, min %s, max %s over %lld timed steps\n",
+              fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
+              fmt_seconds(r.max).c_str(), (long long)(cfg.steps - cfg.warmup));
+  std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
+              r.images_per_second, 100 * r.data_wait_share, fmt_seconds(r.first_step_seconds).c_str(),
+              r.peak_rss_mib);
+  std::printf("model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
+              "measured by an fp32 FMA loop on all threads)\n",
+              100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+  return 0;
+}
+
+struct GradFlags {
+  std::string config, weights, batch, out, layout = "nchw";
+};
+
+int run_grad(const GradFlags& f) {
+  nn::ViTConfig cfg = io::load_vit_config(f.config);
+  Params weights = io::load_safetensors(f.weights).tensors;
+  Params batch = io::load_safetensors(f.batch).tensors;
+  for (const char* key : {"pixel_values", "labels"})
+    if (!batch.count(key)) fail("grad", f.batch + ": no tensor '" + std::string(key) + "'");
+  auto r = train::forward_backward(cfg, weights, batch.at("pixel_values"), batch.at("labels"),
+                                   f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW);
+  Params out{{"logits", r.logits}, {"loss", r.loss}};
+  for (auto& [name, g] : r.grads) out.emplace("grad." + name, g);
+  io::save_safetensors(f.out, out);
+  std::printf("loss %.6f; wrote logits, loss and %zu gradients to %s\n", r.loss.item<float>(),
+              r.grads.size(), f.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,8 +218,43 @@ int main(int argc, char** argv) {
   d->add_option("--seed", demo.seed, "random seed");
   d->add_option("--threads", demo.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
+
+  TrainFlags tf;
+  auto* t = app.add_subcommand("train", "the reference experiment: train a ViT on random images");
+  t->add_option("--batch-size", tf.batch_size, "images per step")->check(CLI::PositiveNumber);
+  t->add_option("--mode", tf.mode, "eager (alias pytorch); lazy/torch_xla and jit/jax are not available yet")
+      ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
+  t->add_flag("--compile-model", tf.compile_model, "compile forward and backward (not available yet)");
+  auto* model_opt = t->add_option("--model", tf.model, "preset")
+                        ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large"}));
+  t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
+      ->check(CLI::ExistingFile)
+      ->excludes(model_opt);
+  t->add_option("--steps", tf.steps, "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
+      ->check(CLI::PositiveNumber);
+  t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")->check(CLI::NonNegativeNumber);
+  t->add_option("--lr", tf.lr, "SGD learning rate")->check(CLI::NonNegativeNumber);
+  t->add_option("--seed", tf.seed, "random seed for weights and data");
+  t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
+  t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
+  t->add_option("--log-json", tf.log_json, "write one JSON object per step to this file");
+
+  GradFlags gf;
+  auto* g = app.add_subcommand("grad", "one forward and backward pass; writes logits, loss and gradients");
+  g->add_option("--config", gf.config, "HuggingFace config.json")->required()->check(CLI::ExistingFile);
+  g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
+      ->required()
+      ->check(CLI::ExistingFile);
+  g->add_option("--batch", gf.batch, "safetensors with pixel_values and labels")
+      ->required()
+      ->check(CLI::ExistingFile);
+  g->add_option("--out", gf.out, "output safetensors")->required();
+  g->add_option("--layout", gf.layout, "layout of pixel_values")->check(CLI::IsMember({"nchw", "nhwc"}));
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (t->parsed()) return run_train(tf);
+    if (g->parsed()) return run_grad(gf);
     if (d->parsed()) return run_demo(demo);
     if (info->parsed()) return run_info();
   } catch (const Error& e) {

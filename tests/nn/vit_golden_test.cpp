@@ -1,0 +1,146 @@
+// Golden parity with HuggingFace transformers (fixture written by
+// tools/golden/make_vit_golden.py): logits, loss, every gradient and the
+// losses of 5 SGD steps, for NCHW and NHWC inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/train.h"
+
+namespace kiln {
+namespace {
+
+const std::string kDir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
+
+// ‖a − b‖ / max(‖b‖, floor) in double.
+double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), floor);
+}
+
+struct Golden {
+  nn::ViTConfig cfg = io::load_vit_config(kDir + "config.json");
+  Params weights = io::load_safetensors(kDir + "model.safetensors").tensors;
+  Params batch = io::load_safetensors(kDir + "batch.safetensors").tensors;
+  Params expected = io::load_safetensors(kDir + "expected.safetensors").tensors;
+};
+
+class VitGolden : public ::testing::TestWithParam<nn::Layout> {};
+
+TEST_P(VitGolden, LogitsLossAndGradientsMatchTransformers) {
+  Golden g;
+  nn::Layout layout = GetParam();
+  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  auto r = train::forward_backward(g.cfg, g.weights, pixels, g.batch.at("labels"), layout);
+  EXPECT_LT(relative_error(r.logits, g.expected.at("logits")), 1e-5);
+  EXPECT_NEAR(r.loss.item<double>(), g.expected.at("loss").item<double>(),
+              1e-5 * g.expected.at("loss").item<double>());
+  ASSERT_EQ(r.grads.size(), g.weights.size());
+  // The key bias gradient is zero in exact arithmetic (softmax ignores a shift
+  // shared by a whole row), so PyTorch's ~1e-8 is rounding noise and a ratio
+  // to it is meaningless: norms below 0.1% of the whole gradient's norm are
+  // compared against that floor instead. Every other gradient is above it.
+  double total = 0;
+  for (auto& [name, e] : g.expected)
+    if (name.rfind("grad.", 0) == 0) total += sum(square(astype(e, DType::f64))).item<double>();
+  double floor = 1e-3 * std::sqrt(total);
+  for (auto& [name, grad] : r.grads)
+    EXPECT_LT(relative_error(grad, g.expected.at("grad." + name), floor), 1e-4) << name;
+}
+
+TEST_P(VitGolden, FiveSgdStepsMatchTorchOptimSgd) {
+  Golden g;
+  nn::Layout layout = GetParam();
+  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array labels = g.batch.at("labels");
+  nn::ViTForImageClassification model(g.cfg);
+  optim::SGD sgd({.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4});
+  Params params = g.weights;
+  optim::State state = sgd.init(params);
+  auto want = g.expected.at("sgd_losses").to_vector<double>();
+  ASSERT_EQ(want.size(), 5u);
+  for (int step = 0; step < 5; ++step) {
+    auto [loss, grads] = value_and_grad([&](const Params& p) {
+      return mean(softmax_cross_entropy(model.apply(p, pixels, {.layout = layout}), labels));
+    })(params);
+    EXPECT_NEAR(loss.item<double>(), want[step], 1e-5 * want[step]) << "step " << step;
+    std::tie(params, state) = sgd.update(grads, state, params);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VitGolden, ::testing::Values(nn::Layout::NCHW, nn::Layout::NHWC),
+                         [](const auto& info) {
+                           return info.param == nn::Layout::NCHW ? "NCHW" : "NHWC";
+                         });
+
+TEST(Vit, ParameterNamesAndShapesAreHuggingFaces) {
+  Golden g;
+  nn::ViTForImageClassification model(g.cfg);
+  EXPECT_NO_THROW(model.check(g.weights, "fixture"));
+  Params fresh = model.init(random::Key(0));
+  EXPECT_EQ(fresh.size(), g.weights.size());
+  for (auto& [name, w] : g.weights) EXPECT_EQ(fresh.at(name).shape(), w.shape()) << name;
+}
+
+TEST(Vit, InitializationFollowsHuggingFace) {
+  nn::ViTConfig cfg = nn::ViTConfig::preset("vit-tiny");
+  Params p = nn::ViTForImageClassification(cfg).init(random::Key(1));
+  auto std_of = [](const Array& a) {
+    auto v = a.to_vector<double>();
+    double m = 0, s = 0;
+    for (double x : v) m += x;
+    m /= v.size();
+    for (double x : v) s += (x - m) * (x - m);
+    return std::sqrt(s / v.size());
+  };
+  EXPECT_NEAR(std_of(p.at("vit.encoder.layer.0.intermediate.dense.weight")), 0.02, 0.001);
+  EXPECT_NEAR(std_of(p.at("vit.embeddings.position_embeddings")), 0.02, 0.002);
+  EXPECT_EQ(sum(abs(p.at("vit.encoder.layer.3.output.dense.bias"))).item<float>(), 0.0f);
+  EXPECT_EQ(p.at("vit.layernorm.weight").to_vector<float>(), std::vector<float>(192, 1.0f));
+}
+
+TEST(Vit, PresetsMatchTransformersSizes) {
+  auto count = [](const char* name) {
+    int64_t n = 0;
+    for (auto& [k, s] : nn::ViTForImageClassification(nn::ViTConfig::preset(name)).parameter_shapes())
+      n += numel(s);
+    return n;
+  };
+  // ViTForImageClassification(ViTConfig(num_labels=1000)) has 86,567,656 parameters.
+  EXPECT_EQ(count("vit-base"), 86567656);
+  EXPECT_EQ(count("vit-tiny"), 5717416);
+  EXPECT_EQ(count("vit-small"), 22050664);
+}
+
+TEST(Vit, TrainingFlopsOfVitBase) {
+  // 3 x forward minus the pixel gradient, batch 32: 3364.9 GFLOP (cpu-baseline note).
+  double f = nn::ViTConfig::preset("vit-base").train_flops_per_image() * 32 / 1e9;
+  EXPECT_NEAR(f, 3364.9, 1.0);
+}
+
+TEST(Vit, DropoutIsKeyedAndOffAtEvaluation) {
+  nn::ViTConfig cfg = nn::ViTConfig::preset("vit-tiny");
+  cfg.image_size = 32, cfg.num_hidden_layers = 1, cfg.num_labels = 5;
+  cfg.hidden_dropout_prob = 0.1, cfg.attention_probs_dropout_prob = 0.1;
+  nn::ViTForImageClassification model(cfg);
+  Params p = model.init(random::Key(0));
+  Array x = random::normal(random::Key(1), {2, 3, 32, 32});
+  auto run = [&](bool train, uint64_t key) {
+    return model.apply(p, x, {.train = train, .dropout_key = random::Key(key)}).to_vector<float>();
+  };
+  EXPECT_EQ(run(false, 1), run(false, 2));
+  EXPECT_EQ(run(true, 1), run(true, 1));
+  EXPECT_NE(run(true, 1), run(true, 2));
+  EXPECT_NE(run(true, 1), run(false, 1));
+}
+
+}  // namespace
+}  // namespace kiln
