@@ -43,7 +43,12 @@ class Array {
     if (static_cast<int64_t>(v.size()) != numel(shape))
       fail("array", "from_vector: " + std::to_string(v.size()) + " values for shape " +
                         str(shape));
-    return from_data(v.data(), shape, dtype_of<T>::value);
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<uint8_t> bytes(v.begin(), v.end());
+      return from_data(bytes.data(), shape, DType::bool_);
+    } else {
+      return from_data(v.data(), shape, dtype_of<T>::value);
+    }
   }
   template <typename T>
   static Array scalar(T v) {

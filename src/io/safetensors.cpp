@@ -159,6 +159,7 @@ void save_safetensors(const std::string& path, const Params& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (auto& [name, a] : tensors) {
+    if (!a.valid()) fail("safetensors", path + ": tensor '" + name + "' is an empty Array handle");
     if (a.dtype() == DType::f16) fail("safetensors", "f16 arrays are not supported yet");
     uint64_t bytes = a.nbytes();
     header[name] = {{"dtype", dtype_name(a.dtype())},

@@ -251,6 +251,16 @@ int main(int argc, char** argv) {
   g->add_option("--out", gf.out, "output safetensors")->required();
   g->add_option("--layout", gf.layout, "layout of pixel_values")->check(CLI::IsMember({"nchw", "nhwc"}));
 
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string cmd = argv[1];
+    bool known = false;
+    for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == cmd;
+    if (!known) {
+      std::fprintf(stderr, "kiln: unknown command '%s'; expected one of train, grad, demo, info\n",
+                   cmd.c_str());
+      return 2;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     if (t->parsed()) return run_train(tf);
