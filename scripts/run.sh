@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# kiln's main job. For now: a demo of the engine (the ViT issue replaces it
-# with `kiln train`, the reference experiment). Arguments go to `kiln demo`.
+# kiln's main job: the reference experiment (ViT-Base/16, batch 32, SGD,
+# random images) in eager mode with the default schedule. Arguments go to
+# `kiln train`, e.g. `bash scripts/run.sh --model vit-tiny --steps 20`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh kiln-cli
-exec build/kiln demo "$@"
+exec build/kiln train "$@"
