@@ -372,9 +372,11 @@ TEST_P(OpTable, LazyEqualsEager) {
   EXPECT_EQ(lazy.to_vector<float>(), eager.to_vector<float>()) << c.name;
 }
 
-TEST_P(OpTable, VjpMatchesFiniteDifferences) {
+// Only the differentiable cases (the others have no VJP to check).
+class OpTableGrad : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OpTableGrad, VjpMatchesFiniteDifferences) {
   const Case& c = GetParam();
-  if (!c.grad) GTEST_SKIP() << "not differentiable";
   std::mt19937 rng(7);
   std::vector<Host> hs;
   for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
@@ -409,6 +411,15 @@ TEST_P(OpTable, VjpMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPrimitives, OpTable, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+std::vector<Case> grad_cases() {
+  std::vector<Case> out;
+  for (auto& c : cases())
+    if (c.grad) out.push_back(c);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(AllPrimitives, OpTableGrad, ::testing::ValuesIn(grad_cases()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
