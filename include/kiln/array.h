@@ -28,6 +28,7 @@ struct ArrayNode {
   std::shared_ptr<Primitive> primitive;  // null for leaves
   std::vector<Array> inputs;           // graph edges, kept while someone may differentiate
   uint64_t id = 0;                     // unique, increasing: creation order
+  bool donated = false;                // its buffer was handed to a compiled function
 };
 
 class Array {

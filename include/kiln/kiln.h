@@ -2,6 +2,7 @@
 #pragma once
 #include "kiln/allocator.h"
 #include "kiln/array.h"
+#include "kiln/compiler.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"

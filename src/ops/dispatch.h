@@ -21,8 +21,11 @@ struct KernelTable {
 void register_kernels(DeviceType type, const KernelTable* table);
 // Runs node's primitive on its (materialized) inputs.
 void run_kernel(ArrayNode& node);
+// Runs `prim` on `inputs` into `out` (for executables, which keep no edges).
+void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out);
 
-// Allocates the output buffer of a kernel on the node's device.
+// The output memory of a kernel: preassigned by a compiled executable, or a
+// new buffer on the node's device.
 void* alloc_output(ArrayNode& out);
 
 struct ExecState {

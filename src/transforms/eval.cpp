@@ -31,7 +31,12 @@ void eval(const std::vector<Array>& roots) {
   // a root until it runs; detaching after running frees what nothing needs.
   bool keep = exec_state().keep_graph > 0;
   for (ArrayNode* n : order) {
-    if (!n->primitive) fail("eval", "array has neither data nor a producer");
+    if (n->donated)
+      fail("eval", "this array was donated to a compiled function, which reused its buffer; "
+                   "use the arrays that function returned");
+    if (!n->primitive)
+      fail("eval", "the value of a traced argument was requested while tracing (item(), "
+                   "to_vector() or eval() inside a function being compiled)");
     run_kernel(*n);
     if (!keep) detach(*n);
   }

@@ -1,0 +1,135 @@
+// kiln compiler: graph construction, hashing and printing.
+#include "compiler/graph.h"
+
+#include <sstream>
+#include <unordered_map>
+
+namespace kiln::compiler {
+namespace {
+size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+}  // namespace
+
+int Graph::add_input(const Shape& shape, DType dtype) {
+  Node n;
+  n.shape = shape;
+  n.dtype = dtype;
+  n.input_slot = num_inputs++;
+  nodes.push_back(std::move(n));
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+int Graph::add_op(std::shared_ptr<const Primitive> prim, std::vector<int> inputs, Shape shape,
+                  DType dtype) {
+  Node n;
+  n.prim = std::move(prim);
+  n.inputs = std::move(inputs);
+  n.shape = std::move(shape);
+  n.dtype = dtype;
+  nodes.push_back(std::move(n));
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+size_t Graph::hash() const {
+  size_t h = mix(0, nodes.size());
+  for (const auto& n : nodes) {
+    h = mix(h, n.prim ? n.prim->hash() : 0x51u + n.input_slot);
+    h = mix(h, static_cast<size_t>(n.dtype));
+    for (auto d : n.shape) h = mix(h, static_cast<size_t>(d));
+    for (int i : n.inputs) h = mix(h, static_cast<size_t>(i));
+  }
+  for (int o : outputs) h = mix(h, static_cast<size_t>(o) + 1000003u);
+  return h;
+}
+
+bool Graph::operator==(const Graph& o) const {
+  if (nodes.size() != o.nodes.size() || outputs != o.outputs || num_inputs != o.num_inputs)
+    return false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node &a = nodes[i], &b = o.nodes[i];
+    if (a.shape != b.shape || a.dtype != b.dtype || a.inputs != b.inputs ||
+        a.input_slot != b.input_slot || (a.prim == nullptr) != (b.prim == nullptr))
+      return false;
+    if (a.prim && !(*a.prim == *b.prim)) return false;
+  }
+  return true;
+}
+
+std::string Graph::str() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    os << "%" << i << " = ";
+    if (n.is_input()) {
+      os << "input[" << n.input_slot << "]";
+    } else {
+      os << n.prim->str() << "(";
+      for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << "%" << n.inputs[k];
+      os << ")";
+    }
+    os << " : " << name_of(n.dtype) << kiln::str(n.shape) << "\n";
+  }
+  os << "return";
+  for (int o : outputs) os << " %" << o;
+  os << "\n";
+  return os.str();
+}
+
+Array placeholder(const Shape& shape, DType dtype, Device device) {
+  auto node = std::make_shared<ArrayNode>();
+  node->shape = shape;
+  node->dtype = dtype;
+  node->device = device;
+  node->id = next_array_id();
+  return Array(std::move(node));
+}
+
+Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves) {
+  Graph g;
+  std::unordered_map<ArrayNode*, int> ids;
+  // Post-order DFS (iterative) so that nodes come out topologically sorted.
+  std::vector<std::pair<Array, size_t>> stack;
+  auto leaf = [](const Array& a) { return a.is_materialized() || !a.has_primitive(); };
+  for (const auto& out : outputs) {
+    if (!out.valid()) fail("compile", "an output is an empty Array handle");
+    if (ids.count(out.node())) continue;
+    stack.push_back({out, 0});
+    while (!stack.empty()) {
+      auto& [arr, next] = stack.back();
+      ArrayNode* n = arr.node();
+      if (!leaf(arr) && next < n->inputs.size()) {
+        const Array& in = n->inputs[next++];
+        if (!ids.count(in.node())) stack.push_back({in, 0});
+        continue;
+      }
+      if (!ids.count(n)) {
+        if (leaf(arr)) {
+          ids[n] = -1 - static_cast<int>(leaves.size());  // inputs are numbered after the walk
+          leaves.push_back(arr);
+        } else {
+          ids[n] = -1;  // set below
+        }
+        if (!leaf(arr)) {
+          std::vector<int> ins;
+          for (auto& in : n->inputs) ins.push_back(ids.at(in.node()));
+          // Ops are numbered in a second pass; keep them in a temporary list.
+          g.nodes.push_back(Node{n->primitive, ins, n->shape, n->dtype, -1});
+          ids[n] = 1 << 30 | static_cast<int>(g.nodes.size() - 1);
+        }
+      }
+      stack.pop_back();
+    }
+  }
+  // Renumber: inputs first (in leaf order), then the ops in DFS post-order.
+  Graph out;
+  for (const auto& l : leaves) out.add_input(l.shape(), l.dtype());
+  int base = static_cast<int>(leaves.size());
+  auto map = [&](int id) { return id < 0 ? -1 - id : base + (id & ~(1 << 30)); };
+  for (auto& n : g.nodes) {
+    for (auto& i : n.inputs) i = map(i);
+    out.nodes.push_back(std::move(n));
+  }
+  for (const auto& o : outputs) out.outputs.push_back(map(ids.at(o.node())));
+  return out;
+}
+
+}  // namespace kiln::compiler

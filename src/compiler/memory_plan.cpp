@@ -1,0 +1,200 @@
+// kiln compiler: liveness and arena assignment.
+#include "compiler/memory_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace kiln::compiler {
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+bool is_alias_op(Op op) { return op == Op::Reshape || op == Op::StopGradient; }
+
+// Ops whose kernel reads element i of a same-shaped operand only before
+// writing element i of the output (safe to run in place).
+bool elementwise_inplace_ok(Op op) {
+  switch (op_kind(op)) {
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Select: return true;
+    default: return false;
+  }
+}
+
+// Best-fit first-free allocator over one growing arena.
+class Arena {
+ public:
+  size_t alloc(size_t bytes) {
+    bytes = aligned(std::max<size_t>(bytes, 1));
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
+    if (best == free_.end()) {
+      // Grow: extend a free block that ends at the top, else append.
+      if (!free_.empty()) {
+        auto last = std::prev(free_.end());
+        if (last->first + last->second == top_) {
+          size_t off = last->first;
+          free_.erase(last);
+          top_ = off + bytes;
+          return off;
+        }
+      }
+      size_t off = top_;
+      top_ += bytes;
+      return off;
+    }
+    size_t off = best->first, size = best->second;
+    free_.erase(best);
+    if (size > bytes) free_.emplace(off + bytes, size - bytes);
+    return off;
+  }
+  void release(size_t off, size_t bytes) {
+    bytes = aligned(std::max<size_t>(bytes, 1));
+    auto it = free_.emplace(off, bytes).first;
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  size_t size() const { return top_; }
+
+ private:
+  std::map<size_t, size_t> free_;  // offset -> bytes
+  size_t top_ = 0;
+};
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, bool inplace) {
+  const int n = static_cast<int>(g.nodes.size());
+  MemoryPlan plan;
+  plan.slots.resize(n);
+  std::vector<int> root(n);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    root[i] = (!node.is_input() && is_alias_op(node.prim->op())) ? root[node.inputs[0]] : i;
+    plan.slots[i].bytes = numel(node.shape) * size_of(node.dtype);
+  }
+  std::vector<int> last_use(n, -1);
+  std::vector<bool> escapes(n, false);
+  for (int i = 0; i < n; ++i)
+    for (int k : g.nodes[i].inputs) last_use[root[k]] = std::max(last_use[root[k]], i);
+  for (int o : g.outputs) escapes[root[o]] = true;
+
+  Arena arena;
+  std::vector<std::vector<int>> dies_at(n);
+  std::vector<bool> claimed(n, false);  // donated inputs already written into
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    auto& slot = plan.slots[i];
+    if (node.is_input()) {
+      slot.kind = MemoryPlan::Kind::Input;
+      continue;
+    }
+    if (root[i] != i) {
+      slot.kind = MemoryPlan::Kind::Alias;
+      slot.source = node.inputs[0];
+      continue;
+    }
+    // An operand that dies here, of this op's exact shape and size.
+    auto dying_operand = [&](auto accept) {
+      if (!elementwise_inplace_ok(node.prim->op())) return -1;
+      for (int k : node.inputs) {
+        int r = root[k];
+        if (last_use[r] == i && g.nodes[k].shape == node.shape &&
+            plan.slots[r].bytes == slot.bytes && accept(r))
+          return r;
+      }
+      return -1;
+    };
+    if (escapes[i]) {
+      int d = dying_operand([&](int r) {
+        return g.nodes[r].is_input() && donated_inputs[g.nodes[r].input_slot] && !claimed[r] &&
+               !escapes[r];
+      });
+      if (d >= 0) {
+        slot.kind = MemoryPlan::Kind::Donated;
+        slot.source = d;
+        claimed[d] = true;
+        ++plan.donated;
+      } else {
+        slot.kind = MemoryPlan::Kind::Fresh;
+      }
+    } else {
+      plan.naive_bytes += aligned(slot.bytes);
+      int d = inplace ? dying_operand([&](int r) {
+        return plan.slots[r].kind == MemoryPlan::Kind::Arena && !claimed[r];
+      })
+                      : -1;
+      slot.kind = MemoryPlan::Kind::Arena;
+      slot.first = i;
+      if (d >= 0) {
+        // Take over the operand's block: it is not released when it dies.
+        slot.offset = plan.slots[d].offset;
+        claimed[d] = true;
+        ++plan.inplace;
+      } else {
+        slot.offset = arena.alloc(slot.bytes);
+      }
+      int end = std::max(last_use[i], i);
+      slot.last = end;
+      dies_at[end].push_back(i);
+    }
+    for (int r : dies_at[i])
+      if (!claimed[r]) arena.release(plan.slots[r].offset, plan.slots[r].bytes);
+  }
+  plan.arena_bytes = arena.size();
+  return plan;
+}
+
+bool plan_has_conflict(const Graph& g, const MemoryPlan& plan, std::string* why) {
+  // Blocks are either disjoint in bytes, or disjoint in time; an in-place
+  // successor starts exactly where its operand's life ends.
+  std::vector<int> arena;
+  for (size_t i = 0; i < plan.slots.size(); ++i)
+    if (plan.slots[i].kind == MemoryPlan::Kind::Arena) arena.push_back(static_cast<int>(i));
+  for (size_t a = 0; a < arena.size(); ++a)
+    for (size_t b = a + 1; b < arena.size(); ++b) {
+      const auto &x = plan.slots[arena[a]], &y = plan.slots[arena[b]];
+      bool bytes = x.offset < y.offset + std::max<size_t>(y.bytes, 1) &&
+                   y.offset < x.offset + std::max<size_t>(x.bytes, 1);
+      bool time = x.first < y.last && y.first < x.last;
+      if (bytes && time) {
+        if (why)
+          *why = "%" + std::to_string(arena[a]) + " and %" + std::to_string(arena[b]) +
+                 " overlap in bytes and in time";
+        return true;
+      }
+    }
+  (void)g;
+  return false;
+}
+
+std::string MemoryPlan::str(const Graph& g) const {
+  std::ostringstream os;
+  const char* kinds[] = {"input", "arena", "fresh", "donated", "alias"};
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto& s = slots[i];
+    os << "%" << i << " " << kinds[static_cast<int>(s.kind)];
+    if (s.kind == Kind::Arena)
+      os << " @" << s.offset << "+" << s.bytes << " live [" << s.first << "," << s.last << "]";
+    if (s.kind == Kind::Alias || s.kind == Kind::Donated) os << " of %" << s.source;
+    os << " " << (g.nodes[i].prim ? g.nodes[i].prim->name() : "input") << "\n";
+  }
+  os << "arena " << arena_bytes << " bytes, intermediates " << naive_bytes << " bytes\n";
+  return os.str();
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,29 @@
+// kiln compiler: graph-to-graph passes. Each keeps the numerics exactly.
+#pragma once
+#include <string>
+
+#include "compiler/graph.h"
+
+namespace kiln::compiler {
+
+// Removes ops no output depends on (inputs always stay: they are arguments).
+Graph dead_code_elimination(const Graph& g);
+// Merges ops with equal primitives, attributes and inputs.
+Graph common_subexpression_elimination(const Graph& g);
+// Algebraic simplification: identity reshapes/transposes/casts/stop_gradients
+// are removed, reshape∘reshape and transpose∘transpose fold into one op.
+Graph simplify(const Graph& g);
+
+// Schedules each output computed elementwise from a donated input (a
+// parameter update) after the input's last other use, so that the update can
+// write in place. Only ops no other op reads are moved.
+Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
+
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_plan turns
+// some off (for bisecting a bug).
+struct PassOptions {
+  bool dce = true, cse = true, simplify = true, plan = true, inplace = true;
+  static PassOptions from_env();
+};
+
+}  // namespace kiln::compiler
