@@ -16,7 +16,7 @@ struct CompileStats {
   size_t nodes_traced = 0, nodes_compiled = 0;
   size_t arena_bytes = 0, intermediate_bytes = 0;
   int inplace = 0, donated = 0;
-  double compile_ms = 0;
+  double compile_ms = 0;  // jit: tracing included
 };
 
 struct JitOptions {

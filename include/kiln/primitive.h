@@ -32,6 +32,8 @@ namespace kiln {
   /* fused neural-network primitives */                                                  \
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
+  /* made by the compiler's fusion pass */                                               \
+  X(FusedElementwise, Fused)                                                             \
   X(Random, Source)
 
 enum class Op : uint8_t {
@@ -110,8 +112,26 @@ struct RandomAttrs {
   bool operator==(const RandomAttrs&) const = default;
 };
 
+// A chain of f32 elementwise ops run as one kernel. Registers 0..inputs-1
+// hold the inputs; instruction i writes register inputs+i; the last register
+// is the output. Each input is read whole (its shape is the output's), as a
+// scalar (one element), or as a row repeated over the leading axes (its
+// elements are the output's trailing elements).
+struct FusedInstr {
+  Op op;
+  int a, b;  // registers; b = -1 for unary ops
+  bool operator==(const FusedInstr&) const = default;
+};
+enum class FusedRead : uint8_t { Whole, Scalar, Row };
+struct FusedAttrs {
+  std::vector<FusedRead> reads;  // one per input
+  std::vector<FusedInstr> program;
+  bool operator==(const FusedAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
-                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs>;
+                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
+                           FusedAttrs>;
 
 class Primitive {
  public:

@@ -13,6 +13,11 @@ struct TrainConfig {
   std::string model_name = "vit-base";  // preset, or the --config path
   nn::ViTConfig model = nn::ViTConfig::preset("vit-base");
   int64_t batch_size = 32;
+  // eager: op by op (PyTorch); lazy: record the step, compile and run it at
+  // the barrier (torch_xla); jit: the whole step is one compiled executable
+  // with the parameters donated (JAX).
+  std::string mode = "eager";
+  bool compile_model = false;  // eager: forward and backward compiled, the optimizer eager
   int64_t steps = 12;   // total steps, warm-up included
   int64_t warmup = 2;   // untimed steps at the start
   double lr = 1e-3;
@@ -42,6 +47,9 @@ struct TrainReport {
   double first_step_seconds = 0;
   double peak_rss_mib = 0;
   int64_t parameters = 0;
+  uint64_t compiles = 0;          // lazy, jit, compile-model: executables built
+  double compile_ms = 0;          // the last compile
+  size_t arena_bytes = 0, intermediate_bytes = 0;
 };
 
 // Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).

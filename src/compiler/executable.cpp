@@ -26,6 +26,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.simplify) step("simplify", simplify);
   if (opt.cse) step("cse", common_subexpression_elimination);
   if (opt.dce) step("dce", dead_code_elimination);
+  if (opt.fuse) step("fuse", fuse_elementwise);
   return out;
 }
 

@@ -16,6 +16,7 @@ bool is_alias_op(Op op) { return op == Op::Reshape || op == Op::StopGradient; }
 // Ops whose kernel reads element i of a same-shaped operand only before
 // writing element i of the output (safe to run in place).
 bool elementwise_inplace_ok(Op op) {
+  if (op == Op::FusedElementwise) return true;  // chunks are read before they are written
   switch (op_kind(op)) {
     case OpKind::Unary:
     case OpKind::Binary:

@@ -1,6 +1,7 @@
 // kiln compiler: DCE, CSE and algebraic simplification.
 #include "compiler/passes.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -125,6 +126,128 @@ Graph simplify(const Graph& g) {
   return dead_code_elimination(rebuild(w, std::vector<bool>(w.nodes.size(), true), forward));
 }
 
+bool is_pointwise(Op op) { return is_elementwise(op) || op == Op::FusedElementwise; }
+
+namespace {
+
+bool fusable_op(Op op) {
+  switch (op) {
+    case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Tanh:
+    case Op::Erf: case Op::Gelu: case Op::GeluTanh: case Op::GeluGrad: case Op::GeluTanhGrad:
+    case Op::Relu: case Op::Abs: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+    case Op::Maximum: case Op::Minimum:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// How a fused kernel reads an operand of shape `in` for an output of shape `out`.
+bool read_mode(const Shape& in, const Shape& out, FusedRead& mode) {
+  if (in == out) {
+    mode = FusedRead::Whole;
+    return true;
+  }
+  if (numel(in) == 1) {
+    mode = FusedRead::Scalar;
+    return true;
+  }
+  size_t lead = 0;
+  while (lead < in.size() && in[lead] == 1) ++lead;
+  Shape tail(in.begin() + lead, in.end());
+  if (tail.size() <= out.size() && std::equal(tail.begin(), tail.end(), out.end() - tail.size())) {
+    mode = FusedRead::Row;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Graph fuse_elementwise(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> users(n, 0);
+  std::vector<bool> is_output(n, false);
+  for (const auto& node : g.nodes)
+    for (int k : node.inputs) ++users[k];
+  for (int o : g.outputs) is_output[o] = true;
+  auto fusable = [&](int i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input() || node.dtype != DType::f32 || !fusable_op(node.prim->op())) return false;
+    FusedRead mode;
+    for (int k : node.inputs)
+      if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode)) return false;
+    return true;
+  };
+  // group[i]: the root (last op) of the chain i belongs to, or -1.
+  std::vector<int> group(n, -1);
+  std::vector<std::vector<int>> members(n);
+  for (int i = 0; i < n; ++i) {
+    if (!fusable(i)) continue;
+    group[i] = i;
+    members[i] = {i};
+    for (int k : g.nodes[i].inputs) {
+      if (group[k] < 0 || group[k] == i || users[k] != 1 || is_output[k] ||
+          g.nodes[k].shape != g.nodes[i].shape)
+        continue;
+      int from = group[k];
+      for (int m : members[from]) group[m] = i;
+      members[i].insert(members[i].end(), members[from].begin(), members[from].end());
+      members[from].clear();
+    }
+  }
+  Graph out;
+  std::vector<int> id(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    if (group[i] < 0 || members[group[i]].size() < 2) {
+      std::vector<int> ins;
+      for (int k : node.inputs) ins.push_back(id[k]);
+      id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
+      continue;
+    }
+    if (group[i] != i) continue;  // emitted with its root
+    std::vector<int> chain = members[i];
+    std::sort(chain.begin(), chain.end());
+    FusedAttrs attrs;
+    std::vector<int> ext;                   // external operands, by input register
+    std::unordered_map<int, int> reg;       // node -> register
+    auto operand = [&](int k) {
+      if (group[k] == i) return reg.at(k);
+      auto it = std::find(ext.begin(), ext.end(), k);
+      if (it != ext.end()) return static_cast<int>(it - ext.begin());
+      ext.push_back(k);
+      FusedRead mode;
+      read_mode(g.nodes[k].shape, node.shape, mode);
+      attrs.reads.push_back(mode);
+      return static_cast<int>(ext.size()) - 1;
+    };
+    std::vector<std::pair<int, std::pair<int, int>>> pending;  // member, operand registers
+    for (int m : chain) {
+      const Node& mn = g.nodes[m];
+      int a = operand(mn.inputs[0]);
+      int b = mn.inputs.size() > 1 ? operand(mn.inputs[1]) : -1;
+      pending.push_back({m, {a, b}});
+      reg[m] = -2 - static_cast<int>(pending.size() - 1);  // instruction index, resolved below
+    }
+    // Registers: inputs first, then one per instruction.
+    int ni = static_cast<int>(ext.size());
+    auto resolve = [&](int r) { return r <= -2 ? ni + (-2 - r) : r; };
+    for (auto& [m, ab] : pending)
+      attrs.program.push_back({g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
+    std::vector<int> ins;
+    for (int k : ext) ins.push_back(id[k]);
+    id[i] = out.add_op(std::make_shared<Primitive>(Op::FusedElementwise, attrs), ins, node.shape,
+                       node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
@@ -144,7 +267,7 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   std::vector<bool> moved(n, false);
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
-    if (node.is_input() || !is_output[i] || op_users[i] || !is_elementwise(node.prim->op())) continue;
+    if (node.is_input() || !is_output[i] || op_users[i] || !is_pointwise(node.prim->op())) continue;
     for (int k : node.inputs) {
       int r = root[k];
       if (g.nodes[r].is_input() && donated[g.nodes[r].input_slot] && g.nodes[k].shape == node.shape &&
@@ -184,12 +307,13 @@ PassOptions PassOptions::from_env() {
     if (item == "no_dce") o.dce = false;
     else if (item == "no_cse") o.cse = false;
     else if (item == "no_simplify") o.simplify = false;
+    else if (item == "no_fuse") o.fuse = false;
     else if (item == "no_plan") o.plan = false;
     else if (item == "no_inplace") o.inplace = false;
     else if (!item.empty())
       fail("compile", "KILN_COMPILE has '" + item +
                           "', expected a comma-separated list of no_dce, no_cse, no_simplify, "
-                          "no_plan, no_inplace");
+                          "no_fuse, no_plan, no_inplace");
   }
   return o;
 }

@@ -14,15 +14,22 @@ Graph common_subexpression_elimination(const Graph& g);
 // are removed, reshape∘reshape and transpose∘transpose fold into one op.
 Graph simplify(const Graph& g);
 
+// Fuses chains of f32 elementwise ops (each intermediate read by one op of the
+// chain only) into FusedElementwise kernels: one pass over memory per chain.
+Graph fuse_elementwise(const Graph& g);
+
+// True for ops that read operand element i only to write output element i.
+bool is_pointwise(Op op);
+
 // Schedules each output computed elementwise from a donated input (a
 // parameter update) after the input's last other use, so that the update can
 // write in place. Only ops no other op reads are moved.
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
-// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_plan turns
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_plan turns
 // some off (for bisecting a bug).
 struct PassOptions {
-  bool dce = true, cse = true, simplify = true, plan = true, inplace = true;
+  bool dce = true, cse = true, simplify = true, fuse = true, plan = true, inplace = true;
   static PassOptions from_env();
 };
 

@@ -1,6 +1,12 @@
 // kiln ops: kernel dispatch and array construction.
 #include "ops/dispatch.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
 namespace kiln {
 namespace {
 const KernelTable* g_tables[kDeviceTypes] = {};
@@ -10,12 +16,49 @@ void register_kernels(DeviceType type, const KernelTable* table) {
   g_tables[static_cast<int>(type)] = table;
 }
 
+KernelProfile& kernel_profile() {
+  static KernelProfile* p = [] {
+    auto* k = new KernelProfile();  // never destroyed: kernels may run during exit
+    const char* e = std::getenv("KILN_PROFILE");
+    k->enabled = e && *e && *e != '0';
+    return k;
+  }();
+  return *p;
+}
+
 void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out) {
   const KernelTable* table = g_tables[static_cast<int>(out.device.type)];
   if (!table) fail(prim.name(), "no backend is available for " + out.device.str());
   Kernel k = table->kernels[static_cast<int>(prim.op())];
   if (!k) fail(prim.name(), "no kernel on " + out.device.str());
+  KernelProfile& prof = kernel_profile();
+  if (!prof.enabled) return k(prim, inputs, out);
+  auto t0 = std::chrono::steady_clock::now();
   k(prim, inputs, out);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(prof.mu);
+  prof.seconds[static_cast<int>(prim.op())] += s;
+  prof.calls[static_cast<int>(prim.op())] += 1;
+}
+
+std::string KernelProfile::report() {
+  std::lock_guard<std::mutex> lock(mu);
+  double total = 0;
+  std::vector<int> order;
+  for (int i = 0; i < kOpCount; ++i) {
+    total += seconds[i];
+    if (calls[i]) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return seconds[a] > seconds[b]; });
+  std::ostringstream os;
+  os << "kernel time by primitive (KILN_PROFILE), total " << total << " s\n";
+  for (int i : order) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-26s %9.3f s %6.1f%% %9llu calls\n", op_name(static_cast<Op>(i)),
+                  seconds[i], 100 * seconds[i] / total, static_cast<unsigned long long>(calls[i]));
+    os << line;
+  }
+  return os.str();
 }
 
 void run_kernel(ArrayNode& node) { run_kernel_with(*node.primitive, node.inputs, node); }

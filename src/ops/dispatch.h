@@ -3,6 +3,8 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln/array.h"
@@ -19,6 +21,16 @@ struct KernelTable {
 };
 
 void register_kernels(DeviceType type, const KernelTable* table);
+// Kernel time per primitive, collected when KILN_PROFILE=1.
+struct KernelProfile {
+  bool enabled = false;
+  std::mutex mu;
+  std::array<double, kOpCount> seconds{};
+  std::array<uint64_t, kOpCount> calls{};
+  std::string report();
+};
+KernelProfile& kernel_profile();
+
 // Runs node's primitive on its (materialized) inputs.
 void run_kernel(ArrayNode& node);
 // Runs `prim` on `inputs` into `out` (for executables, which keep no edges).

@@ -73,6 +73,10 @@ size_t Primitive::hash() const {
           h = mix(mix(h, a.depth), static_cast<size_t>(a.dtype));
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           h = mix(h, std::hash<double>{}(a.eps));
+        } else if constexpr (std::is_same_v<A, FusedAttrs>) {
+          for (auto r : a.reads) h = mix(h, static_cast<size_t>(r));
+          for (auto& in : a.program)
+            h = mix(mix(mix(h, static_cast<size_t>(in.op)), in.a), static_cast<size_t>(in.b + 1));
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
           h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
@@ -114,6 +118,13 @@ std::string Primitive::str() const {
           os << "depth=" << a.depth << ",dtype=" << name_of(a.dtype);
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           os << "eps=" << a.eps;
+        } else if constexpr (std::is_same_v<A, FusedAttrs>) {
+          for (size_t i = 0; i < a.program.size(); ++i) {
+            const auto& in = a.program[i];
+            os << (i ? "; " : "") << "r" << a.reads.size() + i << "=" << op_name(in.op) << "(r" << in.a;
+            if (in.b >= 0) os << ",r" << in.b;
+            os << ")";
+          }
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           os << "kind=" << static_cast<int>(a.kind) << ",shape=" << kiln::str(a.shape);
         }

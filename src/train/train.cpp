@@ -1,6 +1,8 @@
 // kiln train: the eager training loop, its timing and its statistics.
 #include "kiln/train.h"
 
+#include "kiln/compiler.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -96,15 +98,77 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
     if (!log) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
 
+  if (cfg.mode != "eager" && cfg.mode != "lazy" && cfg.mode != "jit")
+    fail("train", "mode '" + cfg.mode + "', expected eager, lazy or jit");
+  if (cfg.compile_model && cfg.mode != "eager")
+    fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
+  if (dropout && cfg.mode != "eager")
+    fail("train", "dropout under --mode " + cfg.mode +
+                      " would bake one dropout mask into the compiled step; use --mode eager "
+                      "or a config without dropout");
+  std::vector<std::string> names;
+  for (auto& [name, p] : params) names.push_back(name);
+  const size_t np = names.size();
+  // The whole step as a function of (parameters..., images, labels).
+  auto step_fn = [&](const std::vector<Array>& args) {
+    Params p = unflatten(names, args);
+    auto [loss, grads] = value_and_grad(loss_fn)(p, args[np], args[np + 1], random::Key(0));
+    auto [next, st] = sgd.update(grads, state, p);
+    std::vector<Array> out = flatten(next);
+    out.push_back(loss);
+    return out;
+  };
+  // Forward and backward only (for --compile-model): (loss, grads...).
+  auto grad_fn = [&](const std::vector<Array>& args) {
+    Params p = unflatten(names, args);
+    auto [loss, grads] = value_and_grad(loss_fn)(p, args[np], args[np + 1], random::Key(0));
+    std::vector<Array> out{loss};
+    for (auto& g : flatten(grads)) out.push_back(g);
+    return out;
+  };
+  std::vector<int> donate(np);
+  for (size_t i = 0; i < np; ++i) donate[i] = static_cast<int>(i);
+  Jitted jitted_step = jit(step_fn, {.donate = donate});
+  Jitted jitted_grad = jit(grad_fn);
+  uint64_t lazy_compiles_before = lazy_cache_stats().compiles;
+
   for (int64_t step = 1; step <= cfg.steps; ++step) {
     auto t0 = Clock::now();
     double wait0 = loader.wait_seconds();
     data::Batch batch = loader.next();
     double data_secs = loader.wait_seconds() - wait0;
     random::Key step_key = random::fold_in(keys[1], static_cast<uint32_t>(step));
-    auto [loss, grads] = value_and_grad(loss_fn)(params, batch.images, batch.labels, step_key);
-    std::tie(params, state) = sgd.update(grads, state, params);
-    eval(params);
+    Array loss;
+    if (cfg.mode == "eager" && !cfg.compile_model) {
+      Params grads;
+      std::tie(loss, grads) = value_and_grad(loss_fn)(params, batch.images, batch.labels, step_key);
+      std::tie(params, state) = sgd.update(grads, state, params);
+      eval(params);
+    } else if (cfg.mode == "eager") {
+      std::vector<Array> args = flatten(params);
+      args.push_back(batch.images);
+      args.push_back(batch.labels);
+      auto out = jitted_grad(args);
+      loss = out[0];
+      std::tie(params, state) = sgd.update(unflatten(names, out, 1), state, params);
+      eval(params);
+    } else {
+      std::vector<Array> args = flatten(params);
+      args.push_back(batch.images);
+      args.push_back(batch.labels);
+      std::vector<Array> out;
+      if (cfg.mode == "jit") {
+        out = jitted_step(args);
+      } else {
+        {
+          LazyScope lazy;
+          out = step_fn(args);
+        }
+        mark_step(out);  // the step barrier
+      }
+      loss = out.back();
+      params = unflatten(names, out);
+    }
     float loss_value = loss.item<float>();  // the step's results exist now
     StepTiming st{step, since(t0), data_secs, loss_value};
     report.steps.push_back(st);
@@ -115,6 +179,22 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
                  .dump()
           << "\n";
     if (on_step) on_step(st);
+  }
+  const CompileStats* cs = nullptr;
+  if (cfg.mode == "jit") {
+    report.compiles = jitted_step.cache_stats().compiles;
+    cs = &jitted_step.last_compile();
+  } else if (cfg.mode == "lazy") {
+    report.compiles = lazy_cache_stats().compiles - lazy_compiles_before;
+    cs = &lazy_last_compile();
+  } else if (cfg.compile_model) {
+    report.compiles = jitted_grad.cache_stats().compiles;
+    cs = &jitted_grad.last_compile();
+  }
+  if (cs) {
+    report.compile_ms = cs->compile_ms;
+    report.arena_bytes = cs->arena_bytes;
+    report.intermediate_bytes = cs->intermediate_bytes;
   }
 
   std::vector<double> times;
@@ -147,6 +227,8 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
                           {"mfu", report.mfu},
                           {"peak_gflops", report.peak_gflops},
                           {"first_step_seconds", report.first_step_seconds},
+                          {"compiles", report.compiles},
+                          {"compile_ms", report.compile_ms},
                           {"peak_rss_mib", report.peak_rss_mib}}
                .dump()
         << "\n";

@@ -44,9 +44,8 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --batch-size abc", "--batch-size"},
       {"train --model vit-huge", "--model"},
       {"train --layout xyz", "--layout"},
-      {"train --mode jax", "--mode jit is not available yet"},
-      {"train --mode torch_xla", "--mode lazy is not available yet"},
-      {"train --compile-model", "--compile-model is not available yet"},
+      {"train --mode jax --compile-model", "--compile-model goes with --mode eager"},
+      {"train --mode tpu", "--mode"},
       {"train --steps 3 --warmup 3", "--warmup must lie in [0, --steps)"},
       {"train --config /nonexistent/config.json", "--config"},
       {"train --model vit-tiny --config " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json",
@@ -77,6 +76,11 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   int lines = 0;
   for (std::string line; std::getline(in, line);) ++lines;
   EXPECT_EQ(lines, 5);  // 4 steps and the summary
+  for (std::string mode : {"jax", "torch_xla", "pytorch --compile-model"}) {
+    CliRun m = kiln_cli("train --config " + cfg + " --steps 3 --warmup 1 --batch-size 4 --mode " + mode);
+    ASSERT_EQ(m.status, 0) << mode << ":\n" << m.output;
+    EXPECT_NE(m.output.find("1 compilation;"), std::string::npos) << mode << ":\n" << m.output;
+  }
   std::filesystem::remove(cfg);
   std::filesystem::remove(log);
 }

@@ -1,6 +1,7 @@
 // The compiler: passes, the memory plan, jit and the lazy step barrier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "compiler/executable.h"
@@ -82,6 +83,34 @@ TEST(Passes, LeaveNumericsUnchanged) {
   auto eager = f(args);
   auto compiled = jit(f)(args);
   for (int i = 0; i < 2; ++i) EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>());
+}
+
+TEST(Passes, ElementwiseChainsFuseIntoOneKernel) {
+  auto f = [](const std::vector<Array>& x) {
+    Array h = gelu(x[0] * 2.0 + x[1]);  // x[1] is a bias row: read as a row
+    Array shared = exp(x[0]);           // read twice: stays its own kernel
+    return std::vector<Array>{h - shared, shared * 3.0};
+  };
+  Graph g = compiler::fuse_elementwise(trace(f, {{6, 5}, {5}}));
+  // One kernel for x*2+b, gelu and - shared; exp (read twice) and shared*3
+  // (a chain of one) stay as they are.
+  EXPECT_EQ(count_ops(g, Op::FusedElementwise), 1);
+  EXPECT_EQ(count_ops(g, Op::Exp), 1);
+  EXPECT_EQ(count_ops(g, Op::Mul), 1);
+  EXPECT_EQ(count_ops(g, Op::Gelu), 0);
+  for (auto& n : g.nodes)
+    if (n.prim && n.prim->op() == Op::FusedElementwise && n.prim->attrs<FusedAttrs>().program.size() == 4) {
+      auto& reads = n.prim->attrs<FusedAttrs>().reads;
+      EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Row), 1);
+      EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Scalar), 1);
+    }
+  std::vector<Array> args{random::normal(random::Key(3), {6, 5}), random::normal(random::Key(4), {5})};
+  auto eager = f(args);
+  auto fused = jit(f)(args);
+  for (int i = 0; i < 2; ++i) {
+    auto e = eager[i].to_vector<float>(), c = fused[i].to_vector<float>();
+    for (size_t k = 0; k < e.size(); ++k) EXPECT_NEAR(c[k], e[k], 1e-6f * std::max(1.0f, std::fabs(e[k])));
+  }
 }
 
 TEST(Passes, CanBeSwitchedOffByEnvironment) {

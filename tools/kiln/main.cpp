@@ -13,6 +13,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
+#include "ops/dispatch.h"
 
 using namespace kiln;
 
@@ -119,12 +120,9 @@ int run_train(TrainFlags f) {
   if (f.mode == "pytorch") f.mode = "eager";
   if (f.mode == "torch_xla") f.mode = "lazy";
   if (f.mode == "jax") f.mode = "jit";
-  if (f.mode != "eager")
-    fail("train", "--mode " + f.mode +
-                      " is not available yet: only eager (alias pytorch) runs training today; "
-                      "lazy (torch_xla) and jit (jax) come with the compiler");
-  if (f.compile_model)
-    fail("train", "--compile-model is not available yet: it comes with the compiler");
+  if (f.compile_model && f.mode != "eager")
+    fail("train", "--compile-model goes with --mode eager (alias pytorch); lazy and jit compile "
+                  "the whole step already");
   if (f.threads > 0) set_num_threads(f.threads);
   default_schedule(f);
   train::TrainConfig cfg;
@@ -136,6 +134,8 @@ int run_train(TrainFlags f) {
     cfg.model_name = f.model;
   }
   cfg.batch_size = f.batch_size;
+  cfg.mode = f.mode;
+  cfg.compile_model = f.compile_model;
   cfg.steps = f.steps;
   cfg.warmup = f.warmup;
   cfg.lr = f.lr;
@@ -147,8 +147,9 @@ int run_train(TrainFlags f) {
   for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
     params += numel(shape);
 
-  std::printf("kiln train: mode eager (pytorch), model %s, %.1fM parameters\n",
-              cfg.model_name.c_str(), params / 1e6);
+  const char* alias = f.mode == "eager" ? "pytorch" : f.mode == "lazy" ? "torch_xla" : "jax";
+  std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n", f.mode.c_str(), alias,
+              f.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(), params / 1e6);
   std::printf("batch size %lld, %lldx%lld images (%s), %lld labels, SGD lr %g, seed %llu\n",
               (long long)cfg.batch_size, (long long)cfg.model.image_size,
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
@@ -179,9 +180,16 @@ int run_train(TrainFlags f) {
   std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
               r.images_per_second, 100 * r.data_wait_share, fmt_seconds(r.first_step_seconds).c_str(),
               r.peak_rss_mib);
+  if (f.mode != "eager" || f.compile_model)
+    std::printf("time to first step %s (compile %.0f ms); %llu compilation%s; arena %.0f MiB for "
+                "%.0f MiB of intermediates\n",
+                fmt_seconds(r.first_step_seconds).c_str(), r.compile_ms,
+                (unsigned long long)r.compiles, r.compiles == 1 ? "" : "s",
+                r.arena_bytes / 1048576.0, r.intermediate_bytes / 1048576.0);
   std::printf("model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
               "measured by an fp32 FMA loop on all threads)\n",
               100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+  if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
   return 0;
 }
 
@@ -222,9 +230,10 @@ int main(int argc, char** argv) {
   TrainFlags tf;
   auto* t = app.add_subcommand("train", "the reference experiment: train a ViT on random images");
   t->add_option("--batch-size", tf.batch_size, "images per step")->check(CLI::PositiveNumber);
-  t->add_option("--mode", tf.mode, "eager (alias pytorch); lazy/torch_xla and jit/jax are not available yet")
+  t->add_option("--mode", tf.mode, "eager (alias pytorch), lazy (torch_xla) or jit (jax)")
       ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
-  t->add_flag("--compile-model", tf.compile_model, "compile forward and backward (not available yet)");
+  t->add_flag("--compile-model", tf.compile_model,
+              "with --mode eager: compile forward and backward, the optimizer stays eager");
   auto* model_opt = t->add_option("--model", tf.model, "preset")
                         ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large"}));
   t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")

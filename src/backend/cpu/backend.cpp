@@ -15,6 +15,7 @@ struct Registrar {
     register_layout(table);
     register_nn(table);
     register_random(table);
+    register_fused(table);
     register_kernels(DeviceType::cpu, &table);
   }
 } registrar;

@@ -10,5 +10,6 @@ void register_matmul(KernelTable& t);
 void register_layout(KernelTable& t);
 void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
+void register_fused(KernelTable& t);
 
 }  // namespace kiln::cpu
