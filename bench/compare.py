@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Runs kiln's modes and the real PyTorch and JAX on the reference experiment,
+one after another on this machine, and writes
+bench/results/<date>-<device>-<model>.{json,md,png}.
+
+    bench/compare --model vit-tiny --steps 12 --warmup 2
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "bench", "peers")
+VENV_PY = os.path.join(PEERS, ".venv", "bin", "python")
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def run(name, cmd, log, env=None):
+    print(f"== {name}: {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout[-2000:])
+    if proc.returncode != 0:
+        print(f"!! {name} failed with exit code {proc.returncode}", flush=True)
+        return None
+    lines = [json.loads(l) for l in open(log) if l.strip()]
+    s = lines[-1]
+    s["name"], s["command"] = name, " ".join(cmd)
+    return s
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="vit-tiny")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    p.add_argument("--skip", default="", help="comma-separated row names to leave out")
+    args = p.parse_args()
+    if not os.path.exists(VENV_PY):
+        sys.exit("bench/compare: no peers' virtual environment; run bench/peers/setup_venv.sh first")
+    skip = set(filter(None, args.skip.split(",")))
+    tmp = tempfile.mkdtemp(prefix="kiln-compare-")
+    common = ["--model", args.model, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
+              "--warmup", str(args.warmup)]
+    rows = []
+    kiln = os.path.join(ROOT, "build", "kiln")
+    if args.device == "cpu":
+        for name, flags in [("kiln eager", ["--mode", "eager"]),
+                            ("kiln eager + compile-model", ["--mode", "eager", "--compile-model"]),
+                            ("kiln lazy", ["--mode", "lazy"]), ("kiln jit", ["--mode", "jit"])]:
+            if name in skip:
+                continue
+            log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
+            s = run(name, [kiln, "train", *common, *flags, "--log-json", log], log)
+            if s:
+                rows.append(s)
+    peer_args = [*common, "--device", args.device]
+    for name, script, flags in [("pytorch eager", "torch_vit.py", []),
+                                ("torch.compile", "torch_vit.py", ["--compile"]),
+                                ("jax jit", "jax_vit.py", [])]:
+        if name in skip:
+            continue
+        log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
+        s = run(name, [VENV_PY, os.path.join(PEERS, script), *peer_args, *flags, "--log-json", log], log)
+        if s:
+            s["peer_row"] = True
+            rows.append(s)
+
+    peak = next((r.get("peak_gflops") for r in rows if r.get("peak_gflops")), None)
+    peers = [r for r in rows if r.get("peer_row")]
+    fastest = min(peers, key=lambda r: r["median"]) if peers else None
+    for r in rows:
+        r["vs_fastest_peer"] = fastest["median"] / r["median"] if fastest else None
+        r["mfu"] = r["flops_per_step"] / r["median"] / 1e9 / peak if peak else None
+    date = datetime.date.today().isoformat()
+    stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}")
+    meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
+            "steps": args.steps, "warmup": args.warmup, "machine": cpu_model(),
+            "cpus": os.cpu_count(), "command": " ".join(["bench/compare", *sys.argv[1:]]),
+            "peak_gflops": peak, "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    with open(stem + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
+    md = [f"# {args.model}, batch {args.batch_size}, {args.device}: kiln beside PyTorch and JAX\n",
+          f"- date: {date}; machine: {cpu_model()}, {os.cpu_count()} CPUs",
+          f"- command: `{meta['command']}` ({args.steps} steps, the first {args.warmup} untimed, "
+          "one program after another, nothing else running)",
+          f"- MFU: matmul FLOPs per step / median step time / {peak:.0f} GFLOP/s (kiln's FMA-loop peak)"
+          if peak else "- MFU: no peak measured", "",
+          "| run | median step | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mem = r.get("peak_device_mib", r["peak_rss_mib"])
+        md.append(f"| {r['name']} | {r['median']:.3f} s | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
+                  f"{r['first_step_seconds']:.2f} s | {mem / 1024:.2f} GiB | "
+                  f"{(r['mfu'] or 0) * 100:.1f}% | {r['vs_fastest_peer']:.2f}x | "
+                  f"{r.get('reference_formula', float('nan')):.3f} |")
+    md.append("\n'speed vs fastest peer' = the fastest peer's median step / this row's (above 1: faster). "
+              "'reference formula' = what the reference script would print (sum of the timed steps / all "
+              "steps); for kiln it is not computed.")
+    with open(stem + ".md", "w") as f:
+        f.write("\n".join(md) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
+        names = [r["name"] for r in rows]
+        vals = [r["median"] for r in rows]
+        colors = ["#c0392b" if not r.get("peer_row") else "#7f8c8d" for r in rows]
+        ax.barh(names[::-1], vals[::-1], color=colors[::-1])
+        ax.set_xlabel("median step time (s), lower is better")
+        ax.set_title(f"{args.model}, batch {args.batch_size}, {args.device}")
+        fig.tight_layout()
+        fig.savefig(stem + ".png", dpi=100)
+    except ImportError:
+        print("matplotlib missing: no chart")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

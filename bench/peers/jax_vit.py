@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The reference experiment with JAX/Flax: transformers'
+FlaxViTForImageClassification, a flax TrainState with optax SGD (lr 1e-3),
+the whole step under jax.jit with the state donated, random N(0,1) images,
+labels i % 1000, mean softmax cross-entropy. The Flax model takes NCHW pixels
+and transposes them to NHWC itself. A step is timed only after its loss is
+ready (block_until_ready)."""
+import argparse
+import os
+
+import common
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    common.add_common_args(p)
+    args = p.parse_args()
+    if args.threads:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
+    if args.device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax.training import train_state
+    from transformers import FlaxViTForImageClassification, ViTConfig
+
+    if args.device == "cuda":
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32")  # the reference's tf32
+    config = ViTConfig(**common.vit_config_kwargs(args.model))
+    model = FlaxViTForImageClassification(config, seed=args.seed, _do_init=True)
+    state = train_state.TrainState.create(apply_fn=model.__call__, params=model.params,
+                                          tx=optax.sgd(args.lr))
+    n = args.batch_size
+    key = jax.random.PRNGKey(args.seed)
+    images = jax.random.normal(key, (n, 3, 224, 224), jnp.float32)
+    labels = jnp.arange(n) % 1000
+
+    def loss_fn(params, images, labels):
+        logits = state.apply_fn(pixel_values=images, params=params, train=False).logits
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+    def step(state, images, labels):
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, images, labels)
+        return state.apply_gradients(grads=grads), loss
+
+    train_step = jax.jit(step, donate_argnums=(0,))
+    times, losses = [], []
+    for i in range(args.steps):
+        t0 = common.now()
+        state, loss = train_step(state, images, labels)
+        value = float(loss.block_until_ready())
+        times.append(common.now() - t0)
+        losses.append(value)
+        print(f"step {i + 1}/{args.steps}  loss {value:.4f}  {times[-1]:.3f} s", flush=True)
+    gpu = None
+    if args.device == "cuda":
+        stats = jax.devices()[0].memory_stats() or {}
+        gpu = stats.get("peak_bytes_in_use", 0) / 2**20
+    common.report("jax jit", args, times, losses, times[0], extra={"jax": jax.__version__}, peak_gpu_mib=gpu)
+
+
+if __name__ == "__main__":
+    main()
