@@ -9,32 +9,28 @@ import argparse
 import datetime
 import json
 import os
-import platform
+import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import cpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "bench", "peers")
 VENV_PY = os.path.join(PEERS, ".venv", "bin", "python")
 
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def run(name, cmd, log, env=None):
-    print(f"== {name}: {' '.join(cmd)}", flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(proc.stdout[-2000:])
-    if proc.returncode != 0:
-        print(f"!! {name} failed with exit code {proc.returncode}", flush=True)
+def run(name, cmd, log, reuse=False):
+    if not reuse:
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(proc.stdout[-2000:])
+        if proc.returncode != 0:
+            print(f"!! {name} failed with exit code {proc.returncode}", flush=True)
+            return None
+    elif not os.path.exists(log):
         return None
     lines = [json.loads(l) for l in open(log) if l.strip()]
     s = lines[-1]
@@ -51,11 +47,15 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--skip", default="", help="comma-separated row names to leave out")
+    p.add_argument("--python", default=VENV_PY, help="the Python that runs the peers")
+    p.add_argument("--reuse", default="", help="build the report from the logs in this folder of an "
+                   "earlier run instead of running again")
     args = p.parse_args()
-    if not os.path.exists(VENV_PY):
-        sys.exit("bench/compare: no peers' virtual environment; run bench/peers/setup_venv.sh first")
+    if not os.path.exists(args.python):
+        sys.exit(f"bench/compare: {args.python} does not exist; run bench/peers/setup_venv.sh first")
     skip = set(filter(None, args.skip.split(",")))
-    tmp = tempfile.mkdtemp(prefix="kiln-compare-")
+    tmp = args.reuse or tempfile.mkdtemp(prefix="kiln-compare-")
+    reuse = bool(args.reuse)
     common = ["--model", args.model, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
               "--warmup", str(args.warmup)]
     rows = []
@@ -67,7 +67,7 @@ def main():
             if name in skip:
                 continue
             log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
-            s = run(name, [kiln, "train", *common, *flags, "--log-json", log], log)
+            s = run(name, [kiln, "train", *common, *flags, "--log-json", log], log, reuse)
             if s:
                 rows.append(s)
     peer_args = [*common, "--device", args.device]
@@ -77,11 +77,17 @@ def main():
         if name in skip:
             continue
         log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
-        s = run(name, [VENV_PY, os.path.join(PEERS, script), *peer_args, *flags, "--log-json", log], log)
+        s = run(name, [args.python, os.path.join(PEERS, script), *peer_args, *flags, "--log-json", log], log,
+                reuse)
         if s:
             s["peer_row"] = True
             rows.append(s)
 
+    sys.path.insert(0, PEERS)
+    import common as peer_common
+    flops = peer_common.train_flops_per_image(args.model) * args.batch_size
+    for r in rows:
+        r.setdefault("flops_per_step", flops)
     peak = next((r.get("peak_gflops") for r in rows if r.get("peak_gflops")), None)
     peers = [r for r in rows if r.get("peer_row")]
     fastest = min(peers, key=lambda r: r["median"]) if peers else None
@@ -92,9 +98,19 @@ def main():
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}")
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
             "steps": args.steps, "warmup": args.warmup, "machine": cpu_model(),
-            "cpus": os.cpu_count(), "command": " ".join(["bench/compare", *sys.argv[1:]]),
+            "cpus": os.cpu_count(),
+            "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
+                       f"--warmup {args.warmup} --device {args.device}",
+            "logs": tmp,
             "peak_gflops": peak, "rows": rows}
     os.makedirs(args.out, exist_ok=True)
+    # Keep every run's per-step log beside the report.
+    logs = stem + "-logs"
+    os.makedirs(logs, exist_ok=True)
+    for f in os.listdir(tmp):
+        if f.endswith(".jsonl"):
+            shutil.copy(os.path.join(tmp, f), os.path.join(logs, f))
+    meta["logs"] = os.path.relpath(logs, ROOT)
     with open(stem + ".json", "w") as f:
         json.dump(meta, f, indent=1)
     md = [f"# {args.model}, batch {args.batch_size}, {args.device}: kiln beside PyTorch and JAX\n",
@@ -110,7 +126,7 @@ def main():
         md.append(f"| {r['name']} | {r['median']:.3f} s | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
                   f"{r['first_step_seconds']:.2f} s | {mem / 1024:.2f} GiB | "
                   f"{(r['mfu'] or 0) * 100:.1f}% | {r['vs_fastest_peer']:.2f}x | "
-                  f"{r.get('reference_formula', float('nan')):.3f} |")
+                  + (f"{r['reference_formula']:.3f} |" if "reference_formula" in r else "— |"))
     md.append("\n'speed vs fastest peer' = the fastest peer's median step / this row's (above 1: faster). "
               "'reference formula' = what the reference script would print (sum of the timed steps / all "
               "steps); for kiln it is not computed.")

@@ -6,19 +6,11 @@ faster direct oneDNN path.
     python3 bench/summarize_ops.py RESULT.json > bench/results/DATE-ops-cpu.md
 """
 import json
+
+from benchutil import cpu_model
 import platform
 import subprocess
 import sys
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main(path):

@@ -74,7 +74,7 @@ std::string Graph::str() const {
   return os.str();
 }
 
-Array placeholder(const Shape& shape, DType dtype, Device device) {
+Array tracer(const Shape& shape, DType dtype, Device device) {
   auto node = std::make_shared<ArrayNode>();
   node->shape = shape;
   node->dtype = dtype;

@@ -34,11 +34,11 @@ struct Graph {
 };
 
 // The graph that computes `outputs` from what they are pending on. Every
-// leaf (a materialized array, or a placeholder made by tracing) becomes an
+// leaf (a materialized array, or a tracer made by tracing) becomes an
 // input; `leaves` receives them in input-slot order.
 Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves);
 
 // A pending array without a producer: stands for an argument while tracing.
-Array placeholder(const Shape& shape, DType dtype, Device device = Device::cpu());
+Array tracer(const Shape& shape, DType dtype, Device device = Device::cpu());
 
 }  // namespace kiln::compiler

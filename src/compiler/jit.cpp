@@ -90,12 +90,12 @@ struct Jitted::Impl {
 
   JitEntry compile(const std::vector<Array>& args) {
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Array> placeholders;
-    for (auto& a : args) placeholders.push_back(compiler::placeholder(a.shape(), a.dtype(), a.device()));
+    std::vector<Array> tracers;
+    for (auto& a : args) tracers.push_back(compiler::tracer(a.shape(), a.dtype(), a.device()));
     std::vector<Array> outputs;
     {
       LazyScope lazy;
-      outputs = f(placeholders);
+      outputs = f(tracers);
     }
     std::vector<Array> leaves;
     Graph g = compiler::capture(outputs, leaves);
@@ -103,8 +103,8 @@ struct Jitted::Impl {
     std::vector<bool> donated(leaves.size(), false);
     for (size_t s = 0; s < leaves.size(); ++s) {
       int arg = -1;
-      for (size_t i = 0; i < placeholders.size(); ++i)
-        if (leaves[s].same(placeholders[i])) arg = static_cast<int>(i);
+      for (size_t i = 0; i < tracers.size(); ++i)
+        if (leaves[s].same(tracers[i])) arg = static_cast<int>(i);
       e.arg_of_slot.push_back(arg);
       e.constant_of_slot.push_back(arg < 0 ? leaves[s] : Array());
       for (int d : opt.donate)

@@ -17,10 +17,10 @@ namespace {
 
 using compiler::Graph;
 
-// Traces f on placeholders of the given shapes.
+// Traces f on tracers of the given shapes.
 Graph trace(const VectorFn& f, const std::vector<Shape>& shapes) {
   std::vector<Array> ph, outs, leaves;
-  for (auto& s : shapes) ph.push_back(compiler::placeholder(s, DType::f32));
+  for (auto& s : shapes) ph.push_back(compiler::tracer(s, DType::f32));
   {
     LazyScope lazy;
     outs = f(ph);
@@ -158,9 +158,9 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
   std::vector<Shape> shapes;
   Params w = io::load_safetensors(std::string(KILN_FIXTURES_DIR) + "/vit_golden/model.safetensors").tensors;
   std::vector<Array> ph;
-  for (auto& n : s.names) ph.push_back(compiler::placeholder(w.at(n).shape(), DType::f32));
-  ph.push_back(compiler::placeholder({4, 3, 32, 32}, DType::f32));
-  ph.push_back(compiler::placeholder({4}, DType::i64));
+  for (auto& n : s.names) ph.push_back(compiler::tracer(w.at(n).shape(), DType::f32));
+  ph.push_back(compiler::tracer({4, 3, 32, 32}, DType::f32));
+  ph.push_back(compiler::tracer({4}, DType::i64));
   std::vector<Array> outs, leaves;
   {
     LazyScope lazy;

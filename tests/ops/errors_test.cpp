@@ -41,7 +41,7 @@ TEST(Errors, NameTheOpAndBothShapes) {
 
 TEST(Errors, BadValuesAreCaughtBeforeAnyKernelRuns) {
   EXPECT_EQ(error_of([] { take(zeros({3, 2}), Array::from_vector<int32_t>({0, 3}, {2}), 0).eval(); }),
-            "[take] index 3 is out of range for an axis of size 3");
+            "[take] index 3 at position 1 is outside [-3, 3)");
   EXPECT_EQ(error_of([] {
               softmax_cross_entropy(zeros({2, 4}), Array::from_vector<int32_t>({1, 7}, {2})).eval();
             }),
@@ -56,7 +56,7 @@ TEST(Errors, LazyErrorsSurfaceAtEval) {
     LazyScope lazy;
     bad = take(zeros({3}), Array::from_vector<int32_t>({5}, {1}), 0);
   }
-  EXPECT_EQ(error_of([&] { bad.eval(); }), "[take] index 5 is out of range for an axis of size 3");
+  EXPECT_EQ(error_of([&] { bad.eval(); }), "[take] index 5 at position 0 is outside [-3, 3)");
 }
 
 }  // namespace

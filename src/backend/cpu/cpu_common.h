@@ -71,6 +71,12 @@ void dispatch_int(DType dt, const char* op, F&& f) {
   }
 }
 
+// Reads integer indices (i32 or i64) as int64. Each must lie in [-dim, dim)
+// when negative ones wrap (as NumPy's), else in [0, dim); the error names the
+// op, the value and its position.
+std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
+                                  const char* what);
+
 // Splits [0, n) into one contiguous range per thread and calls f(begin, end).
 template <typename F>
 void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {

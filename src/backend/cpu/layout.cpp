@@ -148,31 +148,13 @@ void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
   });
 }
 
-// Checks indices against [-dim, dim) and returns them wrapped into [0, dim).
-template <typename I>
-std::vector<int64_t> checked_indices(const Array& idx, int64_t dim, const char* op) {
-  const I* ix = idx.data<I>();
-  std::vector<int64_t> out(idx.size());
-  for (int64_t j = 0; j < idx.size(); ++j) {
-    int64_t v = ix[j];
-    if (v < -dim || v >= dim)
-      fail(op, "index " + std::to_string(v) + " is out of range for an axis of size " +
-                   std::to_string(dim));
-    out[j] = v < 0 ? v + dim : v;
-  }
-  return out;
-}
-
 void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   int ax = p.attrs<AxisAttrs>().axis;
   const Array &a = in[0], &idx = in[1];
   int64_t outer = 1, inner = size_of(a.dtype()), dim = a.shape()[ax];
   for (int i = 0; i < ax; ++i) outer *= a.shape()[i];
   for (size_t i = ax + 1; i < a.ndim(); ++i) inner *= a.shape()[i];
-  std::vector<int64_t> ids;
-  dispatch_int(idx.dtype(), "take", [&](auto t) {
-    ids = checked_indices<decltype(t)>(idx, dim, "take");
-  });
+  std::vector<int64_t> ids = read_indices(idx, dim, true, "take", "index");
   int64_t n = static_cast<int64_t>(ids.size());
   char* y = static_cast<char*>(alloc_output(out));
   const char* x = static_cast<const char*>(a.raw());
@@ -190,10 +172,7 @@ void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayN
   int64_t outer = 1, inner = 1, dim = s.shape[s.axis];
   for (int i = 0; i < s.axis; ++i) outer *= s.shape[i];
   for (size_t i = s.axis + 1; i < s.shape.size(); ++i) inner *= s.shape[i];
-  std::vector<int64_t> ids;
-  dispatch_int(idx.dtype(), "scatter_add", [&](auto t) {
-    ids = checked_indices<decltype(t)>(idx, dim, "scatter_add");
-  });
+  std::vector<int64_t> ids = read_indices(idx, dim, true, "scatter_add", "index");
   int64_t n = static_cast<int64_t>(ids.size());
   dispatch_numeric(upd.dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
@@ -218,7 +197,7 @@ void one_hot_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode&
   std::vector<int64_t> labels(in[0].size());
   dispatch_int(in[0].dtype(), "one_hot", [&](auto t) {
     const auto* l = in[0].data<decltype(t)>();
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = l[i];
+    std::copy(l, l + labels.size(), labels.begin());
   });
   dispatch_all(out.dtype, p.name(), [&](auto t) {
     using T = decltype(t);

@@ -163,32 +163,15 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
   });
 }
 
-template <typename I>
-std::vector<int64_t> checked_labels(const Array& labels, int64_t classes, const char* op) {
-  const I* l = labels.data<I>();
-  std::vector<int64_t> out(labels.size());
-  for (int64_t i = 0; i < labels.size(); ++i) {
-    if (l[i] < 0 || l[i] >= classes)
-      fail(op, "label " + std::to_string(l[i]) + " at position " + std::to_string(i) +
-                   " is outside [0, " + std::to_string(classes) + ")");
-    out[i] = l[i];
-  }
-  return out;
-}
-
-std::vector<int64_t> labels_of(const Array& labels, int64_t classes, const char* op) {
-  std::vector<int64_t> out;
-  dispatch_int(labels.dtype(), op, [&](auto t) {
-    out = checked_labels<decltype(t)>(labels, classes, op);
-  });
-  return out;
+std::vector<int64_t> labels_of(const Array& labels, int64_t classes) {
+  return read_indices(labels, classes, false, "softmax_cross_entropy", "label");
 }
 
 // loss[r] = logsumexp(logits[r]) - logits[r, label[r]]
 void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   const Array& logits = in[0];
   int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
-  auto labels = labels_of(in[1], c, "softmax_cross_entropy");
+  auto labels = labels_of(in[1], c);
   dispatch_float(logits.dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
@@ -216,7 +199,7 @@ void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out
 void sce_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   const Array& logits = in[0];
   int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
-  auto labels = labels_of(in[1], c, "softmax_cross_entropy");
+  auto labels = labels_of(in[1], c);
   std::vector<double> dloss(rows);
   in[2].copy_to_host(dloss.data(), DType::f64);
   dispatch_float(logits.dtype(), p.name(), [&](auto t) {
