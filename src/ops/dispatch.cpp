@@ -41,6 +41,12 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
   prof.calls[static_cast<int>(prim.op())] += 1;
 }
 
+void KernelProfile::reset() {
+  std::lock_guard<std::mutex> lock(mu);
+  seconds.fill(0);
+  calls.fill(0);
+}
+
 std::string KernelProfile::report() {
   std::lock_guard<std::mutex> lock(mu);
   double total = 0;

@@ -28,6 +28,7 @@ struct KernelProfile {
   std::array<double, kOpCount> seconds{};
   std::array<uint64_t, kOpCount> calls{};
   std::string report();
+  void reset();
 };
 KernelProfile& kernel_profile();
 

@@ -2,6 +2,7 @@
 #include "kiln/train.h"
 
 #include "kiln/compiler.h"
+#include "ops/dispatch.h"
 
 #include <sys/resource.h>
 
@@ -179,6 +180,7 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
                  .dump()
           << "\n";
     if (on_step) on_step(st);
+    if (step == cfg.warmup) kernel_profile().reset();  // KILN_PROFILE covers the timed steps
   }
   const CompileStats* cs = nullptr;
   if (cfg.mode == "jit") {
