@@ -21,16 +21,20 @@ struct Gemm {
 };
 constexpr int64_t M = 32 * 197;
 const Gemm kGemms[] = {
-    {"qkv_fwd", M, 768, 2304, false, true},  {"qkv_dx", M, 2304, 768, false, false},
-    {"qkv_dw", 2304, M, 768, true, false},   {"proj_fwd", M, 768, 768, false, true},
-    {"proj_dx", M, 768, 768, false, false},  {"proj_dw", 768, M, 768, true, false},
-    {"fc1_fwd", M, 768, 3072, false, true},  {"fc1_dx", M, 3072, 768, false, false},
-    {"fc1_dw", 3072, M, 768, true, false},   {"fc2_fwd", M, 3072, 768, false, true},
-    {"fc2_dx", M, 768, 3072, false, false},  {"fc2_dw", 768, M, 3072, true, false},
+    {"qkv_fwd", M, 768, 2304, false, true}, {"qkv_dx", M, 2304, 768, false, false},
+    {"qkv_dw", 2304, M, 768, true, false},  {"proj_fwd", M, 768, 768, false, true},
+    {"proj_dx", M, 768, 768, false, false}, {"proj_dw", 768, M, 768, true, false},
+    {"fc1_fwd", M, 768, 3072, false, true}, {"fc1_dx", M, 3072, 768, false, false},
+    {"fc1_dw", 3072, M, 768, true, false},  {"fc2_fwd", M, 3072, 768, false, true},
+    {"fc2_dx", M, 768, 3072, false, false}, {"fc2_dw", 768, M, 3072, true, false},
 };
 
-Shape shape_a(const Gemm& g) { return g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}; }
-Shape shape_b(const Gemm& g) { return g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}; }
+Shape shape_a(const Gemm& g) {
+  return g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k};
+}
+Shape shape_b(const Gemm& g) {
+  return g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n};
+}
 
 void set_flops(benchmark::State& state, double flops) {
   state.counters["GFLOP/s"] =
@@ -62,8 +66,10 @@ void BM_dnnl_matmul_primitive(benchmark::State& state, Gemm g, dnnl::memory::dat
   using dt = dnnl::memory::data_type;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
-  dnnl::memory::desc a_md({g.m, g.k}, in, g.ta ? dnnl::memory::dims{1, g.m} : dnnl::memory::dims{g.k, 1});
-  dnnl::memory::desc b_md({g.k, g.n}, in, g.tb ? dnnl::memory::dims{1, g.k} : dnnl::memory::dims{g.n, 1});
+  dnnl::memory::desc a_md({g.m, g.k}, in,
+                          g.ta ? dnnl::memory::dims{1, g.m} : dnnl::memory::dims{g.k, 1});
+  dnnl::memory::desc b_md({g.k, g.n}, in,
+                          g.tb ? dnnl::memory::dims{1, g.k} : dnnl::memory::dims{g.n, 1});
   dnnl::memory::desc c_md({g.m, g.n}, dt::f32, dnnl::memory::dims{g.n, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
   dnnl::matmul prim(pd);
@@ -139,21 +145,28 @@ void BM_dispatch_exp_1elem(benchmark::State& state) {
 int register_all() {
   for (const auto& g : kGemms) {
     std::string n = g.name;
-    benchmark::RegisterBenchmark(("matmul_f32/" + n + "/kiln").c_str(), BM_kiln_matmul, g, DType::f32)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("matmul_f32/" + n + "/kiln").c_str(), BM_kiln_matmul, g,
+                                 DType::f32)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("matmul_f32/" + n + "/dnnl_sgemm").c_str(), BM_dnnl_sgemm, g)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("matmul_f32/" + n + "/dnnl_matmul").c_str(),
                                  BM_dnnl_matmul_primitive, g, dnnl::memory::data_type::f32)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   for (const auto& g : kGemms) {
     std::string n = g.name;
-    benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/kiln").c_str(), BM_kiln_matmul, g, DType::bf16)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/kiln").c_str(), BM_kiln_matmul, g,
+                                 DType::bf16)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/dnnl_matmul").c_str(),
                                  BM_dnnl_matmul_primitive, g, dnnl::memory::data_type::bf16)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   return 0;
 }

@@ -17,9 +17,9 @@ class Allocator {
 };
 
 struct AllocatorStats {
-  size_t bytes_in_use = 0;     // handed out and not yet returned
-  size_t bytes_cached = 0;     // kept for reuse
-  size_t bytes_reserved = 0;   // obtained from the system, ever held now
+  size_t bytes_in_use = 0;    // handed out and not yet returned
+  size_t bytes_cached = 0;    // kept for reuse
+  size_t bytes_reserved = 0;  // obtained from the system, ever held now
   size_t peak_in_use = 0;
   uint64_t system_allocs = 0;  // calls that had to go to the system
   uint64_t cache_hits = 0;

@@ -23,12 +23,12 @@ struct ArrayNode {
   Shape shape;
   DType dtype = DType::f32;
   Device device;
-  std::shared_ptr<Buffer> buffer;      // set once materialized
-  size_t offset = 0;                   // byte offset into buffer (views of buffers)
+  std::shared_ptr<Buffer> buffer;        // set once materialized
+  size_t offset = 0;                     // byte offset into buffer (views of buffers)
   std::shared_ptr<Primitive> primitive;  // null for leaves
-  std::vector<Array> inputs;           // graph edges, kept while someone may differentiate
-  uint64_t id = 0;                     // unique, increasing: creation order
-  bool donated = false;                // its buffer was handed to a compiled function
+  std::vector<Array> inputs;             // graph edges, kept while someone may differentiate
+  uint64_t id = 0;                       // unique, increasing: creation order
+  bool donated = false;                  // its buffer was handed to a compiled function
 };
 
 class Array {
@@ -42,8 +42,7 @@ class Array {
   template <typename T>
   static Array from_vector(const std::vector<T>& v, const Shape& shape) {
     if (static_cast<int64_t>(v.size()) != numel(shape))
-      fail("array", "from_vector: " + std::to_string(v.size()) + " values for shape " +
-                        str(shape));
+      fail("array", "from_vector: " + std::to_string(v.size()) + " values for shape " + str(shape));
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
       std::vector<uint8_t> bytes(v.begin(), v.end());
       return from_data(bytes.data(), shape, DType::bool_);
@@ -98,8 +97,9 @@ class Array {
   }
   template <typename T>
   T item() const {
-    if (size() != 1) fail("item", "array of shape " + str(shape()) + " has " +
-                                      std::to_string(size()) + " elements, expected 1");
+    if (size() != 1)
+      fail("item", "array of shape " + str(shape()) + " has " + std::to_string(size()) +
+                       " elements, expected 1");
     return to_vector<T>()[0];
   }
   void copy_to_host(void* dst, DType dst_dtype) const;

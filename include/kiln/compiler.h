@@ -53,6 +53,7 @@ const CompileStats& lazy_last_compile();
 
 // Flattening of parameter trees for compiled functions (sorted by name).
 std::vector<Array> flatten(const Params& p);
-Params unflatten(const std::vector<std::string>& names, const std::vector<Array>& v, size_t offset = 0);
+Params unflatten(const std::vector<std::string>& names, const std::vector<Array>& v,
+                 size_t offset = 0);
 
 }  // namespace kiln

@@ -83,7 +83,7 @@ class Loader {
   int64_t per_epoch_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
-  std::map<int64_t, Batch> done_;  // finished batches by serial number
+  std::map<int64_t, Batch> done_;                 // finished batches by serial number
   std::map<int64_t, std::exception_ptr> failed_;  // a worker's error, raised by next()
   int64_t next_to_make_ = 0, next_to_take_ = 0;
   bool stop_ = false;

@@ -41,7 +41,7 @@ enum class Layout { NCHW, NHWC };
 
 struct ApplyOptions {
   Layout layout = Layout::NCHW;
-  bool train = false;     // dropout active
+  bool train = false;       // dropout active
   random::Key dropout_key;  // used when train and a dropout probability is > 0
 };
 

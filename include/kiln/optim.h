@@ -36,6 +36,8 @@ class SGD {
   SGDOptions opt_;
 };
 
-inline SGD sgd(SGDOptions opt) { return SGD(opt); }
+inline SGD sgd(SGDOptions opt) {
+  return SGD(opt);
+}
 
 }  // namespace kiln::optim

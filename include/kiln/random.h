@@ -25,8 +25,8 @@ Array uniform(const Key& key, const Shape& shape, double low = 0.0, double high 
               DType dtype = DType::f32);
 Array normal(const Key& key, const Shape& shape, DType dtype = DType::f32);
 // Standard normal conditioned on [lower, upper] (jax.random.truncated_normal).
-Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0,
-                       double upper = 2.0, DType dtype = DType::f32);
+Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0, double upper = 2.0,
+                       DType dtype = DType::f32);
 Array bernoulli(const Key& key, const Shape& shape, double p = 0.5);  // bool
 
 // Threefry-2x32 with 20 rounds: the block function used by all of the above.
@@ -38,7 +38,7 @@ void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
 struct DrawSpec {
   uint32_t key[2];  // the draw key: derived from the user's key by draw_key()
   RandomKind kind;
-  double a, b;      // as in RandomAttrs; truncated normal: erf of the bounds
+  double a, b;  // as in RandomAttrs; truncated normal: erf of the bounds
 };
 DrawSpec draw_spec(const Key& key, RandomKind kind, double a = 0, double b = 1);
 void draw_block(const DrawSpec& spec, uint64_t block, double out[2]);

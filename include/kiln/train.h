@@ -18,13 +18,13 @@ struct TrainConfig {
   // with the parameters donated (JAX).
   std::string mode = "eager";
   bool compile_model = false;  // eager: forward and backward compiled, the optimizer eager
-  int64_t steps = 12;   // total steps, warm-up included
-  int64_t warmup = 2;   // untimed steps at the start
+  int64_t steps = 12;          // total steps, warm-up included
+  int64_t warmup = 2;          // untimed steps at the start
   double lr = 1e-3;
   uint64_t seed = 0;
   nn::Layout layout = nn::Layout::NCHW;
   int workers = 2;
-  std::string log_json;  // one JSON object per line, if set
+  std::string log_json;   // one JSON object per line, if set
   bool progress = false;  // live progress line (on a terminal)
 };
 
@@ -47,8 +47,8 @@ struct TrainReport {
   double first_step_seconds = 0;
   double peak_rss_mib = 0;
   int64_t parameters = 0;
-  uint64_t compiles = 0;          // lazy, jit, compile-model: executables built
-  double compile_ms = 0;          // the last compile
+  uint64_t compiles = 0;  // lazy, jit, compile-model: executables built
+  double compile_ms = 0;  // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;
 };
 

@@ -21,7 +21,8 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   Graph out = g;
   auto step = [&](const char* name, Graph (*pass)(const Graph&)) {
     out = pass(out);
-    if (debug_level() >= 2) std::fprintf(stderr, "[compile] after %s:\n%s", name, out.str().c_str());
+    if (debug_level() >= 2)
+      std::fprintf(stderr, "[compile] after %s:\n%s", name, out.str().c_str());
   };
   if (opt.simplify) step("simplify", simplify);
   if (opt.cse) step("cse", common_subexpression_elimination);
@@ -70,7 +71,8 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
                  "place, %d donated; %.1f ms\n",
                  stats_.nodes_traced, stats_.nodes_compiled, plan_.arena_bytes / 1048576.0,
                  plan_.naive_bytes / 1048576.0, plan_.inplace, plan_.donated, stats_.compile_ms);
-  if (debug_level() >= 3) std::fprintf(stderr, "[compile] memory plan:\n%s", plan_.str(graph_).c_str());
+  if (debug_level() >= 3)
+    std::fprintf(stderr, "[compile] memory plan:\n%s", plan_.str(graph_).c_str());
 }
 
 std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
@@ -87,8 +89,8 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
     const Array& a = inputs[slot];
     if (a.shape() != n.shape || a.dtype() != n.dtype)
       fail("compile", "input " + std::to_string(slot) + " is " + name_of(a.dtype()) + " " +
-                          str(a.shape()) + ", the executable was compiled for " +
-                          name_of(n.dtype) + " " + str(n.shape));
+                          str(a.shape()) + ", the executable was compiled for " + name_of(n.dtype) +
+                          " " + str(n.shape));
     values_[i] = a.node_ptr();
     if (donated_[slot]) donated_nodes.push_back(a.node_ptr());
     ++slot;

@@ -6,7 +6,9 @@
 
 namespace kiln::compiler {
 namespace {
-size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+size_t mix(size_t h, size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+}
 }  // namespace
 
 int Graph::add_input(const Shape& shape, DType dtype) {

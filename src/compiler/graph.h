@@ -25,7 +25,8 @@ struct Graph {
   int num_inputs = 0;
 
   int add_input(const Shape& shape, DType dtype);
-  int add_op(std::shared_ptr<const Primitive> prim, std::vector<int> inputs, Shape shape, DType dtype);
+  int add_op(std::shared_ptr<const Primitive> prim, std::vector<int> inputs, Shape shape,
+             DType dtype);
   // Structural hash: primitives, attributes, shapes, dtypes and wiring.
   size_t hash() const;
   bool operator==(const Graph& o) const;

@@ -75,7 +75,7 @@ class LruCache {
 // of its input slots, the argument it takes or a constant captured at tracing.
 struct JitEntry {
   std::shared_ptr<Executable> exe;
-  std::vector<int> arg_of_slot;       // -1: a captured constant
+  std::vector<int> arg_of_slot;  // -1: a captured constant
   std::vector<Array> constant_of_slot;
 };
 
@@ -86,7 +86,8 @@ struct Jitted::Impl {
   JitOptions opt;
   LruCache<Signature, JitEntry> cache;
   CompileStats last;
-  Impl(VectorFn fn, JitOptions o) : f(std::move(fn)), opt(std::move(o)), cache(opt.cache_capacity) {}
+  Impl(VectorFn fn, JitOptions o)
+      : f(std::move(fn)), opt(std::move(o)), cache(opt.cache_capacity) {}
 
   JitEntry compile(const std::vector<Array>& args) {
     auto t0 = std::chrono::steady_clock::now();
@@ -113,12 +114,14 @@ struct Jitted::Impl {
     e.exe = std::make_shared<Executable>(g, donated, compiler::PassOptions::from_env());
     last = e.exe->stats();
     // Tracing counts as compilation: the time from the call to a runnable executable.
-    last.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    last.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return e;
   }
 };
 
-Jitted::Jitted(VectorFn f, JitOptions opt) : impl_(std::make_shared<Impl>(std::move(f), std::move(opt))) {}
+Jitted::Jitted(VectorFn f, JitOptions opt)
+    : impl_(std::make_shared<Impl>(std::move(f), std::move(opt))) {}
 Jitted::~Jitted() = default;
 
 std::vector<Array> Jitted::operator()(const std::vector<Array>& args) {
@@ -140,10 +143,16 @@ std::vector<Array> Jitted::operator()(const std::vector<Array>& args) {
   return e->exe->run(inputs);
 }
 
-const CacheStats& Jitted::cache_stats() const { return impl_->cache.stats; }
-const CompileStats& Jitted::last_compile() const { return impl_->last; }
+const CacheStats& Jitted::cache_stats() const {
+  return impl_->cache.stats;
+}
+const CompileStats& Jitted::last_compile() const {
+  return impl_->last;
+}
 
-Jitted jit(VectorFn f, JitOptions opt) { return Jitted(std::move(f), std::move(opt)); }
+Jitted jit(VectorFn f, JitOptions opt) {
+  return Jitted(std::move(f), std::move(opt));
+}
 
 namespace {
 struct LazyState {
@@ -194,8 +203,12 @@ void mark_step(const Params& params, const std::vector<Array>& more) {
   mark_step(all);
 }
 
-const CacheStats& lazy_cache_stats() { return lazy_state().cache.stats; }
-const CompileStats& lazy_last_compile() { return lazy_state().last; }
+const CacheStats& lazy_cache_stats() {
+  return lazy_state().cache.stats;
+}
+const CompileStats& lazy_last_compile() {
+  return lazy_state().last;
+}
 
 std::vector<Array> flatten(const Params& p) {
   std::vector<Array> v;
@@ -204,7 +217,8 @@ std::vector<Array> flatten(const Params& p) {
   return v;
 }
 
-Params unflatten(const std::vector<std::string>& names, const std::vector<Array>& v, size_t offset) {
+Params unflatten(const std::vector<std::string>& names, const std::vector<Array>& v,
+                 size_t offset) {
   if (v.size() < offset + names.size())
     fail("unflatten", std::to_string(names.size()) + " names for " +
                           std::to_string(v.size() - offset) + " arrays");

@@ -9,9 +9,13 @@ namespace kiln::compiler {
 namespace {
 
 constexpr size_t kAlign = 64;
-size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+size_t aligned(size_t b) {
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
 
-bool is_alias_op(Op op) { return op == Op::Reshape || op == Op::StopGradient; }
+bool is_alias_op(Op op) {
+  return op == Op::Reshape || op == Op::StopGradient;
+}
 
 // Ops whose kernel reads element i of a same-shaped operand only before
 // writing element i of the output (safe to run in place).

@@ -19,14 +19,14 @@ struct MemoryPlan {
     Kind kind = Kind::Arena;
     size_t offset = 0;  // Arena: byte offset
     size_t bytes = 0;
-    int source = -1;  // Alias: the node aliased; Donated: the input node written into
+    int source = -1;            // Alias: the node aliased; Donated: the input node written into
     int first = -1, last = -1;  // live range (node positions) of an Arena block
   };
-  std::vector<Slot> slots;   // one per node
-  size_t arena_bytes = 0;    // the arena's size
-  size_t naive_bytes = 0;    // all arena values side by side (no reuse)
-  int inplace = 0;           // ops that write over a dying operand
-  int donated = 0;           // outputs written into donated inputs
+  std::vector<Slot> slots;                // one per node
+  size_t arena_bytes = 0;                 // the arena's size
+  size_t naive_bytes = 0;                 // all arena values side by side (no reuse)
+  int inplace = 0;                        // ops that write over a dying operand
+  int donated = 0;                        // outputs written into donated inputs
   std::string str(const Graph& g) const;  // KILN_DEBUG=3
 };
 

@@ -98,7 +98,8 @@ Graph simplify(const Graph& g) {
     const Node& src = w.nodes[n.inputs.empty() ? 0 : n.inputs[0]];
     bool same = !n.inputs.empty() && src.shape == n.shape && src.dtype == n.dtype;
     if ((op == Op::StopGradient || op == Op::Reshape || op == Op::BroadcastTo ||
-         (op == Op::Cast && src.dtype == n.dtype)) && same) {
+         (op == Op::Cast && src.dtype == n.dtype)) &&
+        same) {
       forward[i] = n.inputs[0];  // an identity
       continue;
     }
@@ -126,19 +127,34 @@ Graph simplify(const Graph& g) {
   return dead_code_elimination(rebuild(w, std::vector<bool>(w.nodes.size(), true), forward));
 }
 
-bool is_pointwise(Op op) { return is_elementwise(op) || op == Op::FusedElementwise; }
+bool is_pointwise(Op op) {
+  return is_elementwise(op) || op == Op::FusedElementwise;
+}
 
 namespace {
 
 bool fusable_op(Op op) {
   switch (op) {
-    case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Tanh:
-    case Op::Erf: case Op::Gelu: case Op::GeluTanh: case Op::GeluGrad: case Op::GeluTanhGrad:
-    case Op::Relu: case Op::Abs: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
-    case Op::Maximum: case Op::Minimum:
-      return true;
-    default:
-      return false;
+    case Op::Neg:
+    case Op::Exp:
+    case Op::Log:
+    case Op::Sqrt:
+    case Op::Rsqrt:
+    case Op::Tanh:
+    case Op::Erf:
+    case Op::Gelu:
+    case Op::GeluTanh:
+    case Op::GeluGrad:
+    case Op::GeluTanhGrad:
+    case Op::Relu:
+    case Op::Abs:
+    case Op::Add:
+    case Op::Sub:
+    case Op::Mul:
+    case Op::Div:
+    case Op::Maximum:
+    case Op::Minimum: return true;
+    default: return false;
   }
 }
 
@@ -176,7 +192,8 @@ Graph fuse_elementwise(const Graph& g) {
     if (node.is_input() || node.dtype != DType::f32 || !fusable_op(node.prim->op())) return false;
     FusedRead mode;
     for (int k : node.inputs)
-      if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode)) return false;
+      if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode))
+        return false;
     return true;
   };
   // group[i]: the root (last op) of the chain i belongs to, or -1.
@@ -214,8 +231,8 @@ Graph fuse_elementwise(const Graph& g) {
     std::vector<int> chain = members[i];
     std::sort(chain.begin(), chain.end());
     FusedAttrs attrs;
-    std::vector<int> ext;                   // external operands, by input register
-    std::unordered_map<int, int> reg;       // node -> register
+    std::vector<int> ext;              // external operands, by input register
+    std::unordered_map<int, int> reg;  // node -> register
     auto operand = [&](int k) {
       if (group[k] == i) return reg.at(k);
       auto it = std::find(ext.begin(), ext.end(), k);
@@ -238,7 +255,8 @@ Graph fuse_elementwise(const Graph& g) {
     int ni = static_cast<int>(ext.size());
     auto resolve = [&](int r) { return r <= -2 ? ni + (-2 - r) : r; };
     for (auto& [m, ab] : pending)
-      attrs.program.push_back({g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
+      attrs.program.push_back(
+          {g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
     std::vector<int> ins;
     for (int k : ext) ins.push_back(id[k]);
     id[i] = out.add_op(std::make_shared<Primitive>(Op::FusedElementwise, attrs), ins, node.shape,
@@ -253,8 +271,8 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
-    bool alias = !node.is_input() &&
-                 (node.prim->op() == Op::Reshape || node.prim->op() == Op::StopGradient);
+    bool alias =
+        !node.is_input() && (node.prim->op() == Op::Reshape || node.prim->op() == Op::StopGradient);
     root[i] = alias ? root[node.inputs[0]] : i;
     for (int k : node.inputs) {
       last_use[root[k]] = std::max(last_use[root[k]], i);
@@ -270,8 +288,8 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
     if (node.is_input() || !is_output[i] || op_users[i] || !is_pointwise(node.prim->op())) continue;
     for (int k : node.inputs) {
       int r = root[k];
-      if (g.nodes[r].is_input() && donated[g.nodes[r].input_slot] && g.nodes[k].shape == node.shape &&
-          last_use[r] > i) {
+      if (g.nodes[r].is_input() && donated[g.nodes[r].input_slot] &&
+          g.nodes[k].shape == node.shape && last_use[r] > i) {
         after[last_use[r]].push_back(i);
         moved[i] = true;
         break;
@@ -304,12 +322,18 @@ PassOptions PassOptions::from_env() {
   if (!env) return o;
   std::stringstream ss(env);
   for (std::string item; std::getline(ss, item, ',');) {
-    if (item == "no_dce") o.dce = false;
-    else if (item == "no_cse") o.cse = false;
-    else if (item == "no_simplify") o.simplify = false;
-    else if (item == "no_fuse") o.fuse = false;
-    else if (item == "no_plan") o.plan = false;
-    else if (item == "no_inplace") o.inplace = false;
+    if (item == "no_dce")
+      o.dce = false;
+    else if (item == "no_cse")
+      o.cse = false;
+    else if (item == "no_simplify")
+      o.simplify = false;
+    else if (item == "no_fuse")
+      o.fuse = false;
+    else if (item == "no_plan")
+      o.plan = false;
+    else if (item == "no_inplace")
+      o.inplace = false;
     else if (!item.empty())
       fail("compile", "KILN_COMPILE has '" + item +
                           "', expected a comma-separated list of no_dce, no_cse, no_simplify, "

@@ -96,14 +96,22 @@ CpuCachingAllocator& cpu_caching_allocator() {
 
 }  // namespace
 
-Allocator& cpu_allocator() { return cpu_caching_allocator(); }
-AllocatorStats cpu_allocator_stats() { return cpu_caching_allocator().stats(); }
-void cpu_allocator_trim() { cpu_caching_allocator().trim(); }
+Allocator& cpu_allocator() {
+  return cpu_caching_allocator();
+}
+AllocatorStats cpu_allocator_stats() {
+  return cpu_caching_allocator().stats();
+}
+void cpu_allocator_trim() {
+  cpu_caching_allocator().trim();
+}
 
 Buffer::Buffer(Allocator* alloc, size_t bytes, Device device)
     : alloc_(alloc), ptr_(alloc->allocate(bytes)), bytes_(bytes), device_(device) {}
 
-Buffer::~Buffer() { alloc_->release(ptr_, bytes_); }
+Buffer::~Buffer() {
+  alloc_->release(ptr_, bytes_);
+}
 
 }  // namespace kiln
 

@@ -39,8 +39,9 @@ int64_t Array::dim(int axis) const {
 void* Array::raw() const {
   if (!node_) fail("array", "use of an empty Array handle");
   if (node_->donated)
-    fail("array", "this array was donated to a compiled function, which reused its buffer; "
-                  "use the arrays that function returned");
+    fail("array",
+         "this array was donated to a compiled function, which reused its buffer; "
+         "use the arrays that function returned");
   if (!node_->buffer) fail("array", "data of an array that has not been evaluated");
   return static_cast<char*>(node_->buffer->data()) + node_->offset;
 }

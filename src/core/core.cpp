@@ -42,7 +42,9 @@ const char* name_of(DType dt) {
 bool is_floating(DType dt) {
   return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16;
 }
-bool is_integral(DType dt) { return dt == DType::i32 || dt == DType::i64; }
+bool is_integral(DType dt) {
+  return dt == DType::i32 || dt == DType::i64;
+}
 
 DType promote(DType a, DType b) {
   if (a == b) return a;
@@ -97,8 +99,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (da != db && da != 1 && db != 1)
-      fail(op, "cannot broadcast " + str(a) + " and " + str(b));
+    if (da != db && da != 1 && db != 1) fail(op, "cannot broadcast " + str(a) + " and " + str(b));
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -28,7 +28,8 @@ void RandomImages::get(int64_t index, float* image, int32_t* label) const {
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
     : dataset_(std::move(dataset)), opt_(opt) {
-  if (opt.batch_size <= 0) fail("loader", "batch_size must be positive, got " + std::to_string(opt.batch_size));
+  if (opt.batch_size <= 0)
+    fail("loader", "batch_size must be positive, got " + std::to_string(opt.batch_size));
   if (opt.workers < 0) fail("loader", "workers must be >= 0");
   if (opt.prefetch < 1) fail("loader", "prefetch must be >= 1");
   int64_t n = dataset_->size();
@@ -55,9 +56,9 @@ std::vector<int64_t> Loader::order_for(int64_t epoch) const {
   if (opt_.shuffle) {
     // Fisher-Yates driven by counter-based draws: the order is a function of
     // (seed, epoch) alone.
-    random::DrawSpec spec = random::draw_spec(
-        random::fold_in(random::Key(opt_.seed), static_cast<uint32_t>(epoch)),
-        RandomKind::Uniform, 0, 1);
+    random::DrawSpec spec =
+        random::draw_spec(random::fold_in(random::Key(opt_.seed), static_cast<uint32_t>(epoch)),
+                          RandomKind::Uniform, 0, 1);
     double v[2];
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) {
       random::draw_block(spec, static_cast<uint64_t>(i), v);
@@ -117,7 +118,8 @@ Batch Loader::next() {
   if (workers_.empty()) return make(next_to_take_++);
   auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  ready_.wait(lock, [&] { return done_.count(next_to_take_) > 0 || failed_.count(next_to_take_) > 0; });
+  ready_.wait(lock,
+              [&] { return done_.count(next_to_take_) > 0 || failed_.count(next_to_take_) > 0; });
   if (auto f = failed_.find(next_to_take_); f != failed_.end()) std::rethrow_exception(f->second);
   Batch b = std::move(done_.at(next_to_take_));
   done_.erase(next_to_take_++);

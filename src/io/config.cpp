@@ -45,7 +45,8 @@ nn::ViTConfig load_vit_config(const std::string& path) {
   real("initializer_range", c.initializer_range);
   real("layer_norm_eps", c.layer_norm_eps);
   if (j.contains("qkv_bias")) {
-    if (!j["qkv_bias"].is_boolean()) bad("qkv_bias", "is " + j["qkv_bias"].dump() + ", expected true or false");
+    if (!j["qkv_bias"].is_boolean())
+      bad("qkv_bias", "is " + j["qkv_bias"].dump() + ", expected true or false");
     c.qkv_bias = j["qkv_bias"].get<bool>();
   }
   if (j.contains("hidden_act")) {
@@ -57,8 +58,9 @@ nn::ViTConfig load_vit_config(const std::string& path) {
     else if (act == "relu")
       c.hidden_act = nn::Activation::Relu;
     else
-      bad("hidden_act", "is " + j["hidden_act"].dump() +
-                            ", expected one of \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\", \"relu\"");
+      bad("hidden_act",
+          "is " + j["hidden_act"].dump() +
+              ", expected one of \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\", \"relu\"");
   }
   // transformers: num_labels, else the size of id2label, else PretrainedConfig's 2.
   c.num_labels = 2;

@@ -22,8 +22,8 @@ constexpr uint64_t kMaxHeader = 100ull << 20;
 
 bool dtype_from_name(const std::string& s, DType& dt) {
   static const std::pair<const char*, DType> names[] = {
-      {"F32", DType::f32}, {"F64", DType::f64},   {"BF16", DType::bf16},
-      {"I32", DType::i32}, {"I64", DType::i64},   {"BOOL", DType::bool_}};
+      {"F32", DType::f32}, {"F64", DType::f64}, {"BF16", DType::bf16},
+      {"I32", DType::i32}, {"I64", DType::i64}, {"BOOL", DType::bool_}};
   for (auto& [n, d] : names)
     if (s == n) {
       dt = d;
@@ -87,7 +87,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const std::string origin = "safetensors";
   std::string bytes = read_file(path, origin);
   auto bad = [&](const std::string& what) { fail(origin, path + ": " + what); };
-  if (bytes.size() < 8) bad("file is " + std::to_string(bytes.size()) + " bytes, too short for a header");
+  if (bytes.size() < 8)
+    bad("file is " + std::to_string(bytes.size()) + " bytes, too short for a header");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
   if (n > kMaxHeader || n > bytes.size() - 8)
@@ -125,9 +126,11 @@ SafetensorsFile load_safetensors(const std::string& path) {
     Shape shape;
     uint64_t count = 1;
     for (auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) bad(where + " has a shape entry that is not a non-negative integer");
+      if (!d.is_number_unsigned())
+        bad(where + " has a shape entry that is not a non-negative integer");
       uint64_t v = d.get<uint64_t>();
-      if (v > (1ull << 40) || (v && count > (1ull << 62) / v)) bad(where + " has an impossibly large shape");
+      if (v > (1ull << 40) || (v && count > (1ull << 62) / v))
+        bad(where + " has an impossibly large shape");
       count *= v;
       shape.push_back(static_cast<int64_t>(v));
     }

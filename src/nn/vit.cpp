@@ -7,7 +7,9 @@
 namespace kiln::nn {
 namespace {
 
-std::string layer_prefix(int64_t i) { return "vit.encoder.layer." + std::to_string(i) + "."; }
+std::string layer_prefix(int64_t i) {
+  return "vit.encoder.layer." + std::to_string(i) + ".";
+}
 
 // y = x · Wᵀ + b for x [..., in], W [out, in] (torch.nn.Linear).
 Array linear(const Params& p, const std::string& name, const Array& x, bool bias = true) {
@@ -57,8 +59,8 @@ ViTConfig ViTConfig::preset(const std::string& name) {
     c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16,
     c.intermediate_size = 4096;
   } else {
-    fail("model", "unknown preset '" + name +
-                      "', expected one of vit-tiny, vit-small, vit-base, vit-large");
+    fail("model",
+         "unknown preset '" + name + "', expected one of vit-tiny, vit-small, vit-base, vit-large");
   }
   return c;
 }
@@ -83,7 +85,8 @@ void ViTConfig::validate(const std::string& origin) const {
     fail(origin, "image_size " + std::to_string(image_size) + " is not a multiple of patch_size " +
                      std::to_string(patch_size));
   auto probability = [&](double v, const char* field) {
-    if (!(v >= 0 && v < 1)) fail(origin, std::string(field) + " must lie in [0, 1), got " + std::to_string(v));
+    if (!(v >= 0 && v < 1))
+      fail(origin, std::string(field) + " must lie in [0, 1), got " + std::to_string(v));
   };
   probability(hidden_dropout_prob, "hidden_dropout_prob");
   probability(attention_probs_dropout_prob, "attention_probs_dropout_prob");
@@ -94,9 +97,9 @@ void ViTConfig::validate(const std::string& origin) const {
 double ViTConfig::train_flops_per_image() const {
   double t = static_cast<double>(num_patches() + 1), h = hidden_size, i = intermediate_size;
   double patch = 2.0 * num_patches() * (num_channels * patch_size * patch_size) * h;
-  double layer = 2.0 * t * h * 3 * h   // q, k, v
-                 + 2.0 * 2 * t * t * h  // scores and probabilities · values
-                 + 2.0 * t * h * h      // output projection
+  double layer = 2.0 * t * h * 3 * h     // q, k, v
+                 + 2.0 * 2 * t * t * h   // scores and probabilities · values
+                 + 2.0 * t * h * h       // output projection
                  + 2.0 * 2 * t * h * i;  // MLP
   double head = 2.0 * h * num_labels;
   double forward = patch + num_hidden_layers * layer + head;
@@ -113,7 +116,8 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
   std::vector<std::pair<std::string, Shape>> s = {
       {"vit.embeddings.cls_token", {1, 1, h}},
       {"vit.embeddings.position_embeddings", {1, c.num_patches() + 1, h}},
-      {"vit.embeddings.patch_embeddings.projection.weight", {h, c.num_channels, c.patch_size, c.patch_size}},
+      {"vit.embeddings.patch_embeddings.projection.weight",
+       {h, c.num_channels, c.patch_size, c.patch_size}},
       {"vit.embeddings.patch_embeddings.projection.bias", {h}},
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -167,8 +171,8 @@ void ViTForImageClassification::check(const Params& params, const std::string& o
     auto it = params.find(name);
     if (it == params.end()) fail(origin, "missing parameter '" + name + "'");
     if (it->second.shape() != shape)
-      fail(origin, "parameter '" + name + "' has shape " + str(it->second.shape()) +
-                       ", expected " + str(shape));
+      fail(origin, "parameter '" + name + "' has shape " + str(it->second.shape()) + ", expected " +
+                       str(shape));
   }
   if (params.size() != expected.size())
     for (auto& [name, a] : params) {

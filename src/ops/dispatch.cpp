@@ -60,14 +60,17 @@ std::string KernelProfile::report() {
   os << "kernel time by primitive (KILN_PROFILE), total " << total << " s\n";
   for (int i : order) {
     char line[160];
-    std::snprintf(line, sizeof line, "  %-26s %9.3f s %6.1f%% %9llu calls\n", op_name(static_cast<Op>(i)),
-                  seconds[i], 100 * seconds[i] / total, static_cast<unsigned long long>(calls[i]));
+    std::snprintf(line, sizeof line, "  %-26s %9.3f s %6.1f%% %9llu calls\n",
+                  op_name(static_cast<Op>(i)), seconds[i], 100 * seconds[i] / total,
+                  static_cast<unsigned long long>(calls[i]));
     os << line;
   }
   return os.str();
 }
 
-void run_kernel(ArrayNode& node) { run_kernel_with(*node.primitive, node.inputs, node); }
+void run_kernel(ArrayNode& node) {
+  run_kernel_with(*node.primitive, node.inputs, node);
+}
 
 void* alloc_output(ArrayNode& out) {
   // A compiled executable assigns output memory ahead of the kernel.
@@ -95,8 +98,8 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
   node->device = inputs.empty() ? Device::cpu() : inputs[0].device();
   for (auto& in : inputs)
     if (in.device() != node->device)
-      fail(prim.name(), "inputs on different devices: " + node->device.str() + " and " +
-                            in.device().str());
+      fail(prim.name(),
+           "inputs on different devices: " + node->device.str() + " and " + in.device().str());
   node->primitive = std::make_shared<Primitive>(std::move(prim));
   node->inputs = std::move(inputs);
   node->id = next_array_id();

@@ -78,7 +78,8 @@ Array reduce(Op op, const Array& a, std::vector<int> axes, bool keepdims, DType 
   Shape s = reduced_shape(a.shape(), axes, keepdims);
   if (op != Op::Sum)
     for (int ax : axes)
-      if (a.shape()[ax] == 0) fail(op_name(op), "reduction over an empty axis of " + str(a.shape()));
+      if (a.shape()[ax] == 0)
+        fail(op_name(op), "reduction over an empty axis of " + str(a.shape()));
   return make_array(Primitive(op, ReduceAttrs{axes, keepdims}), {a}, std::move(s), out);
 }
 
@@ -99,10 +100,18 @@ Array full(const Shape& shape, double value, DType dtype, Device device) {
   }
   return a;
 }
-Array zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
-Array ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
-Array zeros_like(const Array& a) { return zeros(a.shape(), a.dtype(), a.device()); }
-Array ones_like(const Array& a) { return ones(a.shape(), a.dtype(), a.device()); }
+Array zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0, dtype, device);
+}
+Array ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1, dtype, device);
+}
+Array zeros_like(const Array& a) {
+  return zeros(a.shape(), a.dtype(), a.device());
+}
+Array ones_like(const Array& a) {
+  return ones(a.shape(), a.dtype(), a.device());
+}
 
 Array arange(int64_t start, int64_t stop, int64_t step, DType dtype) {
   if (step == 0) fail("arange", "step must not be 0");
@@ -113,45 +122,102 @@ Array arange(int64_t start, int64_t stop, int64_t step, DType dtype) {
   convert(v.data(), DType::f64, a.raw(), dtype, n);
   return a;
 }
-Array arange(int64_t stop, DType dtype) { return arange(0, stop, 1, dtype); }
+Array arange(int64_t stop, DType dtype) {
+  return arange(0, stop, 1, dtype);
+}
 
-Array scalar_like(const Array& a, double v) { return full({}, v, a.dtype(), a.device()); }
+Array scalar_like(const Array& a, double v) {
+  return full({}, v, a.dtype(), a.device());
+}
 
 // ---- elementwise ----
-Array neg(const Array& a) { return unary(Op::Neg, a, false); }
-Array exp(const Array& a) { return unary(Op::Exp, a); }
-Array log(const Array& a) { return unary(Op::Log, a); }
-Array sqrt(const Array& a) { return unary(Op::Sqrt, a); }
-Array rsqrt(const Array& a) { return unary(Op::Rsqrt, a); }
-Array tanh(const Array& a) { return unary(Op::Tanh, a); }
-Array erf(const Array& a) { return unary(Op::Erf, a); }
-Array gelu(const Array& a) { return unary(Op::Gelu, a); }
-Array gelu_tanh(const Array& a) { return unary(Op::GeluTanh, a); }
-Array gelu_grad(const Array& a) { return unary(Op::GeluGrad, a); }
-Array gelu_tanh_grad(const Array& a) { return unary(Op::GeluTanhGrad, a); }
-Array relu(const Array& a) { return unary(Op::Relu, a, false); }
-Array abs(const Array& a) { return unary(Op::Abs, a, false); }
-Array square(const Array& a) { return multiply(a, a); }
+Array neg(const Array& a) {
+  return unary(Op::Neg, a, false);
+}
+Array exp(const Array& a) {
+  return unary(Op::Exp, a);
+}
+Array log(const Array& a) {
+  return unary(Op::Log, a);
+}
+Array sqrt(const Array& a) {
+  return unary(Op::Sqrt, a);
+}
+Array rsqrt(const Array& a) {
+  return unary(Op::Rsqrt, a);
+}
+Array tanh(const Array& a) {
+  return unary(Op::Tanh, a);
+}
+Array erf(const Array& a) {
+  return unary(Op::Erf, a);
+}
+Array gelu(const Array& a) {
+  return unary(Op::Gelu, a);
+}
+Array gelu_tanh(const Array& a) {
+  return unary(Op::GeluTanh, a);
+}
+Array gelu_grad(const Array& a) {
+  return unary(Op::GeluGrad, a);
+}
+Array gelu_tanh_grad(const Array& a) {
+  return unary(Op::GeluTanhGrad, a);
+}
+Array relu(const Array& a) {
+  return unary(Op::Relu, a, false);
+}
+Array abs(const Array& a) {
+  return unary(Op::Abs, a, false);
+}
+Array square(const Array& a) {
+  return multiply(a, a);
+}
 
-Array add(const Array& a, const Array& b) { return binary(Op::Add, a, b); }
-Array subtract(const Array& a, const Array& b) { return binary(Op::Sub, a, b); }
-Array multiply(const Array& a, const Array& b) { return binary(Op::Mul, a, b); }
-Array divide(const Array& a, const Array& b) { return binary(Op::Div, a, b); }
-Array maximum(const Array& a, const Array& b) { return binary(Op::Maximum, a, b); }
-Array minimum(const Array& a, const Array& b) { return binary(Op::Minimum, a, b); }
-Array equal(const Array& a, const Array& b) { return binary(Op::Equal, a, b); }
-Array not_equal(const Array& a, const Array& b) { return binary(Op::NotEqual, a, b); }
-Array less(const Array& a, const Array& b) { return binary(Op::Less, a, b); }
-Array less_equal(const Array& a, const Array& b) { return binary(Op::LessEqual, a, b); }
-Array greater(const Array& a, const Array& b) { return binary(Op::Greater, a, b); }
-Array greater_equal(const Array& a, const Array& b) { return binary(Op::GreaterEqual, a, b); }
+Array add(const Array& a, const Array& b) {
+  return binary(Op::Add, a, b);
+}
+Array subtract(const Array& a, const Array& b) {
+  return binary(Op::Sub, a, b);
+}
+Array multiply(const Array& a, const Array& b) {
+  return binary(Op::Mul, a, b);
+}
+Array divide(const Array& a, const Array& b) {
+  return binary(Op::Div, a, b);
+}
+Array maximum(const Array& a, const Array& b) {
+  return binary(Op::Maximum, a, b);
+}
+Array minimum(const Array& a, const Array& b) {
+  return binary(Op::Minimum, a, b);
+}
+Array equal(const Array& a, const Array& b) {
+  return binary(Op::Equal, a, b);
+}
+Array not_equal(const Array& a, const Array& b) {
+  return binary(Op::NotEqual, a, b);
+}
+Array less(const Array& a, const Array& b) {
+  return binary(Op::Less, a, b);
+}
+Array less_equal(const Array& a, const Array& b) {
+  return binary(Op::LessEqual, a, b);
+}
+Array greater(const Array& a, const Array& b) {
+  return binary(Op::Greater, a, b);
+}
+Array greater_equal(const Array& a, const Array& b) {
+  return binary(Op::GreaterEqual, a, b);
+}
 
 Array where(const Array& cond, const Array& a0, const Array& b0) {
   require_valid(cond, "where");
   if (cond.dtype() != DType::bool_)
     fail("where", std::string("condition must be bool, got ") + name_of(cond.dtype()));
   auto [a, b] = promote_pair(a0, b0, "where");
-  Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Shape s =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   DType dt = a.dtype();
   return make_array(Primitive(Op::Where), {cond, a, b}, std::move(s), dt);
 }
@@ -168,19 +234,45 @@ Array stop_gradient(const Array& a) {
   return make_array(Primitive(Op::StopGradient), {a}, a.shape(), a.dtype());
 }
 
-Array operator+(const Array& a, const Array& b) { return add(a, b); }
-Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
-Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
-Array operator/(const Array& a, const Array& b) { return divide(a, b); }
-Array operator-(const Array& a) { return neg(a); }
-Array operator+(const Array& a, double b) { return add(a, scalar_like(a, b)); }
-Array operator-(const Array& a, double b) { return subtract(a, scalar_like(a, b)); }
-Array operator*(const Array& a, double b) { return multiply(a, scalar_like(a, b)); }
-Array operator/(const Array& a, double b) { return divide(a, scalar_like(a, b)); }
-Array operator+(double a, const Array& b) { return add(scalar_like(b, a), b); }
-Array operator-(double a, const Array& b) { return subtract(scalar_like(b, a), b); }
-Array operator*(double a, const Array& b) { return multiply(scalar_like(b, a), b); }
-Array operator/(double a, const Array& b) { return divide(scalar_like(b, a), b); }
+Array operator+(const Array& a, const Array& b) {
+  return add(a, b);
+}
+Array operator-(const Array& a, const Array& b) {
+  return subtract(a, b);
+}
+Array operator*(const Array& a, const Array& b) {
+  return multiply(a, b);
+}
+Array operator/(const Array& a, const Array& b) {
+  return divide(a, b);
+}
+Array operator-(const Array& a) {
+  return neg(a);
+}
+Array operator+(const Array& a, double b) {
+  return add(a, scalar_like(a, b));
+}
+Array operator-(const Array& a, double b) {
+  return subtract(a, scalar_like(a, b));
+}
+Array operator*(const Array& a, double b) {
+  return multiply(a, scalar_like(a, b));
+}
+Array operator/(const Array& a, double b) {
+  return divide(a, scalar_like(a, b));
+}
+Array operator+(double a, const Array& b) {
+  return add(scalar_like(b, a), b);
+}
+Array operator-(double a, const Array& b) {
+  return subtract(scalar_like(b, a), b);
+}
+Array operator*(double a, const Array& b) {
+  return multiply(scalar_like(b, a), b);
+}
+Array operator/(double a, const Array& b) {
+  return divide(scalar_like(b, a), b);
+}
 
 // ---- reductions ----
 Array sum(const Array& a, std::vector<int> axes, bool keepdims) {
@@ -211,7 +303,8 @@ Array sum_to(const Array& a, const Shape& shape) {
   size_t lead = a.ndim() - shape.size();
   std::vector<int> axes;
   for (size_t i = 0; i < a.ndim(); ++i)
-    if (i < lead || (shape[i - lead] == 1 && a.shape()[i] != 1)) axes.push_back(static_cast<int>(i));
+    if (i < lead || (shape[i - lead] == 1 && a.shape()[i] != 1))
+      axes.push_back(static_cast<int>(i));
   Array r = axes.empty() ? a : sum(a, axes, true);
   return reshape(r, shape);
 }
@@ -287,8 +380,8 @@ Array reshape(const Array& a, Shape shape) {
 Array transpose(const Array& a, std::vector<int> perm) {
   require_valid(a, "transpose");
   if (perm.size() != a.ndim())
-    fail("transpose", "permutation of " + std::to_string(perm.size()) + " axes for shape " +
-                          str(a.shape()));
+    fail("transpose",
+         "permutation of " + std::to_string(perm.size()) + " axes for shape " + str(a.shape()));
   std::vector<bool> seen(perm.size());
   for (auto& p : perm) {
     p = normalize_axis(p, a.ndim(), "transpose");
@@ -396,8 +489,8 @@ Array take(const Array& a, const Array& indices, int axis) {
 
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape) {
   require_integer(indices, "scatter_add", "indices");
-  return make_array(Primitive(Op::ScatterAdd, ScatterAttrs{axis, shape}), {indices, updates},
-                    shape, updates.dtype());
+  return make_array(Primitive(Op::ScatterAdd, ScatterAttrs{axis, shape}), {indices, updates}, shape,
+                    updates.dtype());
 }
 
 Array one_hot(const Array& labels, int64_t depth, DType dtype) {
@@ -462,8 +555,8 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
 }
 
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels, const Array& dloss) {
-  return make_array(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss},
-                    logits.shape(), logits.dtype());
+  return make_array(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss}, logits.shape(),
+                    logits.dtype());
 }
 
 }  // namespace kiln

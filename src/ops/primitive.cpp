@@ -18,7 +18,9 @@ constexpr OpInfo kOpInfo[] = {
 };
 static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == kOpCount);
 
-size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+size_t mix(size_t h, size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+}
 size_t mix_shape(size_t h, const Shape& s) {
   h = mix(h, s.size());
   for (auto d : s) h = mix(h, static_cast<size_t>(d));
@@ -33,8 +35,12 @@ void print_list(std::ostream& os, const char* key, const auto& v) {
 
 }  // namespace
 
-const char* op_name(Op op) { return kOpInfo[static_cast<int>(op)].name; }
-OpKind op_kind(Op op) { return kOpInfo[static_cast<int>(op)].kind; }
+const char* op_name(Op op) {
+  return kOpInfo[static_cast<int>(op)].name;
+}
+OpKind op_kind(Op op) {
+  return kOpInfo[static_cast<int>(op)].kind;
+}
 bool is_elementwise(Op op) {
   switch (op_kind(op)) {
     case OpKind::Unary:
@@ -121,7 +127,8 @@ std::string Primitive::str() const {
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {
           for (size_t i = 0; i < a.program.size(); ++i) {
             const auto& in = a.program[i];
-            os << (i ? "; " : "") << "r" << a.reads.size() + i << "=" << op_name(in.op) << "(r" << in.a;
+            os << (i ? "; " : "") << "r" << a.reads.size() + i << "=" << op_name(in.op) << "(r"
+               << in.a;
             if (in.b >= 0) os << ",r" << in.b;
             os << ")";
           }

@@ -9,7 +9,9 @@
 namespace kiln::random {
 namespace {
 
-inline uint32_t rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+inline uint32_t rotl(uint32_t x, int r) {
+  return (x << r) | (x >> (32 - r));
+}
 
 // Counter-space domains, so that split, fold_in and draws never share a block.
 constexpr uint32_t kFoldIn = 0, kSplit = 1;
@@ -24,8 +26,8 @@ Array draw(const Key& key, const Shape& shape, RandomKind kind, double a, double
            const char* op) {
   for (auto d : shape)
     if (d < 0) fail(op, "negative dimension in shape " + str(shape));
-  if (kind != RandomKind::Bernoulli && !(dtype == DType::f32 || dtype == DType::f64 ||
-                                         dtype == DType::bf16))
+  if (kind != RandomKind::Bernoulli &&
+      !(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16))
     fail(op, std::string("dtype must be f32, f64 or bf16, got ") + name_of(dtype));
   RandomAttrs attrs{{key.k[0], key.k[1]}, kind, a, b, shape, dtype};
   return make_array(Primitive(Op::Random, attrs), {}, shape, dtype);
@@ -58,14 +60,14 @@ double erfinv(double y) {
   if (w < 5.0) {
     w -= 2.5;
     p = 2.81022636e-08;
-    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941})
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                     -0.00417768164, 0.246640727, 1.50140941})
       p = c + p * w;
   } else {
     w = std::sqrt(w) - 3.0;
     p = -0.000200214257;
-    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682})
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                     0.00943887047, 1.00167406, 2.83297682})
       p = c + p * w;
   }
   double x = p * y;
@@ -130,7 +132,9 @@ std::vector<Key> split(const Key& key, int num) {
   return keys;
 }
 
-Key fold_in(const Key& key, uint32_t data) { return derive(key, kFoldIn, data); }
+Key fold_in(const Key& key, uint32_t data) {
+  return derive(key, kFoldIn, data);
+}
 
 Array uniform(const Key& key, const Shape& shape, double low, double high, DType dtype) {
   if (!(low < high)) fail("random.uniform", "low must be below high");
@@ -149,7 +153,8 @@ Array truncated_normal(const Key& key, const Shape& shape, double lower, double 
 }
 
 Array bernoulli(const Key& key, const Shape& shape, double p) {
-  if (!(p >= 0 && p <= 1)) fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));
+  if (!(p >= 0 && p <= 1))
+    fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));
   return draw(key, shape, RandomKind::Bernoulli, p, 0, DType::bool_, "random.bernoulli");
 }
 

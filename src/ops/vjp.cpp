@@ -16,7 +16,9 @@ namespace {
                   "derivative) is not supported");
 }
 
-Array zero_like_scalar(const Array& g) { return scalar_like(g, 0.0); }
+Array zero_like_scalar(const Array& g) {
+  return scalar_like(g, 0.0);
+}
 
 // Cotangent of a reduced array broadcast back to the input's shape.
 Array unreduce(const Array& g, const Shape& in, const ReduceAttrs& r) {
@@ -42,7 +44,9 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::Erf: ct[0] = g * exp(-(in[0] * in[0])) * (2.0 / std::sqrt(M_PI)); break;
     case Op::Gelu: ct[0] = g * gelu_grad(in[0]); break;
     case Op::GeluTanh: ct[0] = g * gelu_tanh_grad(in[0]); break;
-    case Op::Relu: ct[0] = where(greater(in[0], zero_like_scalar(in[0])), g, zero_like_scalar(g)); break;
+    case Op::Relu:
+      ct[0] = where(greater(in[0], zero_like_scalar(in[0])), g, zero_like_scalar(g));
+      break;
     case Op::Abs: ct[0] = where(greater_equal(in[0], zero_like_scalar(in[0])), g, neg(g)); break;
     case Op::GeluGrad:
     case Op::GeluTanhGrad: no_second_order(p);

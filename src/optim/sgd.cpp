@@ -13,7 +13,9 @@ SGD::SGD(SGDOptions opt) : opt_(opt) {
     fail("sgd", "nesterov requires a momentum and zero dampening");
 }
 
-State SGD::init(const Params&) const { return State{}; }
+State SGD::init(const Params&) const {
+  return State{};
+}
 
 std::pair<Params, State> SGD::update(const Params& grads, const State& state,
                                      const Params& params) const {
@@ -27,10 +29,10 @@ std::pair<Params, State> SGD::update(const Params& grads, const State& state,
     if (opt_.momentum != 0) {
       std::string key = "momentum/" + name;
       auto b = state.buffers.find(key);
-      Array buf = b == state.buffers.end()
-                      ? g
-                      : b->second * opt_.momentum +
-                            (opt_.dampening == 0 ? g : g * (1.0 - opt_.dampening));
+      Array buf =
+          b == state.buffers.end()
+              ? g
+              : b->second * opt_.momentum + (opt_.dampening == 0 ? g : g * (1.0 - opt_.dampening));
       next.buffers.emplace(key, buf);
       g = opt_.nesterov ? g + buf * opt_.momentum : buf;
     }

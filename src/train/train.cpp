@@ -15,7 +15,9 @@ namespace kiln::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -175,8 +177,11 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
     report.steps.push_back(st);
     if (step == 1) report.first_step_seconds = st.seconds;
     if (log)
-      log << nlohmann::json{{"step", step}, {"loss", loss_value}, {"step_time", st.seconds},
-                            {"data_wait", data_secs}, {"timed", step > cfg.warmup}}
+      log << nlohmann::json{{"step", step},
+                            {"loss", loss_value},
+                            {"step_time", st.seconds},
+                            {"data_wait", data_secs},
+                            {"timed", step > cfg.warmup}}
                  .dump()
           << "\n";
     if (on_step) on_step(st);
@@ -248,8 +253,8 @@ GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, con
   Params p;
   for (auto& [name, w] : weights) p.emplace(name, astype(w, DType::f32));
   if (labels.ndim() != 1 || !is_integral(labels.dtype()))
-    fail("batch", "labels must be a 1-d integer array, got " + std::string(name_of(labels.dtype())) +
-                      " " + str(labels.shape()));
+    fail("batch", "labels must be a 1-d integer array, got " +
+                      std::string(name_of(labels.dtype())) + " " + str(labels.shape()));
   if (pixels.ndim() != 4 || pixels.shape()[0] != labels.shape()[0])
     fail("batch", "pixel_values " + str(pixels.shape()) + " and labels " + str(labels.shape()) +
                       " disagree on the batch size");

@@ -81,7 +81,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
     if (!inserted) it->second = add(it->second, c);
   };
   for (size_t i = 0; i < outputs.size(); ++i)
-    if (depends[outputs[i].node()]) accumulate(outputs[i], astype(cotangents[i], outputs[i].dtype()));
+    if (depends[outputs[i].node()])
+      accumulate(outputs[i], astype(cotangents[i], outputs[i].dtype()));
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     ArrayNode* n = it->node();
@@ -129,7 +130,8 @@ std::pair<Array, std::vector<Array>> value_and_grad_vector(
                "function must return a scalar, got shape " + (v.valid() ? str(v.shape()) : "none"));
         return std::vector<Array>{v};
       },
-      primals, [](const std::vector<Array>& outs) { return std::vector<Array>{ones_like(outs[0])}; });
+      primals,
+      [](const std::vector<Array>& outs) { return std::vector<Array>{ones_like(outs[0])}; });
   return {outs[0], grads};
 }
 

@@ -32,11 +32,13 @@ void eval(const std::vector<Array>& roots) {
   bool keep = exec_state().keep_graph > 0;
   for (ArrayNode* n : order) {
     if (n->donated)
-      fail("eval", "this array was donated to a compiled function, which reused its buffer; "
-                   "use the arrays that function returned");
+      fail("eval",
+           "this array was donated to a compiled function, which reused its buffer; "
+           "use the arrays that function returned");
     if (!n->primitive)
-      fail("eval", "the value of a traced argument was requested while tracing (item(), "
-                   "to_vector() or eval() inside a function being compiled)");
+      fail("eval",
+           "the value of a traced argument was requested while tracing (item(), "
+           "to_vector() or eval() inside a function being compiled)");
     run_kernel(*n);
     if (!keep) detach(*n);
   }
@@ -54,8 +56,14 @@ void Array::eval() const {
   if (!node_->buffer) kiln::eval(std::vector<Array>{*this});
 }
 
-LazyScope::LazyScope() : previous_(exec_state().lazy) { exec_state().lazy = true; }
-LazyScope::~LazyScope() { exec_state().lazy = previous_; }
-bool is_lazy() { return exec_state().lazy; }
+LazyScope::LazyScope() : previous_(exec_state().lazy) {
+  exec_state().lazy = true;
+}
+LazyScope::~LazyScope() {
+  exec_state().lazy = previous_;
+}
+bool is_lazy() {
+  return exec_state().lazy;
+}
 
 }  // namespace kiln

@@ -48,7 +48,8 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --mode tpu", "--mode"},
       {"train --steps 3 --warmup 3", "--warmup must lie in [0, --steps)"},
       {"train --config /nonexistent/config.json", "--config"},
-      {"train --model vit-tiny --config " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json",
+      {"train --model vit-tiny --config " + std::string(KILN_FIXTURES_DIR) +
+           "/vit_golden/config.json",
        "excludes"},
       {"grad --config x.json", "--config"},
       {"frobnicate", "unknown command 'frobnicate'"},
@@ -67,7 +68,8 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
   c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_labels = 10;
   io::save_vit_config(cfg, c);
-  CliRun r = kiln_cli("train --config " + cfg + " --steps 4 --warmup 1 --batch-size 8 --log-json " + log);
+  CliRun r =
+      kiln_cli("train --config " + cfg + " --steps 4 --warmup 1 --batch-size 8 --log-json " + log);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("kiln train: mode eager (pytorch)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("average step time: "), std::string::npos);
@@ -77,7 +79,8 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   for (std::string line; std::getline(in, line);) ++lines;
   EXPECT_EQ(lines, 5);  // 4 steps and the summary
   for (std::string mode : {"jax", "torch_xla", "pytorch --compile-model"}) {
-    CliRun m = kiln_cli("train --config " + cfg + " --steps 3 --warmup 1 --batch-size 4 --mode " + mode);
+    CliRun m =
+        kiln_cli("train --config " + cfg + " --steps 3 --warmup 1 --batch-size 4 --mode " + mode);
     ASSERT_EQ(m.status, 0) << mode << ":\n" << m.output;
     EXPECT_NE(m.output.find("1 compilation;"), std::string::npos) << mode << ":\n" << m.output;
   }
@@ -86,9 +89,10 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
 }
 
 TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
-  std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/", out = temp_path("grads.safetensors");
-  CliRun r = kiln_cli("grad --config " + dir + "config.json --weights " + dir + "model.safetensors --batch " +
-                   dir + "batch.safetensors --out " + out);
+  std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/",
+              out = temp_path("grads.safetensors");
+  CliRun r = kiln_cli("grad --config " + dir + "config.json --weights " + dir +
+                      "model.safetensors --batch " + dir + "batch.safetensors --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   auto got = io::load_safetensors(out).tensors;
   auto want = io::load_safetensors(dir + "expected.safetensors").tensors;
@@ -106,10 +110,11 @@ TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   nn::ViTConfig c = io::load_vit_config(dir + "config.json");
   c.intermediate_size = 128;
   io::save_vit_config(cfg, c);
-  CliRun r = kiln_cli("grad --config " + cfg + " --weights " + dir + "model.safetensors --batch " + dir +
-                   "batch.safetensors --out " + temp_path("x.safetensors"));
+  CliRun r = kiln_cli("grad --config " + cfg + " --weights " + dir + "model.safetensors --batch " +
+                      dir + "batch.safetensors --out " + temp_path("x.safetensors"));
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("[weights] parameter 'vit.encoder.layer.0.intermediate.dense.weight' has shape (64,32), expected (128,32)"),
+  EXPECT_NE(r.output.find("[weights] parameter 'vit.encoder.layer.0.intermediate.dense.weight' has "
+                          "shape (64,32), expected (128,32)"),
             std::string::npos)
       << r.output;
   std::filesystem::remove(cfg);

@@ -35,11 +35,13 @@ int count_ops(const Graph& g, Op op) {
 }
 
 TEST(Passes, DeadCodeEliminationRemovesUnusedOps) {
-  Graph g = trace([](auto& x) {
-    Array unused = exp(x[0]) * 3.0;
-    (void)unused;
-    return std::vector<Array>{x[0] + 1.0};
-  }, {{4}});
+  Graph g = trace(
+      [](auto& x) {
+        Array unused = exp(x[0]) * 3.0;
+        (void)unused;
+        return std::vector<Array>{x[0] + 1.0};
+      },
+      {{4}});
   // capture() only sees what the outputs need; add a dead op by hand.
   int dead = g.add_op(std::make_shared<Primitive>(Op::Exp), {0}, {4}, DType::f32);
   (void)dead;
@@ -60,12 +62,14 @@ TEST(Passes, CommonSubexpressionsMerge) {
 }
 
 TEST(Passes, TransposesAndReshapesFold) {
-  Graph g = trace([](auto& x) {
-    Array t = transpose(transpose(x[0], {1, 2, 0}), {2, 0, 1});  // identity
-    Array r = reshape(reshape(x[0], {6, 4}), {4, 6});
-    Array s = transpose(transpose(x[0], {1, 0, 2}), {0, 2, 1});
-    return std::vector<Array>{t + 1.0, r, s};
-  }, {{2, 3, 4}});
+  Graph g = trace(
+      [](auto& x) {
+        Array t = transpose(transpose(x[0], {1, 2, 0}), {2, 0, 1});  // identity
+        Array r = reshape(reshape(x[0], {6, 4}), {4, 6});
+        Array s = transpose(transpose(x[0], {1, 0, 2}), {0, 2, 1});
+        return std::vector<Array>{t + 1.0, r, s};
+      },
+      {{2, 3, 4}});
   Graph s = compiler::simplify(g);
   EXPECT_EQ(count_ops(g, Op::Transpose), 4);
   EXPECT_EQ(count_ops(s, Op::Transpose), 1);  // the third pair composes into one
@@ -79,10 +83,12 @@ TEST(Passes, LeaveNumericsUnchanged) {
     Array y = gelu(h) * gelu(h) + reshape(reshape(x[1], {12}), {3, 4});
     return std::vector<Array>{softmax(y), sum(exp(y))};
   };
-  std::vector<Array> args{random::normal(random::Key(1), {3, 4}), random::normal(random::Key(2), {3, 4})};
+  std::vector<Array> args{random::normal(random::Key(1), {3, 4}),
+                          random::normal(random::Key(2), {3, 4})};
   auto eager = f(args);
   auto compiled = jit(f)(args);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>());
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>());
 }
 
 TEST(Passes, ElementwiseChainsFuseIntoOneKernel) {
@@ -99,17 +105,20 @@ TEST(Passes, ElementwiseChainsFuseIntoOneKernel) {
   EXPECT_EQ(count_ops(g, Op::Mul), 1);
   EXPECT_EQ(count_ops(g, Op::Gelu), 0);
   for (auto& n : g.nodes)
-    if (n.prim && n.prim->op() == Op::FusedElementwise && n.prim->attrs<FusedAttrs>().program.size() == 4) {
+    if (n.prim && n.prim->op() == Op::FusedElementwise &&
+        n.prim->attrs<FusedAttrs>().program.size() == 4) {
       auto& reads = n.prim->attrs<FusedAttrs>().reads;
       EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Row), 1);
       EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Scalar), 1);
     }
-  std::vector<Array> args{random::normal(random::Key(3), {6, 5}), random::normal(random::Key(4), {5})};
+  std::vector<Array> args{random::normal(random::Key(3), {6, 5}),
+                          random::normal(random::Key(4), {5})};
   auto eager = f(args);
   auto fused = jit(f)(args);
   for (int i = 0; i < 2; ++i) {
     auto e = eager[i].to_vector<float>(), c = fused[i].to_vector<float>();
-    for (size_t k = 0; k < e.size(); ++k) EXPECT_NEAR(c[k], e[k], 1e-6f * std::max(1.0f, std::fabs(e[k])));
+    for (size_t k = 0; k < e.size(); ++k)
+      EXPECT_NEAR(c[k], e[k], 1e-6f * std::max(1.0f, std::fabs(e[k])));
   }
 }
 
@@ -141,9 +150,8 @@ VitStep vit_step(double lr = 0.05) {
     Params p = unflatten(names, args);
     const Array& x = args[names.size()];
     const Array& y = args[names.size() + 1];
-    auto [loss, grads] = value_and_grad([&](const Params& q) {
-      return mean(softmax_cross_entropy(model.apply(q, x), y));
-    })(p);
+    auto [loss, grads] = value_and_grad(
+        [&](const Params& q) { return mean(softmax_cross_entropy(model.apply(q, x), y)); })(p);
     optim::SGD sgd({.lr = lr});
     auto [next, state] = sgd.update(grads, sgd.init(p), p);
     std::vector<Array> out = flatten(next);
@@ -156,7 +164,8 @@ VitStep vit_step(double lr = 0.05) {
 TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
   VitStep s = vit_step();
   std::vector<Shape> shapes;
-  Params w = io::load_safetensors(std::string(KILN_FIXTURES_DIR) + "/vit_golden/model.safetensors").tensors;
+  Params w = io::load_safetensors(std::string(KILN_FIXTURES_DIR) + "/vit_golden/model.safetensors")
+                 .tensors;
   std::vector<Array> ph;
   for (auto& n : s.names) ph.push_back(compiler::tracer(w.at(n).shape(), DType::f32));
   ph.push_back(compiler::tracer({4, 3, 32, 32}, DType::f32));
@@ -169,7 +178,8 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
   Graph captured = compiler::capture(outs, leaves);
   std::vector<bool> donated(leaves.size(), false);  // the parameters, wherever tracing put them
   for (size_t slot = 0; slot < leaves.size(); ++slot)
-    for (size_t i = 0; i < s.names.size(); ++i) donated[slot] = donated[slot] || leaves[slot].same(ph[i]);
+    for (size_t i = 0; i < s.names.size(); ++i)
+      donated[slot] = donated[slot] || leaves[slot].same(ph[i]);
   Graph g = compiler::defer_donated_updates(compiler::optimize(captured, {}), donated);
   for (bool inplace : {false, true}) {
     auto plan = compiler::plan_memory(g, donated, inplace);
@@ -217,7 +227,9 @@ TEST(Jit, ReadingATracedValueIsAClearError) {
 
 TEST(Jit, DonatedParametersKeepTheirBuffersAndOldHandlesFail) {
   Jitted step = jit(
-      [](const std::vector<Array>& x) { return std::vector<Array>{x[0] - x[1] * 0.5, sum(x[1])}; },
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{x[0] - x[1] * 0.5, sum(x[1])};
+      },
       {.donate = {0}});
   Array p = ones({1000});
   void* address = p.raw();
@@ -238,7 +250,9 @@ TEST(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
   const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   Params w = io::load_safetensors(dir + "model.safetensors").tensors;
   Params batch = io::load_safetensors(dir + "batch.safetensors").tensors;
-  auto want = io::load_safetensors(dir + "expected.safetensors").tensors.at("sgd_losses").to_vector<double>();
+  auto want = io::load_safetensors(dir + "expected.safetensors")
+                  .tensors.at("sgd_losses")
+                  .to_vector<double>();
   VitStep s = vit_step(0.05);
   std::vector<Array> args0 = flatten(w);
   args0.push_back(batch.at("pixel_values"));
@@ -250,10 +264,10 @@ TEST(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
     std::vector<Array> args = args0;
     std::vector<double> losses;
     Jitted step = jit(s.fn, {.donate = [&] {
-                               std::vector<int> d(np);
-                               for (size_t i = 0; i < np; ++i) d[i] = static_cast<int>(i);
-                               return d;
-                             }()});
+                        std::vector<int> d(np);
+                        for (size_t i = 0; i < np; ++i) d[i] = static_cast<int>(i);
+                        return d;
+                      }()});
     for (int i = 0; i < 5; ++i) {
       std::vector<Array> out;
       if (mode == "eager") {

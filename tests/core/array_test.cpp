@@ -46,7 +46,7 @@ TEST(Array, DTypesRoundTrip) {
 }
 
 TEST(Array, Bf16RoundsToNearestEven) {
-  EXPECT_EQ(static_cast<float>(bf16(1.0f + 1.0f / 256)), 1.0f);             // tie, to even
+  EXPECT_EQ(static_cast<float>(bf16(1.0f + 1.0f / 256)), 1.0f);               // tie, to even
   EXPECT_EQ(static_cast<float>(bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);  // tie, to even
   EXPECT_EQ(static_cast<float>(bf16(1.0f + 1.5f / 256)), 1.0f + 2.0f / 256);
 }

@@ -37,9 +37,12 @@ std::vector<int32_t> take_epoch(data::Loader& loader) {
 }
 
 TEST(RandomImages, SamplesArePureFunctionsOfSeedAndIndex) {
-  data::RandomImages a({.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 5});
-  data::RandomImages b({.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 5});
-  data::RandomImages c({.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 6});
+  data::RandomImages a(
+      {.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 5});
+  data::RandomImages b(
+      {.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 5});
+  data::RandomImages c(
+      {.num_samples = 100, .num_labels = 7, .image_size = 8, .channels = 3, .seed = 6});
   std::vector<float> x(192), y(192), z(192);
   int32_t lx, ly, lz;
   a.get(42, x.data(), &lx);
@@ -94,7 +97,8 @@ TEST(Loader, ShufflesEachEpochWithoutLosingOrRepeatingSamples) {
 
 TEST(Loader, StopsCleanlyMidEpoch) {
   for (int i = 0; i < 20; ++i) {
-    data::Loader loader(std::make_shared<Counting>(1000), {.batch_size = 10, .workers = 3, .prefetch = 4});
+    data::Loader loader(std::make_shared<Counting>(1000),
+                        {.batch_size = 10, .workers = 3, .prefetch = 4});
     loader.next();
   }  // destructors join workers blocked on a full queue
   SUCCEED();

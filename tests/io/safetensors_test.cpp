@@ -15,8 +15,9 @@ namespace fs = std::filesystem;
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("kiln-test-" + std::to_string(::getpid()) + "-" +
-                                                 std::to_string(counter_++))) {
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("kiln-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -105,29 +106,35 @@ TEST(Safetensors, MalformedFilesGetClearErrors) {
       {"not_json", file_bytes("{nope", ""), "not valid JSON"},
       {"not_object", file_bytes("[1,2]", ""), "not a JSON object"},
       {"unknown_dtype",
-       file_bytes(R"({"x":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')),
+       file_bytes(R"({"x":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})",
+                  std::string(4, '\0')),
        "dtype F8_E4M3"},
       {"offsets_out_of_range",
-       file_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(8, '\0')),
+       file_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                  std::string(8, '\0')),
        "outside the 8 data bytes"},
       {"offsets_reversed",
-       file_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", f4), "data_offsets [8, 4]"},
+       file_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", f4),
+       "data_offsets [8, 4]"},
       {"size_mismatch",
        file_bytes(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", f4),
        "has 16 bytes, expected 12"},
       {"overlap",
        file_bytes(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                  R"("y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", f4),
+                  R"("y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                  f4),
        "overlap"},
       {"truncated_data",
-       file_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(10, '\0')),
+       file_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                  std::string(10, '\0')),
        "outside the 10 data bytes"},
       {"negative_shape",
        file_bytes(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", ""),
        "not a non-negative integer"},
       {"missing_offsets", file_bytes(R"({"x":{"dtype":"F32","shape":[1]}})", f4),
        "no valid data_offsets"},
-      {"bad_metadata", file_bytes(R"({"__metadata__":{"a":1}})", ""), "__metadata__.a is not a string"},
+      {"bad_metadata", file_bytes(R"({"__metadata__":{"a":1}})", ""),
+       "__metadata__.a is not a string"},
   };
   for (auto& c : cases) {
     std::string path = dir.file(std::string(c.name) + ".safetensors");
@@ -177,14 +184,21 @@ TEST(Config, ValuesKilnCannotHonourNameTheField) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_for(R"({"hidden_act": "swish"})").find("field 'hidden_act' is \"swish\""), std::string::npos);
-  EXPECT_NE(error_for(R"({"hidden_size": "big"})").find("field 'hidden_size' is \"big\", expected an integer"), std::string::npos);
+  EXPECT_NE(error_for(R"({"hidden_act": "swish"})").find("field 'hidden_act' is \"swish\""),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"hidden_size": "big"})")
+                .find("field 'hidden_size' is \"big\", expected an integer"),
+            std::string::npos);
   EXPECT_NE(error_for(R"({"model_type": "bert"})").find("field 'model_type'"), std::string::npos);
   EXPECT_NE(error_for(R"({"hidden_size": 100, "num_attention_heads": 12})")
                 .find("hidden_size 100 is not a multiple of num_attention_heads 12"),
             std::string::npos);
-  EXPECT_NE(error_for(R"({"image_size": 30})").find("image_size 30 is not a multiple of patch_size 16"), std::string::npos);
-  EXPECT_NE(error_for(R"({"hidden_dropout_prob": 1.5})").find("hidden_dropout_prob must lie in [0, 1)"), std::string::npos);
+  EXPECT_NE(
+      error_for(R"({"image_size": 30})").find("image_size 30 is not a multiple of patch_size 16"),
+      std::string::npos);
+  EXPECT_NE(
+      error_for(R"({"hidden_dropout_prob": 1.5})").find("hidden_dropout_prob must lie in [0, 1)"),
+      std::string::npos);
   EXPECT_NE(error_for("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_EQ(error_for(R"({"hidden_act": "gelu_new", "num_labels": 3})"), "no error");
 }

@@ -110,7 +110,8 @@ TEST(Vit, InitializationFollowsHuggingFace) {
 TEST(Vit, PresetsMatchTransformersSizes) {
   auto count = [](const char* name) {
     int64_t n = 0;
-    for (auto& [k, s] : nn::ViTForImageClassification(nn::ViTConfig::preset(name)).parameter_shapes())
+    for (auto& [k, s] :
+         nn::ViTForImageClassification(nn::ViTConfig::preset(name)).parameter_shapes())
       n += numel(s);
     return n;
   };

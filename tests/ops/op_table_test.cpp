@@ -16,9 +16,15 @@ struct Input {
   enum Kind { Float, Int, Bool } kind = Float;
   double lo = -2, hi = 2;  // value range (ints: [lo, hi))
 };
-Input F(Shape s, double lo = -2, double hi = 2) { return {std::move(s), Input::Float, lo, hi}; }
-Input I(Shape s, int lo, int hi) { return {std::move(s), Input::Int, double(lo), double(hi)}; }
-Input B(Shape s) { return {std::move(s), Input::Bool}; }
+Input F(Shape s, double lo = -2, double hi = 2) {
+  return {std::move(s), Input::Float, lo, hi};
+}
+Input I(Shape s, int lo, int hi) {
+  return {std::move(s), Input::Int, double(lo), double(hi)};
+}
+Input B(Shape s) {
+  return {std::move(s), Input::Bool};
+}
 
 using Fn = std::function<Array(const std::vector<Array>&)>;
 using Ref = std::function<Host(const std::vector<Host>&)>;
@@ -50,7 +56,8 @@ DType dtype_for(const Input& in, DType fdt) {
 
 std::vector<Array> arrays(const Case& c, const std::vector<Host>& hs, DType fdt) {
   std::vector<Array> out;
-  for (size_t i = 0; i < hs.size(); ++i) out.push_back(from_host(hs[i], dtype_for(c.inputs[i], fdt)));
+  for (size_t i = 0; i < hs.size(); ++i)
+    out.push_back(from_host(hs[i], dtype_for(c.inputs[i], fdt)));
   return out;
 }
 
@@ -67,8 +74,7 @@ void expect_close(const Host& got, const Host& want, double rel, const std::stri
   double scale = 1e-30;
   for (double w : want.v) scale = std::max(scale, std::fabs(w));
   for (size_t i = 0; i < want.v.size(); ++i)
-    ASSERT_NEAR(got.v[i], want.v[i], rel * std::max(1.0, scale))
-        << what << " at flat index " << i;
+    ASSERT_NEAR(got.v[i], want.v[i], rel * std::max(1.0, scale)) << what << " at flat index " << i;
 }
 
 Host binary_ref(const std::vector<Host>& h, double (*f)(double, double)) {
@@ -77,25 +83,34 @@ Host binary_ref(const std::vector<Host>& h, double (*f)(double, double)) {
 Host unary_ref(const std::vector<Host>& h, double (*f)(double)) {
   return ref_map(h, [f](const double* a) { return f(a[0]); });
 }
-double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+}
 double gelu_tanh_ref(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
-double fd_deriv(double (*f)(double), double x) { return (f(x + 1e-5) - f(x - 1e-5)) / 2e-5; }
+double fd_deriv(double (*f)(double), double x) {
+  return (f(x + 1e-5) - f(x - 1e-5)) / 2e-5;
+}
 
 std::vector<Case> cases() {
   std::vector<Case> c;
   auto unary = [&](std::string name, Array (*op)(const Array&), double (*ref)(double),
                    double lo = -2, double hi = 2, Shape s = {3, 4}) {
-    c.push_back({name, {F(s, lo, hi)}, [op](auto& x) { return op(x[0]); },
+    c.push_back({name,
+                 {F(s, lo, hi)},
+                 [op](auto& x) { return op(x[0]); },
                  [ref](auto& h) { return unary_ref(h, ref); }});
   };
   unary("neg", neg, [](double x) { return -x; });
   unary("exp", exp, [](double x) { return std::exp(x); });
   unary("exp_rank0", exp, [](double x) { return std::exp(x); }, -2, 2, {});
-  unary("log", log, [](double x) { return std::log(x); }, 0.2, 3);
-  unary("sqrt", sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3);
-  unary("rsqrt", rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.2, 3);
+  unary(
+      "log", log, [](double x) { return std::log(x); }, 0.2, 3);
+  unary(
+      "sqrt", sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3);
+  unary(
+      "rsqrt", rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.2, 3);
   unary("tanh", tanh, [](double x) { return std::tanh(x); });
   unary("erf", erf, [](double x) { return std::erf(x); });
   unary("gelu", gelu, gelu_ref, -4, 4, {5, 7});
@@ -104,16 +119,25 @@ std::vector<Case> cases() {
   unary("abs", abs, [](double x) { return std::fabs(x); });
   unary("square", square, [](double x) { return x * x; });
   // Backward-only primitives: forward checked against derivatives of their forward op.
-  c.push_back({"gelu_grad", {F({4, 6}, -4, 4)}, [](auto& x) { return gelu_grad(x[0]); },
+  c.push_back({"gelu_grad",
+               {F({4, 6}, -4, 4)},
+               [](auto& x) { return gelu_grad(x[0]); },
                [](auto& h) { return unary_ref(h, [](double x) { return fd_deriv(gelu_ref, x); }); },
-               2e-6, false});
-  c.push_back({"gelu_tanh_grad", {F({4, 6}, -4, 4)}, [](auto& x) { return gelu_tanh_grad(x[0]); },
-               [](auto& h) { return unary_ref(h, [](double x) { return fd_deriv(gelu_tanh_ref, x); }); },
-               2e-6, false});
+               2e-6,
+               false});
+  c.push_back(
+      {"gelu_tanh_grad",
+       {F({4, 6}, -4, 4)},
+       [](auto& x) { return gelu_tanh_grad(x[0]); },
+       [](auto& h) { return unary_ref(h, [](double x) { return fd_deriv(gelu_tanh_ref, x); }); },
+       2e-6,
+       false});
 
   auto binary = [&](std::string name, Array (*op)(const Array&, const Array&),
                     double (*ref)(double, double), Shape a, Shape b, double lo = -2) {
-    c.push_back({name, {F(a, lo), F(b, lo)}, [op](auto& x) { return op(x[0], x[1]); },
+    c.push_back({name,
+                 {F(a, lo), F(b, lo)},
+                 [op](auto& x) { return op(x[0], x[1]); },
                  [ref](auto& h) { return binary_ref(h, ref); }});
   };
   auto plus = [](double a, double b) { return a + b; };
@@ -125,16 +149,24 @@ std::vector<Case> cases() {
   binary("add_rank0", add, plus, {}, {});
   binary("sub_broadcast", subtract, [](double a, double b) { return a - b; }, {3, 1}, {1, 5});
   binary("mul_broadcast", multiply, mul, {2, 3, 4}, {3, 1});
-  binary("div", divide, [](double a, double b) { return a / b; }, {3, 4}, {4}, 0.5);
+  binary(
+      "div", divide, [](double a, double b) { return a / b; }, {3, 4}, {4}, 0.5);
   binary("maximum", maximum, [](double a, double b) { return std::max(a, b); }, {3, 4}, {3, 4});
   binary("minimum_broadcast", minimum, [](double a, double b) { return std::min(a, b); }, {3, 4},
          {1, 4});
   auto compare = [&](std::string name, Array (*op)(const Array&, const Array&),
                      bool (*ref)(double, double)) {
-    c.push_back({name, {I({3, 4}, -2, 2), I({4}, -2, 2)},
-                 [op](auto& x) { return astype(op(astype(x[0], DType::f32), astype(x[1], DType::f32)), DType::f32); },
-                 [ref](auto& h) { return ref_map(h, [ref](const double* a) { return ref(a[0], a[1]) ? 1.0 : 0.0; }); },
-                 0, false});
+    c.push_back(
+        {name,
+         {I({3, 4}, -2, 2), I({4}, -2, 2)},
+         [op](auto& x) {
+           return astype(op(astype(x[0], DType::f32), astype(x[1], DType::f32)), DType::f32);
+         },
+         [ref](auto& h) {
+           return ref_map(h, [ref](const double* a) { return ref(a[0], a[1]) ? 1.0 : 0.0; });
+         },
+         0,
+         false});
   };
   compare("equal", equal, [](double a, double b) { return a == b; });
   compare("not_equal", not_equal, [](double a, double b) { return a != b; });
@@ -142,26 +174,36 @@ std::vector<Case> cases() {
   compare("less_equal", less_equal, [](double a, double b) { return a <= b; });
   compare("greater", greater, [](double a, double b) { return a > b; });
   compare("greater_equal", greater_equal, [](double a, double b) { return a >= b; });
-  c.push_back({"where", {B({3, 4}), F({3, 4}), F({4})},
-               [](auto& x) { return where(x[0], x[1], x[2]); },
-               [](auto& h) { return ref_map(h, [](const double* a) { return a[0] ? a[1] : a[2]; }); }});
-  c.push_back({"cast_roundtrip", {F({3, 4})},
+  c.push_back(
+      {"where",
+       {B({3, 4}), F({3, 4}), F({4})},
+       [](auto& x) { return where(x[0], x[1], x[2]); },
+       [](auto& h) { return ref_map(h, [](const double* a) { return a[0] ? a[1] : a[2]; }); }});
+  c.push_back({"cast_roundtrip",
+               {F({3, 4})},
                [](auto& x) { return astype(astype(x[0], DType::i64), x[0].dtype()); },
-               [](auto& h) { return unary_ref(h, [](double x) { return std::trunc(x); }); }, 0, false});
-  c.push_back({"stop_gradient", {F({3, 4}), F({3, 4})},
-               [](auto& x) { return x[0] * stop_gradient(x[1]) + x[1]; },
-               [](auto& h) { return ref_map(h, [](const double* a) { return a[0] * a[1] + a[1]; }); },
-               2e-6, false});  // its VJP differs from finite differences by design: see autodiff_test
+               [](auto& h) { return unary_ref(h, [](double x) { return std::trunc(x); }); },
+               0,
+               false});
+  c.push_back(
+      {"stop_gradient",
+       {F({3, 4}), F({3, 4})},
+       [](auto& x) { return x[0] * stop_gradient(x[1]) + x[1]; },
+       [](auto& h) { return ref_map(h, [](const double* a) { return a[0] * a[1] + a[1]; }); },
+       2e-6,
+       false});  // its VJP differs from finite differences by design: see autodiff_test
 
   // reductions
   auto red = [&](std::string name, Shape s, std::vector<int> axes, bool keep, RefReduce kind) {
-    c.push_back({name, {F(s)},
+    c.push_back({name,
+                 {F(s)},
                  [=](auto& x) {
                    if (kind == RefReduce::Sum) return sum(x[0], axes, keep);
                    if (kind == RefReduce::Max) return max(x[0], axes, keep);
                    return astype(argmax(x[0], axes[0], keep), DType::f32);
                  },
-                 [=](auto& h) { return ref_reduce(h[0], axes, keep, kind); }, 2e-6,
+                 [=](auto& h) { return ref_reduce(h[0], axes, keep, kind); },
+                 2e-6,
                  kind != RefReduce::Argmax});
   };
   red("sum_all", {3, 4}, {}, false, RefReduce::Sum);
@@ -174,7 +216,9 @@ std::vector<Case> cases() {
   red("max_cols", {4, 6}, {0}, true, RefReduce::Max);
   red("argmax_rows", {4, 6}, {1}, false, RefReduce::Argmax);
   red("argmax_cols_keepdims", {4, 6}, {0}, true, RefReduce::Argmax);
-  c.push_back({"mean", {F({3, 4})}, [](auto& x) { return mean(x[0], {1}); },
+  c.push_back({"mean",
+               {F({3, 4})},
+               [](auto& x) { return mean(x[0], {1}); },
                [](auto& h) {
                  Host r = ref_reduce(h[0], {1}, false, RefReduce::Sum);
                  for (auto& v : r.v) v /= 4;
@@ -183,9 +227,13 @@ std::vector<Case> cases() {
 
   // matmul
   auto mm = [&](std::string name, Shape a, Shape b, bool ta, bool tb) {
-    c.push_back({name, {F(a), F(b)},
-                 [=](auto& x) { return matmul(x[0], x[1], {ta, tb, std::nullopt}); },
-                 [=](auto& h) { return ref_matmul(h[0], h[1], ta, tb); }, 1e-5});
+    c.push_back({name,
+                 {F(a), F(b)},
+                 [=](auto& x) {
+                   return matmul(x[0], x[1], {ta, tb, std::nullopt});
+                 },
+                 [=](auto& h) { return ref_matmul(h[0], h[1], ta, tb); },
+                 1e-5});
   };
   mm("matmul", {3, 4}, {4, 5}, false, false);
   mm("matmul_ta", {4, 3}, {4, 5}, true, false);
@@ -201,50 +249,87 @@ std::vector<Case> cases() {
   mm("matmul_4d", {2, 2, 3, 4}, {2, 2, 4, 3}, false, false);
 
   // layout
-  c.push_back({"reshape", {F({2, 6})}, [](auto& x) { return reshape(x[0], {3, -1}) * 1.0; },
-               [](auto& h) { return Host{{3, 4}, h[0].v}; }});
-  c.push_back({"transpose_3d", {F({2, 3, 4})}, [](auto& x) { return transpose(x[0], {2, 0, 1}); },
-               [](auto& h) { return ref_transpose(h[0], {2, 0, 1}); }});
-  c.push_back({"transpose_tiled", {F({40, 50})}, [](auto& x) { return transpose(x[0]); },
-               [](auto& h) { return ref_transpose(h[0], {1, 0}); }, 0});
-  c.push_back({"swapaxes_batched", {F({3, 20, 17})}, [](auto& x) { return swapaxes(x[0], 1, 2); },
-               [](auto& h) { return ref_transpose(h[0], {0, 2, 1}); }, 0});
-  c.push_back({"broadcast_to", {F({3, 1})}, [](auto& x) { return broadcast_to(x[0], {2, 3, 4}); },
+  c.push_back({"reshape",
+               {F({2, 6})},
+               [](auto& x) {
+                 return reshape(x[0], {3, -1}) * 1.0;
+               },
+               [](auto& h) {
+                 return Host{{3, 4}, h[0].v};
+               }});
+  c.push_back({"transpose_3d",
+               {F({2, 3, 4})},
+               [](auto& x) {
+                 return transpose(x[0], {2, 0, 1});
+               },
+               [](auto& h) {
+                 return ref_transpose(h[0], {2, 0, 1});
+               }});
+  c.push_back({"transpose_tiled",
+               {F({40, 50})},
+               [](auto& x) { return transpose(x[0]); },
+               [](auto& h) {
+                 return ref_transpose(h[0], {1, 0});
+               },
+               0});
+  c.push_back({"swapaxes_batched",
+               {F({3, 20, 17})},
+               [](auto& x) { return swapaxes(x[0], 1, 2); },
+               [](auto& h) {
+                 return ref_transpose(h[0], {0, 2, 1});
+               },
+               0});
+  c.push_back({"broadcast_to",
+               {F({3, 1})},
+               [](auto& x) {
+                 return broadcast_to(x[0], {2, 3, 4});
+               },
                [](auto& h) {
                  Host z{{2, 3, 4}, std::vector<double>(24, 0)};
                  return ref_map({h[0], z}, [](const double* a) { return a[0]; });
                }});
-  c.push_back({"concatenate", {F({2, 3}), F({2, 2}), F({2, 1})},
+  c.push_back({"concatenate",
+               {F({2, 3}), F({2, 2}), F({2, 1})},
                [](auto& x) { return concatenate(x, 1); },
                [](auto& h) {
                  Host o{{2, 6}, {}};
                  for (int r = 0; r < 2; ++r)
                    for (auto* p : {&h[0], &h[1], &h[2]})
-                     for (int64_t k = 0; k < p->shape[1]; ++k) o.v.push_back(p->v[r * p->shape[1] + k]);
+                     for (int64_t k = 0; k < p->shape[1]; ++k)
+                       o.v.push_back(p->v[r * p->shape[1] + k]);
                  return o;
                }});
-  c.push_back({"slice_step", {F({5, 6})}, [](auto& x) { return slice(x[0], {1, 0}, {5, 6}, {2, 3}); },
+  c.push_back({"slice_step",
+               {F({5, 6})},
+               [](auto& x) {
+                 return slice(x[0], {1, 0}, {5, 6}, {2, 3});
+               },
                [](auto& h) {
                  Host o{{2, 2}, {}};
                  for (int i = 1; i < 5; i += 2)
                    for (int j = 0; j < 6; j += 3) o.v.push_back(h[0].v[i * 6 + j]);
                  return o;
                }});
-  c.push_back({"slice_negative", {F({4, 5})}, [](auto& x) { return slice(x[0], {-3}, {-1}); },
+  c.push_back({"slice_negative",
+               {F({4, 5})},
+               [](auto& x) { return slice(x[0], {-3}, {-1}); },
                [](auto& h) {
                  Host o{{2, 5}, {}};
                  for (int i = 1; i < 3; ++i)
                    for (int j = 0; j < 5; ++j) o.v.push_back(h[0].v[i * 5 + j]);
                  return o;
                }});
-  c.push_back({"take_rows", {F({5, 3}), I({4}, 0, 5)}, [](auto& x) { return take(x[0], x[1], 0); },
+  c.push_back({"take_rows",
+               {F({5, 3}), I({4}, 0, 5)},
+               [](auto& x) { return take(x[0], x[1], 0); },
                [](auto& h) {
                  Host o{{4, 3}, {}};
                  for (double i : h[1].v)
                    for (int j = 0; j < 3; ++j) o.v.push_back(h[0].v[int(i) * 3 + j]);
                  return o;
                }});
-  c.push_back({"take_axis1_2d_indices", {F({2, 5, 3}), I({2, 2}, -5, 5)},
+  c.push_back({"take_axis1_2d_indices",
+               {F({2, 5, 3}), I({2, 2}, -5, 5)},
                [](auto& x) { return take(x[0], x[1], 1); },
                [](auto& h) {
                  Host o{{2, 2, 2, 3}, {}};
@@ -255,27 +340,42 @@ std::vector<Case> cases() {
                    }
                  return o;
                }});
-  c.push_back({"one_hot", {I({2, 3}, 0, 4)}, [](auto& x) { return one_hot(x[0], 4); },
+  c.push_back({"one_hot",
+               {I({2, 3}, 0, 4)},
+               [](auto& x) { return one_hot(x[0], 4); },
                [](auto& h) {
                  Host o{{2, 3, 4}, std::vector<double>(24, 0)};
                  for (int i = 0; i < 6; ++i) o.v[i * 4 + int(h[0].v[i])] = 1;
                  return o;
                },
-               0, false});
+               0,
+               false});
 
   // fused
-  c.push_back({"softmax", {F({3, 7})}, [](auto& x) { return softmax(x[0]); },
+  c.push_back({"softmax",
+               {F({3, 7})},
+               [](auto& x) { return softmax(x[0]); },
                [](auto& h) { return ref_softmax(h[0], -1, false); }});
-  c.push_back({"softmax_axis0", {F({5, 3})}, [](auto& x) { return softmax(x[0], 0); },
+  c.push_back({"softmax_axis0",
+               {F({5, 3})},
+               [](auto& x) { return softmax(x[0], 0); },
                [](auto& h) { return ref_softmax(h[0], 0, false); }});
-  c.push_back({"log_softmax", {F({2, 3, 6})}, [](auto& x) { return log_softmax(x[0]); },
+  c.push_back({"log_softmax",
+               {F({2, 3, 6})},
+               [](auto& x) { return log_softmax(x[0]); },
                [](auto& h) { return ref_softmax(h[0], -1, true); }});
-  c.push_back({"layer_norm", {F({4, 8}), F({8}), F({8})},
+  c.push_back({"layer_norm",
+               {F({4, 8}), F({8}), F({8})},
                [](auto& x) { return layer_norm(x[0], x[1], x[2], 1e-5); },
-               [](auto& h) { return ref_layer_norm(h[0], &h[1], &h[2], 1e-5); }, 1e-5});
-  c.push_back({"layer_norm_plain_rank3", {F({2, 3, 8})}, [](auto& x) { return layer_norm(x[0], 1e-12); },
-               [](auto& h) { return ref_layer_norm(h[0], nullptr, nullptr, 1e-12); }, 1e-5});
-  c.push_back({"softmax_cross_entropy", {F({4, 6}), I({4}, 0, 6)},
+               [](auto& h) { return ref_layer_norm(h[0], &h[1], &h[2], 1e-5); },
+               1e-5});
+  c.push_back({"layer_norm_plain_rank3",
+               {F({2, 3, 8})},
+               [](auto& x) { return layer_norm(x[0], 1e-12); },
+               [](auto& h) { return ref_layer_norm(h[0], nullptr, nullptr, 1e-12); },
+               1e-5});
+  c.push_back({"softmax_cross_entropy",
+               {F({4, 6}), I({4}, 0, 6)},
                [](auto& x) { return softmax_cross_entropy(x[0], x[1]); },
                [](auto& h) {
                  Host ls = ref_softmax(h[0], -1, true);
@@ -283,7 +383,8 @@ std::vector<Case> cases() {
                  for (int r = 0; r < 4; ++r) o.v.push_back(-ls.v[r * 6 + int(h[1].v[r])]);
                  return o;
                }});
-  c.push_back({"softmax_cross_entropy_mean_rank3", {F({2, 3, 5}), I({2, 3}, 0, 5)},
+  c.push_back({"softmax_cross_entropy_mean_rank3",
+               {F({2, 3, 5}), I({2, 3}, 0, 5)},
                [](auto& x) { return mean(softmax_cross_entropy(x[0], x[1])); },
                [](auto& h) {
                  Host ls = ref_softmax(h[0], -1, true);
@@ -293,18 +394,35 @@ std::vector<Case> cases() {
                }});
 
   // non-contiguous inputs: the result of a transpose feeding other primitives
-  c.push_back({"add_after_transpose", {F({4, 3}), F({4})},
+  c.push_back({"add_after_transpose",
+               {F({4, 3}), F({4})},
                [](auto& x) { return transpose(x[0]) + x[1]; },
-               [](auto& h) { return ref_map({ref_transpose(h[0], {1, 0}), h[1]}, [](const double* a) { return a[0] + a[1]; }); }});
-  c.push_back({"layer_norm_after_transpose", {F({8, 3})},
+               [](auto& h) {
+                 return ref_map({ref_transpose(h[0], {1, 0}), h[1]},
+                                [](const double* a) { return a[0] + a[1]; });
+               }});
+  c.push_back({"layer_norm_after_transpose",
+               {F({8, 3})},
                [](auto& x) { return layer_norm(transpose(x[0]), 1e-5); },
-               [](auto& h) { return ref_layer_norm(ref_transpose(h[0], {1, 0}), nullptr, nullptr, 1e-5); }, 1e-5});
-  c.push_back({"matmul_after_transpose", {F({2, 4, 3}), F({4, 5})},
+               [](auto& h) {
+                 return ref_layer_norm(ref_transpose(h[0], {1, 0}), nullptr, nullptr, 1e-5);
+               },
+               1e-5});
+  c.push_back({"matmul_after_transpose",
+               {F({2, 4, 3}), F({4, 5})},
                [](auto& x) { return matmul(swapaxes(x[0], 1, 2), x[1]); },
-               [](auto& h) { return ref_matmul(ref_transpose(h[0], {0, 2, 1}), h[1], false, false); }, 1e-5});
-  c.push_back({"sum_after_transpose", {F({3, 4, 5})},
-               [](auto& x) { return sum(transpose(x[0], {1, 2, 0}), {0, 2}); },
-               [](auto& h) { return ref_reduce(ref_transpose(h[0], {1, 2, 0}), {0, 2}, false, RefReduce::Sum); }});
+               [](auto& h) {
+                 return ref_matmul(ref_transpose(h[0], {0, 2, 1}), h[1], false, false);
+               },
+               1e-5});
+  c.push_back({"sum_after_transpose",
+               {F({3, 4, 5})},
+               [](auto& x) {
+                 return sum(transpose(x[0], {1, 2, 0}), {0, 2});
+               },
+               [](auto& h) {
+                 return ref_reduce(ref_transpose(h[0], {1, 2, 0}), {0, 2}, false, RefReduce::Sum);
+               }});
 
   // large shapes split across threads (forward, f32)
   auto large = [&](Case k) {
@@ -312,30 +430,58 @@ std::vector<Case> cases() {
     k.grad = false;
     c.push_back(std::move(k));
   };
-  large({"large_add_broadcast", {F({1024, 1031}), F({1031})},
-         [](auto& x) { return x[0] + x[1]; }, [](auto& h) { return binary_ref(h, [](double a, double b) { return a + b; }); }});
-  large({"large_gelu", {F({3, 1000, 1000}, -5, 5)}, [](auto& x) { return gelu(x[0]); },
+  large({"large_add_broadcast",
+         {F({1024, 1031}), F({1031})},
+         [](auto& x) { return x[0] + x[1]; },
+         [](auto& h) { return binary_ref(h, [](double a, double b) { return a + b; }); }});
+  large({"large_gelu",
+         {F({3, 1000, 1000}, -5, 5)},
+         [](auto& x) { return gelu(x[0]); },
          [](auto& h) { return unary_ref(h, gelu_ref); }});
-  large({"large_exp", {F({2100000}, -20, 20)}, [](auto& x) { return exp(x[0]); },
-         [](auto& h) { return unary_ref(h, [](double x) { return std::exp(x); }); }, 3e-7});
-  large({"large_sum_rows", {F({4096, 700})}, [](auto& x) { return sum(x[0], {1}); },
-         [](auto& h) { return ref_reduce(h[0], {1}, false, RefReduce::Sum); }, 1e-5});
-  large({"large_sum_cols", {F({700, 4096})}, [](auto& x) { return sum(x[0], {0}); },
-         [](auto& h) { return ref_reduce(h[0], {0}, false, RefReduce::Sum); }, 1e-5});
-  large({"large_softmax", {F({512, 1000}, -10, 10)}, [](auto& x) { return softmax(x[0]); },
+  large({"large_exp",
+         {F({2100000}, -20, 20)},
+         [](auto& x) { return exp(x[0]); },
+         [](auto& h) { return unary_ref(h, [](double x) { return std::exp(x); }); },
+         3e-7});
+  large({"large_sum_rows",
+         {F({4096, 700})},
+         [](auto& x) { return sum(x[0], {1}); },
+         [](auto& h) { return ref_reduce(h[0], {1}, false, RefReduce::Sum); },
+         1e-5});
+  large({"large_sum_cols",
+         {F({700, 4096})},
+         [](auto& x) { return sum(x[0], {0}); },
+         [](auto& h) { return ref_reduce(h[0], {0}, false, RefReduce::Sum); },
+         1e-5});
+  large({"large_softmax",
+         {F({512, 1000}, -10, 10)},
+         [](auto& x) { return softmax(x[0]); },
          [](auto& h) { return ref_softmax(h[0], -1, false); }});
-  large({"large_layer_norm", {F({2048, 768}), F({768}), F({768})},
+  large({"large_layer_norm",
+         {F({2048, 768}), F({768}), F({768})},
          [](auto& x) { return layer_norm(x[0], x[1], x[2], 1e-12); },
-         [](auto& h) { return ref_layer_norm(h[0], &h[1], &h[2], 1e-12); }, 1e-5});
-  large({"large_transpose", {F({1000, 1500})}, [](auto& x) { return transpose(x[0]); },
-         [](auto& h) { return ref_transpose(h[0], {1, 0}); }, 0});
-  large({"large_matmul_batched", {F({24, 197, 64}), F({24, 197, 64})},
-         [](auto& x) { return matmul(x[0], x[1], {false, true, std::nullopt}); },
-         [](auto& h) { return ref_matmul(h[0], h[1], false, true); }, 2e-5});
+         [](auto& h) { return ref_layer_norm(h[0], &h[1], &h[2], 1e-12); },
+         1e-5});
+  large({"large_transpose",
+         {F({1000, 1500})},
+         [](auto& x) { return transpose(x[0]); },
+         [](auto& h) {
+           return ref_transpose(h[0], {1, 0});
+         },
+         0});
+  large({"large_matmul_batched",
+         {F({24, 197, 64}), F({24, 197, 64})},
+         [](auto& x) {
+           return matmul(x[0], x[1], {false, true, std::nullopt});
+         },
+         [](auto& h) { return ref_matmul(h[0], h[1], false, true); },
+         2e-5});
   return c;
 }
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class OpTable : public ::testing::TestWithParam<Case> {};
 
@@ -386,8 +532,8 @@ TEST_P(OpTableGrad, VjpMatchesFiniteDifferences) {
   std::normal_distribution<double> nd;
   for (auto& x : r.v) x = nd(rng);
   Array ct = from_host(r, DType::f64);
-  auto [outs, grads] = vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; },
-                           ins, {ct});
+  auto [outs, grads] =
+      vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; }, ins, {ct});
   auto objective = [&](const std::vector<Host>& h) {
     Host o = to_host(c.fn(arrays(c, h, DType::f64)));
     double s = 0;

@@ -16,7 +16,9 @@ struct Host {
   int64_t size() const { return numel(shape); }
 };
 
-inline Host to_host(const Array& a) { return {a.shape(), a.to_vector<double>()}; }
+inline Host to_host(const Array& a) {
+  return {a.shape(), a.to_vector<double>()};
+}
 inline Array from_host(const Host& h, DType dt) {
   Array a = Array::from_vector<double>(h.v, h.shape);
   return astype(a, dt);
@@ -106,7 +108,8 @@ inline Host ref_matmul(const Host& a, const Host& b, bool ta, bool tb) {
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += a.v[bi * sa + (ta ? p * m + i : i * k + p)] * b.v[bi * sb + (tb ? j * k + p : p * n + j)];
+          acc += a.v[bi * sa + (ta ? p * m + i : i * k + p)] *
+                 b.v[bi * sb + (tb ? j * k + p : p * n + j)];
         out.v[(bi * m + i) * n + j] = acc;
       }
   return out;

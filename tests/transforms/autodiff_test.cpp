@@ -73,8 +73,9 @@ TEST(Autodiff, CastCarriesGradientBackToTheInputDtype) {
 }
 
 TEST(Autodiff, VjpWithExplicitCotangents) {
-  auto [outs, cts] = vjp([](const std::vector<Array>& x) { return std::vector<Array>{x[0] * x[1]}; },
-                         {vec({1, 2}), vec({3, 4})}, {vec({10, 100})});
+  auto [outs, cts] =
+      vjp([](const std::vector<Array>& x) { return std::vector<Array>{x[0] * x[1]}; },
+          {vec({1, 2}), vec({3, 4})}, {vec({10, 100})});
   EXPECT_EQ(outs[0].to_vector<float>(), (std::vector<float>{3, 8}));
   EXPECT_EQ(cts[0].to_vector<float>(), (std::vector<float>{30, 400}));
   EXPECT_EQ(cts[1].to_vector<float>(), (std::vector<float>{10, 200}));

@@ -74,8 +74,8 @@ int run_demo(const DemoOptions& o) {
       std::printf("step %4d  loss %.4f  accuracy %.1f%%\n", step, loss, 100 * accuracy(params));
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%d steps in %.3f s (%.1f steps/s); final loss %.4f\n", o.steps, secs,
-              o.steps / secs, loss);
+  std::printf("%d steps in %.3f s (%.1f steps/s); final loss %.4f\n", o.steps, secs, o.steps / secs,
+              loss);
   return 0;
 }
 
@@ -121,8 +121,9 @@ int run_train(TrainFlags f) {
   if (f.mode == "torch_xla") f.mode = "lazy";
   if (f.mode == "jax") f.mode = "jit";
   if (f.compile_model && f.mode != "eager")
-    fail("train", "--compile-model goes with --mode eager (alias pytorch); lazy and jit compile "
-                  "the whole step already");
+    fail("train",
+         "--compile-model goes with --mode eager (alias pytorch); lazy and jit compile "
+         "the whole step already");
   if (f.threads > 0) set_num_threads(f.threads);
   default_schedule(f);
   train::TrainConfig cfg;
@@ -168,7 +169,8 @@ int run_train(TrainFlags f) {
       if (s.step == cfg.steps) std::printf("\n");
     } else {
       std::printf("step %lld/%lld  loss %.4f  %s%s\n", (long long)s.step, (long long)cfg.steps,
-                  s.loss, fmt_seconds(s.seconds).c_str(), s.step <= cfg.warmup ? "  (untimed)" : "");
+                  s.loss, fmt_seconds(s.seconds).c_str(),
+                  s.step <= cfg.warmup ? "  (untimed)" : "");
     }
     std::fflush(stdout);
   };
@@ -178,17 +180,18 @@ int run_train(TrainFlags f) {
               fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
               fmt_seconds(r.max).c_str(), (long long)(cfg.steps - cfg.warmup));
   std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
-              r.images_per_second, 100 * r.data_wait_share, fmt_seconds(r.first_step_seconds).c_str(),
-              r.peak_rss_mib);
+              r.images_per_second, 100 * r.data_wait_share,
+              fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
   if (f.mode != "eager" || f.compile_model)
-    std::printf("time to first step %s (compile %.0f ms); %llu compilation%s; arena %.0f MiB for "
-                "%.0f MiB of intermediates\n",
-                fmt_seconds(r.first_step_seconds).c_str(), r.compile_ms,
-                (unsigned long long)r.compiles, r.compiles == 1 ? "" : "s",
-                r.arena_bytes / 1048576.0, r.intermediate_bytes / 1048576.0);
-  std::printf("model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
-              "measured by an fp32 FMA loop on all threads)\n",
-              100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+    std::printf(
+        "time to first step %s (compile %.0f ms); %llu compilation%s; arena %.0f MiB for "
+        "%.0f MiB of intermediates\n",
+        fmt_seconds(r.first_step_seconds).c_str(), r.compile_ms, (unsigned long long)r.compiles,
+        r.compiles == 1 ? "" : "s", r.arena_bytes / 1048576.0, r.intermediate_bytes / 1048576.0);
+  std::printf(
+      "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
+      "measured by an fp32 FMA loop on all threads)\n",
+      100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
   if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
   return 0;
 }
@@ -224,7 +227,8 @@ int main(int argc, char** argv) {
   d->add_option("--lr", demo.lr, "SGD learning rate")->check(CLI::PositiveNumber);
   d->add_option("--mode", demo.mode, "execution mode")->check(CLI::IsMember({"eager", "lazy"}));
   d->add_option("--seed", demo.seed, "random seed");
-  d->add_option("--threads", demo.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
+  d->add_option("--threads", demo.threads, "CPU threads (default: all)")
+      ->check(CLI::PositiveNumber);
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags tf;
@@ -239,9 +243,12 @@ int main(int argc, char** argv) {
   t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
       ->check(CLI::ExistingFile)
       ->excludes(model_opt);
-  t->add_option("--steps", tf.steps, "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
+  t->add_option(
+       "--steps", tf.steps,
+       "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
       ->check(CLI::PositiveNumber);
-  t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")->check(CLI::NonNegativeNumber);
+  t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
+      ->check(CLI::NonNegativeNumber);
   t->add_option("--lr", tf.lr, "SGD learning rate")->check(CLI::NonNegativeNumber);
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
@@ -249,8 +256,11 @@ int main(int argc, char** argv) {
   t->add_option("--log-json", tf.log_json, "write one JSON object per step to this file");
 
   GradFlags gf;
-  auto* g = app.add_subcommand("grad", "one forward and backward pass; writes logits, loss and gradients");
-  g->add_option("--config", gf.config, "HuggingFace config.json")->required()->check(CLI::ExistingFile);
+  auto* g = app.add_subcommand("grad",
+                               "one forward and backward pass; writes logits, loss and gradients");
+  g->add_option("--config", gf.config, "HuggingFace config.json")
+      ->required()
+      ->check(CLI::ExistingFile);
   g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
       ->required()
       ->check(CLI::ExistingFile);
@@ -258,7 +268,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--out", gf.out, "output safetensors")->required();
-  g->add_option("--layout", gf.layout, "layout of pixel_values")->check(CLI::IsMember({"nchw", "nhwc"}));
+  g->add_option("--layout", gf.layout, "layout of pixel_values")
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
 
   if (argc > 1 && argv[1][0] != '-') {
     std::string cmd = argv[1];

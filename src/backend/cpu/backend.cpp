@@ -27,6 +27,8 @@ void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads", "thread count must be positive, got " + std::to_string(n));
   omp_set_num_threads(n);
 }
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace kiln

@@ -99,9 +99,9 @@ inline float exp_approx(float x) {
   // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
   float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f + r * (0.04166664928f +
-                                                                   r * (0.008333335072f +
-                                                                        r * 0.001388888922f)))));
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f +
+                                                r * (0.04166664928f + r * (0.008333335072f +
+                                                                           r * 0.001388888922f)))));
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
@@ -205,8 +205,7 @@ void for_each_strided(const StridedView& v, int64_t cost, F&& f) {
       for (int d = r - 1; d > 0 && idx[d] == v.shape[d]; --d) {
         idx[d] = 0;
         ++idx[d - 1];
-        for (int k = 0; k < N; ++k)
-          off[k] += v.strides[k][d - 1] - v.shape[d] * v.strides[k][d];
+        for (int k = 0; k < N; ++k) off[k] += v.strides[k][d - 1] - v.shape[d] * v.strides[k][d];
       }
     }
   });

@@ -73,9 +73,8 @@ void binary_apply(const std::vector<Array>& in, ArrayNode& out, F f) {
     }
   };
   if (in[0].shape() == out.shape && in[1].shape() == out.shape) {
-    parallel_for(numel(out.shape), 1, [&](int64_t b0, int64_t e) {
-      apply(y + b0, a + b0, 1, b + b0, 1, e - b0);
-    });
+    parallel_for(numel(out.shape), 1,
+                 [&](int64_t b0, int64_t e) { apply(y + b0, a + b0, 1, b + b0, 1, e - b0); });
     return;
   }
   auto v = make_broadcast_view(out.shape, {in[0].shape(), in[1].shape()});
@@ -118,8 +117,7 @@ void compare_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode&
       case Op::Less: return binary_apply<T, bool>(in, out, [](A x, A y) { return x < y; });
       case Op::LessEqual: return binary_apply<T, bool>(in, out, [](A x, A y) { return x <= y; });
       case Op::Greater: return binary_apply<T, bool>(in, out, [](A x, A y) { return x > y; });
-      case Op::GreaterEqual:
-        return binary_apply<T, bool>(in, out, [](A x, A y) { return x >= y; });
+      case Op::GreaterEqual: return binary_apply<T, bool>(in, out, [](A x, A y) { return x >= y; });
       default: fail(p.name(), "not a comparison primitive");
     }
   });

@@ -55,8 +55,7 @@ void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
       int64_t outer = 1;
       for (size_t d = 0; d + 2 < r; ++d) outer *= v.shape[d];
       bool plain_outer = true;  // outer axes contiguous in both
-      for (size_t d = 0; d + 2 < r; ++d)
-        plain_outer &= v.strides[0][d] == v.strides[1][d];
+      for (size_t d = 0; d + 2 < r; ++d) plain_outer &= v.strides[0][d] == v.strides[1][d];
       if (plain_outer && (r == 2 || v.strides[0][r - 3] == rows * cols)) {
         constexpr int64_t B = 32;
         int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;

@@ -97,10 +97,9 @@ void run_primitive(const GemmShape& s, const void* a, const void* b, void* c) {
   // Scratchpad from kiln's caching allocator: no fresh pages per call.
   Buffer scratch(&cpu_allocator(), std::max<size_t>(mm.scratchpad_bytes, 1), Device::cpu());
   dnnl::memory sm(mm.pd.scratchpad_desc(), eng, scratch.data());
-  mm.prim.execute(stream, {{DNNL_ARG_SRC, am},
-                           {DNNL_ARG_WEIGHTS, bm},
-                           {DNNL_ARG_DST, cm},
-                           {DNNL_ARG_SCRATCHPAD, sm}});
+  mm.prim.execute(
+      stream,
+      {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   stream.wait();
 }
 
@@ -151,7 +150,8 @@ void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
     std::memset(c, 0, numel(out.shape) * size_of(out.dtype));
     return;
   }
-  if (s.in == DType::f64) return gemm_f64(s, a.data<double>(), b.data<double>(), static_cast<double*>(c));
+  if (s.in == DType::f64)
+    return gemm_f64(s, a.data<double>(), b.data<double>(), static_cast<double*>(c));
   if (s.in == DType::f32 && s.batch_a == 1 && s.batch_b == 1) {
     dnnl_status_t st = dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f,
                                   a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
@@ -164,6 +164,8 @@ void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
 
 }  // namespace
 
-void register_matmul(KernelTable& t) { t.kernels[static_cast<int>(Op::Matmul)] = matmul_kernel; }
+void register_matmul(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Matmul)] = matmul_kernel;
+}
 
 }  // namespace kiln::cpu

@@ -107,7 +107,8 @@ void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
         row_stats(xs, c, eps, mean, rstd);
         if (affine) {
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k) ys[k] = st<T>((ld(xs[k]) - mean) * rstd * ld(g[k]) + ld(b[k]));
+          for (int64_t k = 0; k < c; ++k)
+            ys[k] = st<T>((ld(xs[k]) - mean) * rstd * ld(g[k]) + ld(b[k]));
         } else {
 #pragma omp simd
           for (int64_t k = 0; k < c; ++k) ys[k] = st<T>((ld(xs[k]) - mean) * rstd);

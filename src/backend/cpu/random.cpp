@@ -1,6 +1,6 @@
 // kiln cpu backend: random draws. Element i depends only on (key, i).
-#include "backend/cpu/kernels.h"
 #include "kiln/random.h"
+#include "backend/cpu/kernels.h"
 
 namespace kiln::cpu {
 namespace {
@@ -34,6 +34,8 @@ void random_kernel(const Primitive& p, const std::vector<Array>&, ArrayNode& out
 
 }  // namespace
 
-void register_random(KernelTable& t) { t.kernels[static_cast<int>(Op::Random)] = random_kernel; }
+void register_random(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Random)] = random_kernel;
+}
 
 }  // namespace kiln::cpu
