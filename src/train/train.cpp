@@ -70,6 +70,15 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   if (cfg.warmup < 0 || cfg.warmup >= cfg.steps)
     fail("train", "--warmup must lie in [0, --steps), got " + std::to_string(cfg.warmup) +
                       " with --steps " + std::to_string(cfg.steps));
+  bool dropout = cfg.model.hidden_dropout_prob > 0 || cfg.model.attention_probs_dropout_prob > 0;
+  if (cfg.mode != "eager" && cfg.mode != "lazy" && cfg.mode != "jit")
+    fail("train", "mode '" + cfg.mode + "', expected eager, lazy or jit");
+  if (cfg.compile_model && cfg.mode != "eager")
+    fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
+  if (dropout && cfg.mode != "eager")
+    fail("train", "dropout under --mode " + cfg.mode +
+                      " would bake one dropout mask into the compiled step; use --mode eager "
+                      "or a config without dropout");
   nn::ViTForImageClassification model(cfg.model);
   auto keys = random::split(random::Key(cfg.seed), 3);
   Params params = model.init(keys[0]);
@@ -86,7 +95,6 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   data::Loader loader(std::make_shared<data::RandomImages>(dopt),
                       {.batch_size = cfg.batch_size, .workers = cfg.workers, .prefetch = 2});
 
-  bool dropout = cfg.model.hidden_dropout_prob > 0 || cfg.model.attention_probs_dropout_prob > 0;
   auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const random::Key& k) {
     nn::ApplyOptions opt{cfg.layout, dropout, k};
     return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
@@ -101,14 +109,6 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
     if (!log) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
 
-  if (cfg.mode != "eager" && cfg.mode != "lazy" && cfg.mode != "jit")
-    fail("train", "mode '" + cfg.mode + "', expected eager, lazy or jit");
-  if (cfg.compile_model && cfg.mode != "eager")
-    fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
-  if (dropout && cfg.mode != "eager")
-    fail("train", "dropout under --mode " + cfg.mode +
-                      " would bake one dropout mask into the compiled step; use --mode eager "
-                      "or a config without dropout");
   std::vector<std::string> names;
   for (auto& [name, p] : params) names.push_back(name);
   const size_t np = names.size();

@@ -88,6 +88,24 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   std::filesystem::remove(log);
 }
 
+TEST(Cli, DropoutIsRefusedInCompiledModesAndRunsEagerly) {
+  std::string cfg = temp_path("dropout.json");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
+  c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
+  c.intermediate_size = 64, c.num_hidden_layers = 1, c.num_labels = 10;
+  c.hidden_dropout_prob = 0.1;
+  io::save_vit_config(cfg, c);
+  CliRun jit =
+      kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 --batch-size 4 --mode jit");
+  EXPECT_NE(jit.status, 0);
+  EXPECT_NE(jit.output.find("dropout under --mode jit would bake one dropout mask"),
+            std::string::npos)
+      << jit.output;
+  CliRun eager = kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 --batch-size 4");
+  EXPECT_EQ(eager.status, 0) << eager.output;
+  std::filesystem::remove(cfg);
+}
+
 TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/",
               out = temp_path("grads.safetensors");
