@@ -43,6 +43,10 @@ struct ApplyOptions {
   Layout layout = Layout::NCHW;
   bool train = false;       // dropout active
   random::Key dropout_key;  // used when train and a dropout probability is > 0
+  // When set, the dropout key comes from this i32[2] array (random::key_array)
+  // instead: a compiled step takes it as an argument and draws anew each call.
+  // Both give the same masks for the same key.
+  Array dropout_key_array;
 };
 
 // ViTForImageClassification with HuggingFace's parameter names and shapes.

@@ -122,6 +122,10 @@ struct RandomAttrs {
   double a, b;  // uniform [a,b); truncated normal bounds [a,b]; bernoulli p = a
   Shape shape;
   DType dtype;
+  // When set, the key is fold_in(key, fold_data). An optional i32[2] input
+  // holds the key's bits instead of `key` (a key passed to a compiled function).
+  bool fold = false;
+  uint32_t fold_data = 0;
   bool operator==(const RandomAttrs&) const = default;
 };
 

@@ -29,6 +29,12 @@ Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0, 
                        DType dtype = DType::f32);
 Array bernoulli(const Key& key, const Shape& shape, double p = 0.5);  // bool
 
+// A key as an i32[2] array of its bits: a key that a compiled function takes
+// as an argument, so that each call draws anew (as JAX passes keys to jit).
+Array key_array(const Key& key);
+// bernoulli(fold_in(key, data), shape, p) for a key held in an array.
+Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p = 0.5);
+
 // Threefry-2x32 with 20 rounds: the block function used by all of the above.
 void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
 

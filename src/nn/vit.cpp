@@ -33,16 +33,21 @@ Array activation(Activation act, const Array& x) {
 // Inverted dropout: kept values are scaled by 1/(1-p).
 class Dropout {
  public:
-  Dropout(const ApplyOptions& opt) : active_(opt.train), key_(opt.dropout_key) {}
+  Dropout(const ApplyOptions& opt)
+      : active_(opt.train), key_(opt.dropout_key), key_array_(opt.dropout_key_array) {}
   Array operator()(const Array& x, double p) {
     if (!active_ || p <= 0) return x;
-    Array keep = random::bernoulli(random::fold_in(key_, counter_++), x.shape(), 1.0 - p);
+    uint32_t site = counter_++;
+    Array keep = key_array_.valid()
+                     ? random::bernoulli(key_array_, site, x.shape(), 1.0 - p)
+                     : random::bernoulli(random::fold_in(key_, site), x.shape(), 1.0 - p);
     return where(keep, x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
   }
 
  private:
   bool active_;
   random::Key key_;
+  Array key_array_;
   uint32_t counter_ = 0;
 };
 

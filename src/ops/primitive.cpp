@@ -87,6 +87,7 @@ size_t Primitive::hash() const {
           h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
           h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
           h = mix(mix_shape(h, a.shape), static_cast<size_t>(a.dtype));
+          h = mix(mix(h, a.fold), a.fold_data);
         }
       },
       attrs_);

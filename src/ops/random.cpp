@@ -152,6 +152,20 @@ Array truncated_normal(const Key& key, const Shape& shape, double lower, double 
               "random.truncated_normal");
 }
 
+Array key_array(const Key& key) {
+  std::vector<int32_t> bits{static_cast<int32_t>(key.k[0]), static_cast<int32_t>(key.k[1])};
+  return Array::from_vector(bits, {2});
+}
+
+Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p) {
+  if (!key.valid() || key.shape() != Shape{2} || key.dtype() != DType::i32)
+    fail("random.bernoulli", "a key array must be i32 of shape (2), as random::key_array makes");
+  if (!(p >= 0 && p <= 1))
+    fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));
+  RandomAttrs attrs{{0, 0}, RandomKind::Bernoulli, p, 0, shape, DType::bool_, true, data};
+  return make_array(Primitive(Op::Random, attrs), {key}, shape, DType::bool_);
+}
+
 Array bernoulli(const Key& key, const Shape& shape, double p) {
   if (!(p >= 0 && p <= 1))
     fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));

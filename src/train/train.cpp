@@ -75,10 +75,6 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
     fail("train", "mode '" + cfg.mode + "', expected eager, lazy or jit");
   if (cfg.compile_model && cfg.mode != "eager")
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
-  if (dropout && cfg.mode != "eager")
-    fail("train", "dropout under --mode " + cfg.mode +
-                      " would bake one dropout mask into the compiled step; use --mode eager "
-                      "or a config without dropout");
   nn::ViTForImageClassification model(cfg.model);
   auto keys = random::split(random::Key(cfg.seed), 3);
   Params params = model.init(keys[0]);
@@ -95,9 +91,13 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   data::Loader loader(std::make_shared<data::RandomImages>(dopt),
                       {.batch_size = cfg.batch_size, .workers = cfg.workers, .prefetch = 2});
 
-  auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const random::Key& k) {
-    nn::ApplyOptions opt{cfg.layout, dropout, k};
+  auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const nn::ApplyOptions& opt) {
     return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
+  };
+  // Compiled steps take the step's dropout key as their last argument.
+  auto traced_options = [&](const std::vector<Array>& args, size_t np) {
+    return nn::ApplyOptions{
+        .layout = cfg.layout, .train = dropout, .dropout_key_array = args[np + 2]};
   };
 
   TrainReport report;
@@ -115,7 +115,8 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   // The whole step as a function of (parameters..., images, labels).
   auto step_fn = [&](const std::vector<Array>& args) {
     Params p = unflatten(names, args);
-    auto [loss, grads] = value_and_grad(loss_fn)(p, args[np], args[np + 1], random::Key(0));
+    auto [loss, grads] =
+        value_and_grad(loss_fn)(p, args[np], args[np + 1], traced_options(args, np));
     auto [next, st] = sgd.update(grads, state, p);
     std::vector<Array> out = flatten(next);
     out.push_back(loss);
@@ -124,7 +125,8 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   // Forward and backward only (for --compile-model): (loss, grads...).
   auto grad_fn = [&](const std::vector<Array>& args) {
     Params p = unflatten(names, args);
-    auto [loss, grads] = value_and_grad(loss_fn)(p, args[np], args[np + 1], random::Key(0));
+    auto [loss, grads] =
+        value_and_grad(loss_fn)(p, args[np], args[np + 1], traced_options(args, np));
     std::vector<Array> out{loss};
     for (auto& g : flatten(grads)) out.push_back(g);
     return out;
@@ -144,13 +146,15 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
     Array loss;
     if (cfg.mode == "eager" && !cfg.compile_model) {
       Params grads;
-      std::tie(loss, grads) = value_and_grad(loss_fn)(params, batch.images, batch.labels, step_key);
+      nn::ApplyOptions opt{.layout = cfg.layout, .train = dropout, .dropout_key = step_key};
+      std::tie(loss, grads) = value_and_grad(loss_fn)(params, batch.images, batch.labels, opt);
       std::tie(params, state) = sgd.update(grads, state, params);
       eval(params);
     } else if (cfg.mode == "eager") {
       std::vector<Array> args = flatten(params);
       args.push_back(batch.images);
       args.push_back(batch.labels);
+      args.push_back(random::key_array(step_key));
       auto out = jitted_grad(args);
       loss = out[0];
       std::tie(params, state) = sgd.update(unflatten(names, out, 1), state, params);
@@ -159,6 +163,7 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
       std::vector<Array> args = flatten(params);
       args.push_back(batch.images);
       args.push_back(batch.labels);
+      args.push_back(random::key_array(step_key));
       std::vector<Array> out;
       if (cfg.mode == "jit") {
         out = jitted_step(args);

@@ -99,3 +99,23 @@ TEST(Random, BadArgumentsAreNamed) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Random, KeyArraysDrawAsTheirKeysAndStayArgumentsUnderJit) {
+  random::Key key(11);
+  auto host = random::bernoulli(random::fold_in(key, 3), {1000}, 0.4).to_vector<bool>();
+  auto from_array = random::bernoulli(random::key_array(key), 3, {1000}, 0.4).to_vector<bool>();
+  EXPECT_EQ(host, from_array);
+  Jitted draw = jit([](const std::vector<Array>& k) {
+    return std::vector<Array>{random::bernoulli(k[0], 3, {1000}, 0.4)};
+  });
+  EXPECT_EQ(draw({random::key_array(key)})[0].to_vector<bool>(), host);
+  EXPECT_NE(draw({random::key_array(random::Key(12))})[0].to_vector<bool>(), host);
+  EXPECT_EQ(draw.cache_stats().compiles, 1u);
+  EXPECT_THROW(random::bernoulli(zeros({2}), 0, {3}), Error);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -5,9 +5,15 @@
 namespace kiln::cpu {
 namespace {
 
-void random_kernel(const Primitive& p, const std::vector<Array>&, ArrayNode& out) {
+void random_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   const auto& a = p.attrs<RandomAttrs>();
-  random::DrawSpec spec = random::draw_spec(random::Key(a.key[0], a.key[1]), a.kind, a.a, a.b);
+  random::Key key(a.key[0], a.key[1]);
+  if (!in.empty()) {  // the key's bits come from an i32[2] array
+    const int32_t* bits = in[0].data<int32_t>();
+    key = random::Key(static_cast<uint32_t>(bits[0]), static_cast<uint32_t>(bits[1]));
+  }
+  if (a.fold) key = random::fold_in(key, a.fold_data);
+  random::DrawSpec spec = random::draw_spec(key, a.kind, a.a, a.b);
   int64_t n = numel(out.shape);
   int64_t blocks = (n + 1) / 2;
   void* y = alloc_output(out);
