@@ -85,6 +85,13 @@ int run_info() {
   std::printf("threads:  %d (OpenMP)\n", num_threads());
   std::printf("oneDNN:   %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
               v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  const char* isa_name = isa == dnnl_cpu_isa_avx512_core_amx
+                             ? "AVX-512 with AMX (bf16 GEMMs on AMX)"
+                         : isa == dnnl_cpu_isa_avx512_core_bf16 ? "AVX-512 with BF16 (no AMX)"
+                         : isa == dnnl_cpu_isa_avx512_core_vnni ? "AVX-512 with VNNI"
+                                                                : "older than AVX-512 BF16";
+  std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
   std::printf("devices:  cpu\n");
   return 0;
 }
