@@ -27,7 +27,9 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         pt.save_pretrained(d, safe_serialization=False)
         fx = FlaxViTForImageClassification.from_pretrained(d, from_pt=True)
-    logits = fx(pixel_values=jnp.asarray(pixels.numpy())).logits
+    # NHWC into the Flax module, as bench/peers/jax_vit.py feeds it.
+    nhwc = jnp.asarray(pixels.permute(0, 2, 3, 1).numpy())
+    logits = fx.module.apply({"params": fx.params}, nhwc, deterministic=True).logits
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(labels.numpy())).mean()
     dl = float(np.abs(np.asarray(logits) - out.logits.numpy()).max())
     print(f"pytorch loss {out.loss.item():.7f}, jax loss {float(loss):.7f}, max |logits diff| {dl:.2e}")
