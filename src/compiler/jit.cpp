@@ -34,10 +34,10 @@ class LruCache {
   Value* find(size_t hash, const Key& key) {
     auto [b, e] = index_.equal_range(hash);
     for (auto it = b; it != e; ++it)
-      if (it->second->first == key) {
-        entries_.splice(entries_.begin(), entries_, it->second);
+      if (it->second->key == key) {
+        entries_.splice(entries_.begin(), entries_, it->second);  // most recently used first
         ++stats.hits;
-        return &it->second->second;
+        return &it->second->value;
       }
     ++stats.misses;
     return nullptr;
@@ -45,30 +45,31 @@ class LruCache {
   Value& insert(size_t hash, Key key, Value value) {
     ++stats.compiles;
     if (entries_.size() >= capacity_) {
-      auto& victim = entries_.back();
-      auto [b, e] = index_.equal_range(hashes_.at(&victim));
+      auto victim = std::prev(entries_.end());
+      auto [b, e] = index_.equal_range(victim->hash);
       for (auto it = b; it != e; ++it)
-        if (&*it->second == &victim) {
+        if (it->second == victim) {
           index_.erase(it);
           break;
         }
-      hashes_.erase(&victim);
-      entries_.pop_back();
+      entries_.erase(victim);
       ++stats.evictions;
     }
-    entries_.emplace_front(std::move(key), std::move(value));
+    entries_.push_front(Entry{hash, std::move(key), std::move(value)});
     index_.emplace(hash, entries_.begin());
-    hashes_[&entries_.front()] = hash;
-    return entries_.front().second;
+    return entries_.front().value;
   }
   CacheStats stats;
 
  private:
-  using Entry = std::pair<Key, Value>;
+  struct Entry {
+    size_t hash;
+    Key key;
+    Value value;
+  };
   size_t capacity_;
   std::list<Entry> entries_;
   std::unordered_multimap<size_t, typename std::list<Entry>::iterator> index_;
-  std::unordered_map<const Entry*, size_t> hashes_;
 };
 
 // One compiled signature of a jitted function: the executable and, for each
