@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The reference experiment with JAX/Flax: transformers'
-FlaxViTForImageClassification, a flax TrainState with optax SGD (lr 1e-3),
-the whole step under jax.jit with the state donated, random N(0,1) NHWC
-images, labels i % 1000, mean softmax cross-entropy. The Flax module is
-applied directly (its wrapper would take NCHW and transpose). A step is timed
-only after its loss is ready (block_until_ready)."""
+"""The reference experiment with JAX/Flax: the ViT of flax_vit.py (transformers'
+ViTForImageClassification in flax.linen, checked against PyTorch by
+check_parity.py; transformers 5 no longer ships a Flax ViT), a flax TrainState
+with optax SGD (lr 1e-3), the whole step under jax.jit with the state donated,
+random N(0,1) NHWC images, labels i % 1000, mean softmax cross-entropy. A step
+is timed only after its loss is ready (block_until_ready)."""
 import argparse
 import os
 
@@ -24,21 +24,21 @@ def main():
     import jax.numpy as jnp
     import optax
     from flax.training import train_state
-    from transformers import FlaxViTForImageClassification, ViTConfig
+
+    import flax_vit
 
     if args.device == "cuda":
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")  # the reference's tf32
-    config = ViTConfig(**common.vit_config_kwargs(args.model))
-    model = FlaxViTForImageClassification(config, seed=args.seed, _do_init=True)
-    state = train_state.TrainState.create(apply_fn=model.module.apply, params=model.params,
-                                          tx=optax.sgd(args.lr))
+    model = flax_vit.ViTForImageClassification(**common.PRESETS[args.model], num_labels=1000)
     n = args.batch_size
-    key = jax.random.PRNGKey(args.seed)
-    images = jax.random.normal(key, (n, 224, 224, 3), jnp.float32)  # NHWC
+    init_key, data_key = jax.random.split(jax.random.PRNGKey(args.seed))
+    images = jax.random.normal(data_key, (n, 224, 224, 3), jnp.float32)  # NHWC
+    params = model.init(init_key, images[:1])["params"]
+    state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(args.lr))
     labels = jnp.arange(n) % 1000
 
     def loss_fn(params, images, labels):
-        logits = state.apply_fn({"params": params}, images, deterministic=True).logits
+        logits = state.apply_fn({"params": params}, images)
         return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
     def step(state, images, labels):
