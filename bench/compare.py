@@ -125,7 +125,7 @@ def main():
         mem = r.get("peak_device_mib", r["peak_rss_mib"])
         md.append(f"| {r['name']} | {r['median']:.3f} s | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
                   f"{r['first_step_seconds']:.2f} s | {mem / 1024:.2f} GiB | "
-                  f"{(r['mfu'] or 0) * 100:.1f}% | {r['vs_fastest_peer']:.2f}x | "
+                  + (f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "—") + f" | {r['vs_fastest_peer']:.2f}x | "
                   + (f"{r['reference_formula']:.3f} |" if "reference_formula" in r else "— |"))
     md.append("\n'speed vs fastest peer' = the fastest peer's median step / this row's (above 1: faster). "
               "'reference formula' = what the reference script would print (sum of the timed steps / all "

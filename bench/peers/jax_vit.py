@@ -16,8 +16,7 @@ def main():
     common.add_common_args(p)
     args = p.parse_args()
     if args.threads:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
+        common.fail("jax_vit: --threads is not supported; XLA:CPU uses every core of the machine")
     if args.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
