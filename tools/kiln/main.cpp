@@ -181,6 +181,11 @@ int run_train(TrainFlags f) {
     }
     std::fflush(stdout);
   };
+  if (tty) {
+    // The first step also touches all memory (and compiles): say it started.
+    std::printf("step 0/%lld  first step running", (long long)cfg.steps);
+    std::fflush(stdout);
+  }
   train::TrainReport r = train::run(cfg, on_step);
   std::printf("average step time: %.6f\n", r.mean);
   std::printf("median %s, p90 %s, min %s, max %s over %lld timed steps\n",
