@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bench/train_modes.sh OUT_DIR [models...]}"
 shift
-models=("${@:-vit-tiny vit-small vit-base}")
+models=("$@")
 [ $# -eq 0 ] && models=(vit-tiny vit-small vit-base)
 mkdir -p "$out"
 bash scripts/build.sh kiln-cli >/dev/null

@@ -164,7 +164,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, 
   return plan;
 }
 
-bool plan_has_conflict(const Graph& g, const MemoryPlan& plan, std::string* why) {
+bool plan_has_conflict(const MemoryPlan& plan, std::string* why) {
   // Blocks are either disjoint in bytes, or disjoint in time; an in-place
   // successor starts exactly where its operand's life ends.
   std::vector<int> arena;
@@ -183,7 +183,6 @@ bool plan_has_conflict(const Graph& g, const MemoryPlan& plan, std::string* why)
         return true;
       }
     }
-  (void)g;
   return false;
 }
 

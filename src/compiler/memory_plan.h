@@ -36,6 +36,6 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, bool inplace);
 
 // True when two arena values' byte ranges overlap while both are live.
-bool plan_has_conflict(const Graph& g, const MemoryPlan& plan, std::string* why = nullptr);
+bool plan_has_conflict(const MemoryPlan& plan, std::string* why = nullptr);
 
 }  // namespace kiln::compiler

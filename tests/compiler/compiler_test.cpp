@@ -184,7 +184,7 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
   for (bool inplace : {false, true}) {
     auto plan = compiler::plan_memory(g, donated, inplace);
     std::string why;
-    EXPECT_FALSE(compiler::plan_has_conflict(g, plan, &why)) << why;
+    EXPECT_FALSE(compiler::plan_has_conflict(plan, &why)) << why;
     EXPECT_LT(plan.arena_bytes, plan.naive_bytes / 2) << "reuse should at least halve the memory";
     EXPECT_EQ(plan.donated, static_cast<int>(s.names.size())) << "every parameter updated in place";
     if (inplace) {
