@@ -35,7 +35,7 @@ namespace kiln {
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
   /* made by the compiler's fusion pass */                                               \
-  X(FusedElementwise, Fused)                                                             \
+  X(FusedElementwise, Fused) X(MatmulEpilogue, Fused)                                    \
   X(Random, Source)
 // clang-format on
 
@@ -146,9 +146,26 @@ struct FusedAttrs {
   bool operator==(const FusedAttrs&) const = default;
 };
 
-using Attrs =
-    std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs, AxisAttrs,
-                 SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs, FusedAttrs>;
+// A matmul whose result runs through elementwise steps before it is stored
+// (a GEMM epilogue). Inputs: a, b, then the operands of the binary steps.
+// Each step applies `op` to the running value (always the left operand) and,
+// for a binary op, input 2 + operand read as `read` (Whole: the output's
+// shape, Row: one value per output column, Scalar: one value).
+struct EpilogueStep {
+  Op op;
+  int operand;  // -1 for a unary op
+  FusedRead read;
+  bool operator==(const EpilogueStep&) const = default;
+};
+struct EpilogueAttrs {
+  MatmulAttrs mm;
+  std::vector<EpilogueStep> steps;
+  bool operator==(const EpilogueAttrs&) const = default;
+};
+
+using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
+                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
+                           RandomAttrs, FusedAttrs, EpilogueAttrs>;
 
 class Primitive {
  public:

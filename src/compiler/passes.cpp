@@ -266,6 +266,116 @@ Graph fuse_elementwise(const Graph& g) {
   return out;
 }
 
+namespace {
+
+bool epilogue_op(Op op, bool& binary, bool& commutes) {
+  switch (op) {
+    case Op::Add:
+    case Op::Mul:
+    case Op::Maximum:
+    case Op::Minimum: binary = commutes = true; return true;
+    case Op::Sub:
+    case Op::Div: binary = true, commutes = false; return true;
+    case Op::Gelu:
+    case Op::GeluTanh:
+    case Op::Relu:
+    case Op::Tanh:
+    case Op::Exp:
+    case Op::Abs:
+    case Op::Neg: binary = commutes = false; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+Graph fuse_matmul_epilogue(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> users(n);
+  std::vector<bool> is_output(n, false);
+  for (int i = 0; i < n; ++i)
+    for (int k : g.nodes[i].inputs) users[k].push_back(i);
+  for (int o : g.outputs) is_output[o] = true;
+  // For each fused matmul: the chain members after it and the attributes.
+  std::vector<int> root_of(n, -1);  // chain member -> the matmul it joins
+  std::vector<EpilogueAttrs> attrs(n);
+  std::vector<std::vector<int>> operands(n);
+  std::vector<int> last(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& mm = g.nodes[i];
+    if (mm.is_input() || mm.prim->op() != Op::Matmul || mm.dtype != DType::f32) continue;
+    DType in = g.nodes[mm.inputs[0]].dtype;
+    if ((in != DType::f32 && in != DType::bf16) || mm.shape.size() < 2 || numel(mm.shape) == 0)
+      continue;
+    const Node& a = g.nodes[mm.inputs[0]];
+    const auto& ma = mm.prim->attrs<MatmulAttrs>();
+    if (a.shape[a.shape.size() - (ma.transpose_a ? 2 : 1)] == 0) continue;  // k == 0
+    EpilogueAttrs ea{ma, {}};
+    int cur = i;
+    while (users[cur].size() == 1 && !is_output[cur]) {
+      int u = users[cur][0];
+      const Node& un = g.nodes[u];
+      bool binary, commutes;
+      if (root_of[u] >= 0 || un.dtype != DType::f32 || un.shape != mm.shape ||
+          !epilogue_op(un.prim->op(), binary, commutes))
+        break;
+      EpilogueStep st{un.prim->op(), -1, FusedRead::Whole};
+      if (binary) {
+        int self = un.inputs[0] == cur ? 0 : 1;
+        int other = un.inputs[1 - self];
+        if (other == cur || (self == 1 && !commutes)) break;
+        const Node& on = g.nodes[other];
+        const int64_t cols = mm.shape.back();
+        if (on.dtype != DType::f32) break;
+        if (on.shape == mm.shape)
+          st.read = FusedRead::Whole;
+        else if (numel(on.shape) == 1)
+          st.read = FusedRead::Scalar;
+        else if (numel(on.shape) == cols && on.shape.back() == cols)
+          st.read = FusedRead::Row;
+        else
+          break;
+        st.operand = static_cast<int>(operands[i].size());
+        operands[i].push_back(other);
+      }
+      ea.steps.push_back(st);
+      root_of[u] = i;
+      cur = u;
+    }
+    if (ea.steps.empty()) continue;
+    attrs[i] = std::move(ea);
+    last[i] = cur;
+    root_of[cur] = i;
+  }
+  // Emit: the fused op takes the place of the chain's last member (all its
+  // operands exist by then); the matmul and the inner members disappear.
+  Graph out;
+  std::vector<int> id(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    if (last[i] >= 0) continue;  // a fused matmul: emitted at its last member
+    int r = root_of[i];
+    if (r >= 0 && last[r] != i) continue;  // an inner member
+    if (r >= 0) {
+      const Node& mm = g.nodes[r];
+      std::vector<int> ins{id[mm.inputs[0]], id[mm.inputs[1]]};
+      for (int k : operands[r]) ins.push_back(id[k]);
+      id[i] = out.add_op(std::make_shared<Primitive>(Op::MatmulEpilogue, attrs[r]), ins,
+                         node.shape, node.dtype);
+      continue;
+    }
+    std::vector<int> ins;
+    for (int k : node.inputs) ins.push_back(id[k]);
+    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
@@ -330,6 +440,8 @@ PassOptions PassOptions::from_env() {
       o.simplify = false;
     else if (item == "no_fuse")
       o.fuse = false;
+    else if (item == "no_epilogue")
+      o.epilogue = false;
     else if (item == "no_plan")
       o.plan = false;
     else if (item == "no_inplace")
@@ -337,7 +449,7 @@ PassOptions PassOptions::from_env() {
     else if (!item.empty())
       fail("compile", "KILN_COMPILE has '" + item +
                           "', expected a comma-separated list of no_dce, no_cse, no_simplify, "
-                          "no_fuse, no_plan, no_inplace");
+                          "no_fuse, no_epilogue, no_plan, no_inplace");
   }
   return o;
 }

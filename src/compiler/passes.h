@@ -18,6 +18,13 @@ Graph simplify(const Graph& g);
 // chain only) into FusedElementwise kernels: one pass over memory per chain.
 Graph fuse_elementwise(const Graph& g);
 
+// Folds the elementwise ops that follow an f32 matmul (bias add, scaling,
+// residual add, GELU, ...) into a MatmulEpilogue whose backend runs them as
+// GEMM post-ops. A chain continues while the running value is read by one op
+// only and is not a graph output; the other operand of a binary step is read
+// whole, as one value per column, or as a scalar.
+Graph fuse_matmul_epilogue(const Graph& g);
+
 // True for ops that read operand element i only to write output element i.
 bool is_pointwise(Op op);
 
@@ -26,10 +33,11 @@ bool is_pointwise(Op op);
 // write in place. Only ops no other op reads are moved.
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
-// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_plan turns
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_plan turns
 // some off (for bisecting a bug).
 struct PassOptions {
-  bool dce = true, cse = true, simplify = true, fuse = true, plan = true, inplace = true;
+  bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, plan = true,
+       inplace = true;
   static PassOptions from_env();
 };
 

@@ -83,6 +83,11 @@ size_t Primitive::hash() const {
           for (auto r : a.reads) h = mix(h, static_cast<size_t>(r));
           for (auto& in : a.program)
             h = mix(mix(mix(h, static_cast<size_t>(in.op)), in.a), static_cast<size_t>(in.b + 1));
+        } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
+          h = mix(mix(mix(h, a.mm.transpose_a), a.mm.transpose_b), static_cast<size_t>(a.mm.out));
+          for (auto& st : a.steps)
+            h = mix(mix(mix(h, static_cast<size_t>(st.op)), static_cast<size_t>(st.operand + 1)),
+                    static_cast<size_t>(st.read));
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
           h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
@@ -132,6 +137,14 @@ std::string Primitive::str() const {
                << in.a;
             if (in.b >= 0) os << ",r" << in.b;
             os << ")";
+          }
+        } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
+          os << "ta=" << a.mm.transpose_a << ",tb=" << a.mm.transpose_b;
+          static const char* reads[] = {"whole", "scalar", "row"};
+          for (auto& st : a.steps) {
+            os << "; " << op_name(st.op);
+            if (st.operand >= 0)
+              os << "(in" << 2 + st.operand << " " << reads[static_cast<int>(st.read)] << ")";
           }
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           os << "kind=" << static_cast<int>(a.kind) << ",shape=" << kiln::str(a.shape);

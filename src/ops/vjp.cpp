@@ -208,7 +208,9 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::LayerNormGrad:
     case Op::SoftmaxCrossEntropyGrad: no_second_order(p);
     case Op::FusedElementwise:
-      fail("vjp", "FusedElementwise exists only inside compiled graphs, after differentiation");
+    case Op::MatmulEpilogue:
+      fail("vjp", std::string(p.name()) +
+                      " exists only inside compiled graphs, after differentiation");
     case Op::Random: break;
     case Op::Count: break;
   }

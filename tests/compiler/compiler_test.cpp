@@ -122,6 +122,56 @@ TEST(Passes, ElementwiseChainsFuseIntoOneKernel) {
   }
 }
 
+TEST(Passes, MatmulEpiloguesFoldIntoTheGemm) {
+  // x [2,5,8] · Wᵀ [8->6] + bias, GELU: one MatmulEpilogue with a row operand.
+  // q·kᵀ * scale + mask: a batched one with a scalar and a whole operand.
+  // A result that is also a graph output keeps its epilogue out.
+  auto f = [](const std::vector<Array>& x) {
+    Array h = gelu(matmul(x[0], x[1], {.transpose_b = true}) + x[2]);
+    Array s = matmul(x[3], x[4], {.transpose_b = true}) * 0.125 + x[5];
+    Array kept = matmul(x[6], x[1], {.transpose_b = true});
+    Array r = 2.0 - matmul(x[4], x[3], {.transpose_b = true});  // acc on the right of Sub: stays
+    Array scaled = matmul(x[1], x[6], {.transpose_b = true}) * 0.5;  // sgemm's alpha
+    return std::vector<Array>{h, s, kept, kept + 1.0, r, scaled};
+  };
+  std::vector<Shape> shapes{{2, 5, 8}, {6, 8}, {6}, {3, 4, 7}, {3, 4, 7}, {3, 4, 4}, {4, 8}};
+  Graph g = compiler::fuse_matmul_epilogue(
+      compiler::common_subexpression_elimination(trace(f, shapes)));
+  EXPECT_EQ(count_ops(g, Op::MatmulEpilogue), 3);
+  EXPECT_EQ(count_ops(g, Op::Matmul), 2);  // `kept` (an output) and r's
+  for (auto& n : g.nodes) {
+    if (!n.prim || n.prim->op() != Op::MatmulEpilogue) continue;
+    const auto& steps = n.prim->attrs<EpilogueAttrs>().steps;
+    if (steps.size() == 1) {
+      EXPECT_EQ(steps[0].op, Op::Mul);
+      EXPECT_EQ(steps[0].read, FusedRead::Scalar);
+      continue;
+    }
+    ASSERT_EQ(steps.size(), 2u);
+    if (steps[1].op == Op::Gelu) {
+      EXPECT_EQ(steps[0].op, Op::Add);
+      EXPECT_EQ(steps[0].read, FusedRead::Row);
+      EXPECT_EQ(n.inputs.size(), 3u);
+    } else {
+      EXPECT_EQ(steps[0].op, Op::Mul);
+      EXPECT_EQ(steps[0].read, FusedRead::Scalar);
+      EXPECT_EQ(steps[1].op, Op::Add);
+      EXPECT_EQ(steps[1].read, FusedRead::Whole);
+    }
+  }
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(10 + i), shapes[i]));
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  for (size_t i = 0; i < eager.size(); ++i) {
+    auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
+    ASSERT_EQ(e.size(), c.size());
+    for (size_t k = 0; k < e.size(); ++k)
+      EXPECT_NEAR(c[k], e[k], 2e-6f * std::max(1.0f, std::fabs(e[k]))) << "output " << i;
+  }
+}
+
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
   setenv("KILN_COMPILE", "no_cse,no_dce", 1);
   auto o = compiler::PassOptions::from_env();

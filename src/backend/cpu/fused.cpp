@@ -19,8 +19,10 @@ inline void map2(float* y, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
 }
 
-void run_instr(const FusedInstr& in, float* y, const float* a, const float* b, int64_t n) {
-  switch (in.op) {
+}  // namespace
+
+void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n) {
+  switch (op) {
     case Op::Neg: return map1(y, a, n, [](float x) { return -x; });
     case Op::Exp: return map1(y, a, n, [](float x) { return exp_approx(x); });
     case Op::Log: return map1(y, a, n, [](float x) { return std::log(x); });
@@ -40,9 +42,11 @@ void run_instr(const FusedInstr& in, float* y, const float* a, const float* b, i
     case Op::Div: return map2(y, a, b, n, [](float x, float z) { return x / z; });
     case Op::Maximum: return map2(y, a, b, n, [](float x, float z) { return x > z ? x : z; });
     case Op::Minimum: return map2(y, a, b, n, [](float x, float z) { return x < z ? x : z; });
-    default: fail("FusedElementwise", std::string("cannot run ") + op_name(in.op));
+    default: fail("FusedElementwise", std::string("cannot run ") + op_name(op));
   }
 }
+
+namespace {
 
 void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<FusedAttrs>();
@@ -79,7 +83,7 @@ void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
         const FusedInstr& ins = attrs.program[i];
         bool last = i + 1 == attrs.program.size();
         float* dst = last ? y + base : scratch.data() + (ni + i) * kChunk;
-        run_instr(ins, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
+        run_pointwise(ins.op, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
         reg[ni + i] = dst;
       }
     }

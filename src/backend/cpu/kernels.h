@@ -12,4 +12,8 @@ void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
 void register_fused(KernelTable& t);
 
+// y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs
+// (y may alias a or b).
+void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n);
+
 }  // namespace kiln::cpu
