@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kiln needs to build and test on Debian 12 (root, or sudo).
 set -euo pipefail
-packages=(g++ cmake ninja-build libdnnl-dev libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev)
+packages=(g++ cmake ninja-build libdnnl-dev libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+          zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

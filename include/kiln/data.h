@@ -19,6 +19,11 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual Shape image_shape() const = 0;  // one sample, e.g. {3, 224, 224}
   virtual void get(int64_t index, float* image, int32_t* label) const = 0;
+  // Augmenting data sets draw their randomness from (seed, epoch, index); the
+  // loader says which epoch a sample is drawn for before get().
+  virtual void get(int64_t index, int64_t epoch, float* image, int32_t* label) const {
+    get(index, image, label);
+  }
 };
 
 struct RandomImagesOptions {
@@ -43,6 +48,47 @@ class RandomImages final : public Dataset {
   RandomImagesOptions opt_;
 };
 
+// An IDX file (the MNIST format): magic 0x0000 <type> <rank>, big-endian
+// dimensions, then the data. Only unsigned-byte data (type 0x08) is read.
+struct IdxArray {
+  Shape shape;
+  std::vector<uint8_t> data;
+};
+// Parses IDX bytes; `origin` (a file name) is named in every error.
+IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& origin);
+// Reads an IDX file, gzip-compressed or not (zlib).
+IdxArray read_idx(const std::string& path);
+
+// Where Debian's dataset-fashion-mnist package puts the data.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct FashionMnistOptions {
+  std::string dir = kFashionMnistDir;
+  std::string split = "train";  // train (60000 images) or test (10000)
+  nn::Layout layout = nn::Layout::NCHW;
+  // Per-channel normalization after scaling to [0, 1]: (x - mean) / std.
+  float mean = 0.2860f, std = 0.3530f;
+  bool hflip = false;   // random horizontal flips (training augmentation)
+  uint64_t seed = 0;    // flips of sample i in epoch e: a function of (seed, e, i)
+};
+
+// Fashion-MNIST: 28x28 grey images of 10 kinds of clothing, from the IDX files
+// {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] in `dir`.
+class FashionMnist final : public Dataset {
+ public:
+  explicit FashionMnist(FashionMnistOptions opt);
+  int64_t size() const override { return n_; }
+  Shape image_shape() const override;
+  void get(int64_t index, float* image, int32_t* label) const override;
+  void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override;
+  static constexpr int64_t kClasses = 10;
+
+ private:
+  FashionMnistOptions opt_;
+  int64_t n_ = 0;
+  std::vector<uint8_t> images_, labels_;
+};
+
 struct LoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = false;
@@ -50,6 +96,7 @@ struct LoaderOptions {
   bool drop_last = true;  // drop a final partial batch
   int workers = 2;        // 0: batches are made on the caller's thread
   int prefetch = 4;       // batches made ahead of the consumer, at most
+  int64_t start = 0;      // serial number of the first batch (resuming a run)
 };
 
 struct Batch {
@@ -70,6 +117,8 @@ class Loader {
 
   Batch next();
   int64_t batches_per_epoch() const { return per_epoch_; }
+  // Serial number of the batch the next call to next() returns.
+  int64_t position() const { return next_to_take_; }
   // Seconds the caller has spent blocked in next() waiting for a batch.
   double wait_seconds() const { return wait_seconds_; }
 

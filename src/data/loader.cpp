@@ -37,6 +37,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
   if (per_epoch_ == 0)
     fail("loader", "data set of " + std::to_string(n) + " samples yields no batch of " +
                        std::to_string(opt.batch_size) + " with drop_last");
+  if (opt.start < 0) fail("loader", "start must be >= 0");
+  next_to_make_ = next_to_take_ = opt.start;
   for (int i = 0; i < opt.workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -89,7 +91,7 @@ Batch Loader::make(int64_t serial) const {
   float* images = b.images.data<float>();
   int32_t* labels = b.labels.data<int32_t>();
   for (int64_t i = 0; i < count; ++i)
-    dataset_->get((*order)[begin + i], images + i * per_image, labels + i);
+    dataset_->get((*order)[begin + i], epoch, images + i * per_image, labels + i);
   return b;
 }
 

@@ -1,9 +1,34 @@
-// kiln optim: SGD with PyTorch's semantics.
-#include "kiln/optim.h"
+// kiln optim: SGD and AdamW with PyTorch's semantics, schedules, clipping.
+#include <cmath>
 
 #include "kiln/ops.h"
+#include "kiln/optim.h"
 
 namespace kiln::optim {
+namespace {
+
+const Array& grad_for(const Params& grads, const std::string& name, const char* who) {
+  auto it = grads.find(name);
+  if (it == grads.end()) fail(who, "no gradient for parameter '" + name + "'");
+  return it->second;
+}
+
+const Array& buffer(const State& s, const std::string& key, const char* who) {
+  auto it = s.buffers.find(key);
+  if (it == s.buffers.end())
+    fail(who, "optimizer state has no buffer '" + key + "' (state made by another optimizer?)");
+  return it->second;
+}
+
+}  // namespace
+
+std::pair<Params, State> Optimizer::update(const Params& grads, const State& state,
+                                           const Params& params, double lr_factor) const {
+  std::vector<Array> s;
+  for (double v : scalars(state.step + 1, lr() * lr_factor))
+    s.push_back(Array::scalar(static_cast<float>(v)));
+  return apply(grads, state, params, s);
+}
 
 SGD::SGD(SGDOptions opt) : opt_(opt) {
   if (!(opt.lr >= 0)) fail("sgd", "lr must be non-negative, got " + std::to_string(opt.lr));
@@ -13,32 +38,109 @@ SGD::SGD(SGDOptions opt) : opt_(opt) {
     fail("sgd", "nesterov requires a momentum and zero dampening");
 }
 
-State SGD::init(const Params&) const {
-  return State{};
+State SGD::init(const Params& params) const {
+  State s;
+  if (opt_.momentum != 0)
+    for (auto& [name, p] : params) s.buffers.emplace("momentum/" + name, zeros_like(p));
+  return s;
 }
 
-std::pair<Params, State> SGD::update(const Params& grads, const State& state,
-                                     const Params& params) const {
+std::vector<double> SGD::scalars(int64_t step, double lr) const {
+  // lr, and the weights of the old momentum buffer and of the gradient in the
+  // new one (0 and 1 on the first step: the zero buffer becomes g exactly).
+  if (step == 1) return {lr, 0.0, 1.0};
+  return {lr, opt_.momentum, 1.0 - opt_.dampening};
+}
+
+std::pair<Params, State> SGD::apply(const Params& grads, const State& state, const Params& params,
+                                    const std::vector<Array>& s) const {
+  if (s.size() != 3) fail("sgd", "expected 3 step scalars, got " + std::to_string(s.size()));
   Params out;
   State next{{}, state.step + 1};
   for (auto& [name, p] : params) {
-    auto it = grads.find(name);
-    if (it == grads.end()) fail("sgd", "no gradient for parameter '" + name + "'");
-    Array g = astype(it->second, p.dtype());
+    Array g = astype(grad_for(grads, name, "sgd"), p.dtype());
     if (opt_.weight_decay != 0) g = g + p * opt_.weight_decay;
     if (opt_.momentum != 0) {
       std::string key = "momentum/" + name;
-      auto b = state.buffers.find(key);
-      Array buf =
-          b == state.buffers.end()
-              ? g
-              : b->second * opt_.momentum + (opt_.dampening == 0 ? g : g * (1.0 - opt_.dampening));
+      Array buf = buffer(state, key, "sgd") * s[1] + g * s[2];
       next.buffers.emplace(key, buf);
       g = opt_.nesterov ? g + buf * opt_.momentum : buf;
     }
-    out.emplace(name, p - g * opt_.lr);
+    out.emplace(name, p - g * s[0]);
   }
   return {out, next};
+}
+
+AdamW::AdamW(AdamWOptions opt) : opt_(opt) {
+  if (!(opt.lr >= 0)) fail("adamw", "lr must be non-negative, got " + std::to_string(opt.lr));
+  if (!(opt.beta1 >= 0 && opt.beta1 < 1) || !(opt.beta2 >= 0 && opt.beta2 < 1))
+    fail("adamw", "betas must lie in [0, 1)");
+  if (!(opt.eps > 0)) fail("adamw", "eps must be positive");
+  if (!(opt.weight_decay >= 0)) fail("adamw", "weight_decay must be non-negative");
+}
+
+State AdamW::init(const Params& params) const {
+  State s;
+  for (auto& [name, p] : params) {
+    s.buffers.emplace("exp_avg/" + name, zeros_like(p));
+    s.buffers.emplace("exp_avg_sq/" + name, zeros_like(p));
+  }
+  return s;
+}
+
+std::vector<double> AdamW::scalars(int64_t step, double lr) const {
+  double t = static_cast<double>(step);
+  double bc1 = 1.0 - std::pow(opt_.beta1, t), bc2 = 1.0 - std::pow(opt_.beta2, t);
+  return {1.0 - lr * opt_.weight_decay, lr / bc1, std::sqrt(bc2)};
+}
+
+std::pair<Params, State> AdamW::apply(const Params& grads, const State& state,
+                                      const Params& params, const std::vector<Array>& s) const {
+  if (s.size() != 3) fail("adamw", "expected 3 step scalars, got " + std::to_string(s.size()));
+  Params out;
+  State next{{}, state.step + 1};
+  for (auto& [name, p] : params) {
+    Array g = astype(grad_for(grads, name, "adamw"), p.dtype());
+    std::string km = "exp_avg/" + name, kv = "exp_avg_sq/" + name;
+    Array m = buffer(state, km, "adamw") * opt_.beta1 + g * (1.0 - opt_.beta1);
+    Array v = buffer(state, kv, "adamw") * opt_.beta2 + g * g * (1.0 - opt_.beta2);
+    Array denom = sqrt(v) / s[2] + opt_.eps;
+    out.emplace(name, p * s[0] - m / denom * s[1]);
+    next.buffers.emplace(km, m);
+    next.buffers.emplace(kv, v);
+  }
+  return {out, next};
+}
+
+void Schedule::validate() const {
+  if (kind != "constant" && kind != "cosine")
+    fail("schedule", "'" + kind + "', expected constant or cosine");
+  if (warmup < 0) fail("schedule", "warmup must be >= 0, got " + std::to_string(warmup));
+  if (kind == "cosine" && total <= warmup)
+    fail("schedule", "cosine decay needs total steps (" + std::to_string(total) +
+                         ") above the warm-up (" + std::to_string(warmup) + ")");
+}
+
+double Schedule::factor(int64_t k) const {
+  if (k < warmup) return static_cast<double>(k + 1) / static_cast<double>(warmup);
+  if (kind == "constant") return 1.0;
+  double progress = static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
+  return 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
+}
+
+std::pair<Params, Array> clip_by_global_norm(const Params& grads, double max_norm) {
+  if (!(max_norm > 0)) fail("clip", "max_norm must be positive, got " + std::to_string(max_norm));
+  if (grads.empty()) fail("clip", "no gradients");
+  Array total;
+  for (auto& [name, g] : grads) {
+    Array sq = sum(square(astype(g, DType::f32)));
+    total = total.valid() ? total + sq : sq;
+  }
+  Array norm = sqrt(total);
+  Array coef = minimum(scalar_like(norm, max_norm) / (norm + 1e-6), scalar_like(norm, 1.0));
+  Params out;
+  for (auto& [name, g] : grads) out.emplace(name, g * astype(coef, g.dtype()));
+  return {out, norm};
 }
 
 }  // namespace kiln::optim
