@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "kiln/transforms.h"
 
 namespace kiln::io {
@@ -30,5 +31,30 @@ void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path, const std::string& origin);
+
+// A training checkpoint: a directory that transformers loads with
+// ViTForImageClassification.from_pretrained(DIR) (config.json and
+// model.safetensors), plus kiln's training state (training_state.safetensors:
+// the optimizer's buffers; trainer.json: step, seed, data position, the
+// optimizer's name).
+struct Checkpoint {
+  nn::ViTConfig config;
+  Params params;
+  std::string optimizer;  // "sgd", "adamw"
+  optim::State state;     // buffers and step count
+  uint64_t seed = 0;
+  int64_t data_position = 0;  // serial number of the next training batch
+};
+
+// Writes DIR atomically: everything goes to DIR.tmp first; then DIR (if any)
+// is renamed to DIR.old, DIR.tmp to DIR, and DIR.old is removed. A run killed
+// at any point leaves a complete checkpoint in DIR or, between the two
+// renames, in DIR.old, which load_checkpoint falls back to.
+void save_checkpoint(const std::string& dir, const Checkpoint& ckpt);
+// The first half of save_checkpoint (exposed for tests): writes DIR.tmp.
+std::string stage_checkpoint(const std::string& dir, const Checkpoint& ckpt);
+// The second half: the renames.
+void commit_checkpoint(const std::string& staged, const std::string& dir);
+Checkpoint load_checkpoint(const std::string& dir);
 
 }  // namespace kiln::io

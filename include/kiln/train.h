@@ -26,6 +26,36 @@ struct TrainConfig {
   int workers = 2;
   std::string log_json;   // one JSON object per line, if set
   bool progress = false;  // live progress line (on a terminal)
+
+  // Data: "random" (the reference experiment) or "fashion-mnist" (its train
+  // split for training, its test split for evaluation).
+  std::string data = "random";
+  std::string data_dir = data::kFashionMnistDir;
+  bool augment = false;  // fashion-mnist: random horizontal flips
+  // Optimizer: "sgd" (lr, momentum, weight_decay) or "adamw" (lr, betas,
+  // weight_decay); the learning rate follows `schedule` (warm-up + cosine).
+  std::string optimizer = "sgd";
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;
+  std::string schedule = "constant";
+  int64_t lr_warmup = 0;
+  double clip_norm = 0.0;  // global-norm gradient clipping; 0: off
+  // Evaluation on the held-out split every `eval_every` steps (0: only at
+  // the end) when the data set has one.
+  int64_t eval_every = 0;
+  // Checkpoints: every `save_every` steps (0: only at the end) into save_dir.
+  std::string save_dir;
+  int64_t save_every = 0;
+  std::string resume_dir;  // continue from this checkpoint (the model comes from it)
+};
+
+struct EvalResult {
+  int64_t step = 0;
+  double loss = 0;      // mean softmax cross-entropy
+  double accuracy = 0;  // top-1, in [0, 1]
+  int64_t samples = 0;
+  double seconds = 0;
 };
 
 struct StepTiming {
@@ -33,6 +63,7 @@ struct StepTiming {
   double seconds;       // from the start of the step until its results exist
   double data_seconds;  // spent waiting for the batch
   float loss;
+  double lr = 0;        // the learning rate the step used
 };
 
 struct TrainReport {
@@ -50,6 +81,21 @@ struct TrainReport {
   uint64_t compiles = 0;  // lazy, jit, compile-model: executables built
   double compile_ms = 0;  // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;
+  std::vector<EvalResult> evals;
+  int64_t first_step = 1;  // > 1 when resumed
+  double wall_seconds = 0;  // the whole run, evaluation and saving included
+};
+
+// A NaN or infinite loss stops the run with this error: the step and the
+// first op that produced a non-finite value when the step is re-run eagerly.
+struct NonFiniteLoss : Error {
+  using Error::Error;
+};
+
+struct Callbacks {
+  std::function<void(const StepTiming&)> on_step;
+  std::function<void(const EvalResult&)> on_eval;
+  std::function<void(int64_t step, const std::string& dir)> on_save;
 };
 
 // Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
@@ -57,7 +103,12 @@ double measure_peak_gflops();
 
 // Runs the experiment in eager mode: random images, ViT, mean softmax
 // cross-entropy, SGD. on_step is called after every step.
-TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTiming&)>& on_step = {});
+TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
+
+// Loss and top-1 accuracy of `params` on a data set, in batches (eager, or
+// one compiled forward pass per batch shape when `compiled`).
+EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
+                    int64_t batch_size, nn::Layout layout, bool compiled);
 
 // One forward and backward pass of ViTForImageClassification (no dropout):
 // what `kiln grad` writes. pixels are f32 in `layout`; labels i32 or i64.
@@ -68,5 +119,9 @@ struct GradResult {
 };
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout);
+
+// Draws the loss (training steps and evaluations) and the test accuracy of a
+// `kiln train --log-json` file as an SVG image, written atomically to `out`.
+void plot_log(const std::string& log, const std::string& out);
 
 }  // namespace kiln::train

@@ -31,6 +31,20 @@ class LazyScope {
 };
 bool is_lazy();
 
+// Within a CheckFiniteScope every kernel checks its floating-point output and
+// throws kiln::Error naming the op (and its input shapes) when the output
+// holds a NaN or an infinity. For finding where a NaN starts; slow.
+class CheckFiniteScope {
+ public:
+  CheckFiniteScope();
+  ~CheckFiniteScope();
+  CheckFiniteScope(const CheckFiniteScope&) = delete;
+  CheckFiniteScope& operator=(const CheckFiniteScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Reverse mode. Calls f on the primals, and returns f's outputs and the
 // cotangents of the primals for the given output cotangents. The backward pass
 // is built from the primitives' VJP rules as a graph of primitives, so it runs

@@ -60,12 +60,18 @@ ViTConfig ViTConfig::preset(const std::string& name) {
   } else if (name == "vit-small") {
     c.hidden_size = 384, c.num_attention_heads = 6, c.intermediate_size = 1536;
   } else if (name == "vit-base") {
+  } else if (name == "vit-fmnist") {
+    // Sized for Fashion-MNIST on a CPU: 28x28 grey images, patches of 4
+    // (49 tokens + CLS), 10 classes.
+    c.hidden_size = 96, c.num_hidden_layers = 4, c.num_attention_heads = 4,
+    c.intermediate_size = 192, c.image_size = 28, c.patch_size = 4, c.num_channels = 1,
+    c.num_labels = 10;
   } else if (name == "vit-large") {
     c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16,
     c.intermediate_size = 4096;
   } else {
     fail("model",
-         "unknown preset '" + name + "', expected one of vit-tiny, vit-small, vit-base, vit-large");
+         "unknown preset '" + name + "', expected one of vit-tiny, vit-small, vit-base, vit-large, vit-fmnist");
   }
   return c;
 }

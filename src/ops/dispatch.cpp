@@ -2,6 +2,7 @@
 #include "ops/dispatch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,12 +27,41 @@ KernelProfile& kernel_profile() {
   return *p;
 }
 
+namespace {
+
+void check_finite(const Primitive& prim, const std::vector<Array>& inputs, const ArrayNode& out) {
+  if (!out.buffer || (out.dtype != DType::f32 && out.dtype != DType::f64 && out.dtype != DType::bf16))
+    return;
+  const char* base = static_cast<const char*>(out.buffer->data()) + out.offset;
+  int64_t n = numel(out.shape);
+  int64_t nan = 0, inf = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = out.dtype == DType::f32   ? reinterpret_cast<const float*>(base)[i]
+               : out.dtype == DType::f64 ? reinterpret_cast<const double*>(base)[i]
+                                         : static_cast<float>(reinterpret_cast<const bf16*>(base)[i]);
+    nan += std::isnan(v);
+    inf += std::isinf(v);
+  }
+  if (!nan && !inf) return;
+  std::string ins;
+  for (const auto& a : inputs) ins += (ins.empty() ? "" : ", ") + str(a.shape());
+  fail("nan-check", prim.str() + " produced " + std::to_string(nan) + " NaN and " +
+                        std::to_string(inf) + " infinite values in its " + name_of(out.dtype) +
+                        str(out.shape) + " output, from inputs " + ins);
+}
+
+}  // namespace
+
 void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out) {
   const KernelTable* table = g_tables[static_cast<int>(out.device.type)];
   if (!table) fail(prim.name(), "no backend is available for " + out.device.str());
   Kernel k = table->kernels[static_cast<int>(prim.op())];
   if (!k) fail(prim.name(), "no kernel on " + out.device.str());
   KernelProfile& prof = kernel_profile();
+  if (exec_state().check_finite) {
+    k(prim, inputs, out);
+    return check_finite(prim, inputs, out);
+  }
   if (!prof.enabled) return k(prim, inputs, out);
   auto t0 = std::chrono::steady_clock::now();
   k(prim, inputs, out);

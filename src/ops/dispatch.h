@@ -43,6 +43,7 @@ void* alloc_output(ArrayNode& out);
 
 struct ExecState {
   bool lazy = false;   // record instead of run
+  bool check_finite = false;  // kernels check their outputs for NaN and Inf
   int keep_graph = 0;  // > 0 while a function is traced for differentiation
 };
 ExecState& exec_state();

@@ -2,12 +2,14 @@
 #include "kiln/train.h"
 
 #include "kiln/compiler.h"
+#include "kiln/io.h"
 #include "ops/dispatch.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -64,92 +66,254 @@ double measure_peak_gflops() {
   return best;
 }
 
-TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTiming&)>& on_step) {
+namespace {
+
+// The model's forward pass as the loss and hit count of one batch:
+// (sum of per-sample losses, number of correct top-1 predictions).
+std::pair<Array, Array> batch_metrics(const nn::ViTForImageClassification& model, const Params& p,
+                                      const Array& x, const Array& y, nn::Layout layout) {
+  Array logits = model.apply(p, x, {.layout = layout});
+  Array loss = sum(softmax_cross_entropy(logits, y));
+  Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
+  return {loss, hits};
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
+  if (cfg.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(optim::SGDOptions{
+        .lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+  if (cfg.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(optim::AdamWOptions{
+        .lr = cfg.lr, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .weight_decay = cfg.weight_decay});
+  fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
+}
+
+Array clone(const Array& a) {
+  return Array::from_data(a.raw(), a.shape(), a.dtype());
+}
+
+}  // namespace
+
+EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
+                    int64_t batch_size, nn::Layout layout, bool compiled) {
+  auto t0 = Clock::now();
+  nn::ViTForImageClassification model(cfg);
+  std::shared_ptr<const data::Dataset> ds(&dataset, [](const data::Dataset*) {});
+  data::Loader loader(ds, {.batch_size = batch_size, .drop_last = false, .workers = 1});
+  std::vector<std::string> names;
+  for (auto& [name, p] : params) names.push_back(name);
+  const size_t np = names.size();
+  Jitted fwd = jit([&](const std::vector<Array>& args) {
+    auto [loss, hits] = batch_metrics(model, unflatten(names, args), args[np], args[np + 1], layout);
+    return std::vector<Array>{loss, hits};
+  });
+  double loss = 0, hits = 0;
+  EvalResult r;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    data::Batch batch = loader.next();
+    Array l, h;
+    if (compiled) {
+      std::vector<Array> args = flatten(params);
+      args.push_back(batch.images);
+      args.push_back(batch.labels);
+      auto out = fwd(args);
+      l = out[0], h = out[1];
+    } else {
+      std::tie(l, h) = batch_metrics(model, params, batch.images, batch.labels, layout);
+    }
+    loss += l.item<float>();
+    hits += h.item<float>();
+    r.samples += batch.labels.size();
+  }
+  r.loss = loss / r.samples;
+  r.accuracy = hits / r.samples;
+  r.seconds = since(t0);
+  return r;
+}
+
+TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
+  auto run_start = Clock::now();
   if (cfg.batch_size <= 0) fail("train", "--batch-size must be positive");
   if (cfg.steps <= 0) fail("train", "--steps must be positive");
   if (cfg.warmup < 0 || cfg.warmup >= cfg.steps)
     fail("train", "--warmup must lie in [0, --steps), got " + std::to_string(cfg.warmup) +
                       " with --steps " + std::to_string(cfg.steps));
-  bool dropout = cfg.model.hidden_dropout_prob > 0 || cfg.model.attention_probs_dropout_prob > 0;
   if (cfg.mode != "eager" && cfg.mode != "lazy" && cfg.mode != "jit")
     fail("train", "mode '" + cfg.mode + "', expected eager, lazy or jit");
   if (cfg.compile_model && cfg.mode != "eager")
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
-  nn::ViTForImageClassification model(cfg.model);
-  auto keys = random::split(random::Key(cfg.seed), 3);
-  Params params = model.init(keys[0]);
-  optim::SGD sgd({.lr = cfg.lr});
-  optim::State state = sgd.init(params);
+  if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  if (cfg.eval_every < 0 || cfg.save_every < 0)
+    fail("train", "--eval-every and --save-every must be >= 0");
+  optim::Schedule schedule{cfg.schedule, cfg.lr_warmup, cfg.steps};
+  schedule.validate();
+  auto optimizer = make_optimizer(cfg);
 
-  data::RandomImagesOptions dopt;
-  dopt.num_labels = cfg.model.num_labels;
-  dopt.image_size = cfg.model.image_size;
-  dopt.channels = cfg.model.num_channels;
-  dopt.layout = cfg.layout;
-  dopt.seed = cfg.seed;
-  dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
-  data::Loader loader(std::make_shared<data::RandomImages>(dopt),
-                      {.batch_size = cfg.batch_size, .workers = cfg.workers, .prefetch = 2});
+  // The model, its parameters and the optimizer state: fresh, or from a checkpoint.
+  nn::ViTConfig mcfg = cfg.model;
+  Params params;
+  optim::State state;
+  int64_t first_step = 1, data_start = 0;
+  auto keys = random::split(random::Key(cfg.seed), 3);
+  if (!cfg.resume_dir.empty()) {
+    io::Checkpoint ck = io::load_checkpoint(cfg.resume_dir);
+    if (ck.optimizer != cfg.optimizer)
+      fail("train", "--resume " + cfg.resume_dir + ": the checkpoint was trained with --optimizer " +
+                        ck.optimizer + ", this run asks for " + cfg.optimizer);
+    if (ck.seed != cfg.seed)
+      fail("train", "--resume " + cfg.resume_dir + ": the checkpoint has seed " +
+                        std::to_string(ck.seed) + ", this run asks for " +
+                        std::to_string(cfg.seed) + " (pass the same --seed)");
+    if (ck.state.step >= cfg.steps)
+      fail("train", "--resume " + cfg.resume_dir + ": the checkpoint is at step " +
+                        std::to_string(ck.state.step) + ", --steps is " +
+                        std::to_string(cfg.steps) + " (the total, resumed steps included)");
+    mcfg = ck.config;
+    params = std::move(ck.params);
+    state = std::move(ck.state);
+    optim::State fresh = optimizer->init(params);
+    for (auto& [name, b] : fresh.buffers)
+      if (!state.buffers.count(name))
+        fail("train", "--resume " + cfg.resume_dir + ": the optimizer state has no '" + name + "'");
+    first_step = state.step + 1;
+    data_start = ck.data_position;
+  }
+  nn::ViTForImageClassification model(mcfg);
+  if (params.empty()) {
+    params = model.init(keys[0]);
+    state = optimizer->init(params);
+  }
+  bool dropout = mcfg.hidden_dropout_prob > 0 || mcfg.attention_probs_dropout_prob > 0;
+
+  // Data.
+  std::shared_ptr<const data::Dataset> train_set, eval_set;
+  bool shuffle = false;
+  if (cfg.data == "random") {
+    data::RandomImagesOptions dopt;
+    dopt.num_labels = mcfg.num_labels;
+    dopt.image_size = mcfg.image_size;
+    dopt.channels = mcfg.num_channels;
+    dopt.layout = cfg.layout;
+    dopt.seed = cfg.seed;
+    dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
+    train_set = std::make_shared<data::RandomImages>(dopt);
+  } else if (cfg.data == "fashion-mnist") {
+    if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
+      fail("train", "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
+                    "num_labels 10 (e.g. --model vit-fmnist), got " +
+                        std::to_string(mcfg.num_channels) + ", " +
+                        std::to_string(mcfg.image_size) + " and " +
+                        std::to_string(mcfg.num_labels));
+    train_set = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
+        .dir = cfg.data_dir, .split = "train", .layout = cfg.layout, .hflip = cfg.augment,
+        .seed = cfg.seed});
+    eval_set = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
+        .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
+    shuffle = true;
+  } else {
+    fail("train", "--data '" + cfg.data + "', expected random or fashion-mnist");
+  }
+  data::Loader loader(train_set, {.batch_size = cfg.batch_size,
+                                  .shuffle = shuffle,
+                                  .seed = cfg.seed,
+                                  .workers = cfg.workers,
+                                  .prefetch = 2,
+                                  .start = data_start});
 
   auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const nn::ApplyOptions& opt) {
     return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
   };
-  // Compiled steps take the step's dropout key as their last argument.
-  auto traced_options = [&](const std::vector<Array>& args, size_t np) {
-    return nn::ApplyOptions{
-        .layout = cfg.layout, .train = dropout, .dropout_key_array = args[np + 2]};
-  };
 
   TrainReport report;
+  report.first_step = first_step;
   for (auto& [name, p] : params) report.parameters += p.size();
-  report.flops_per_step = cfg.model.train_flops_per_image() * cfg.batch_size;
+  report.flops_per_step = mcfg.train_flops_per_image() * cfg.batch_size;
   std::ofstream log;
   if (!cfg.log_json.empty()) {
-    log.open(cfg.log_json);
+    log.open(cfg.log_json, first_step > 1 ? std::ios::app : std::ios::trunc);
     if (!log) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
 
-  std::vector<std::string> names;
+  std::vector<std::string> names, buffer_names;
   for (auto& [name, p] : params) names.push_back(name);
-  const size_t np = names.size();
-  // The whole step as a function of (parameters..., images, labels).
+  for (auto& [name, b] : state.buffers) buffer_names.push_back(name);
+  const size_t np = names.size(), nb = buffer_names.size();
+  // Compiled steps take (parameters..., buffers..., images, labels, dropout
+  // key, step scalars...) and return (parameters..., buffers..., loss).
+  auto grads_of = [&](const Params& p, const Array& x, const Array& y, const Array& key) {
+    nn::ApplyOptions opt{.layout = cfg.layout, .train = dropout, .dropout_key_array = key};
+    auto [loss, grads] = value_and_grad(loss_fn)(p, x, y, opt);
+    if (cfg.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg.clip_norm).first;
+    return std::pair{loss, grads};
+  };
   auto step_fn = [&](const std::vector<Array>& args) {
     Params p = unflatten(names, args);
-    auto [loss, grads] =
-        value_and_grad(loss_fn)(p, args[np], args[np + 1], traced_options(args, np));
-    auto [next, st] = sgd.update(grads, state, p);
+    optim::State st{unflatten(buffer_names, args, np), 0};
+    size_t at = np + nb;
+    auto [loss, grads] = grads_of(p, args[at], args[at + 1], args[at + 2]);
+    std::vector<Array> scalars(args.begin() + at + 3, args.end());
+    auto [next, next_state] = optimizer->apply(grads, st, p, scalars);
     std::vector<Array> out = flatten(next);
+    for (auto& b : flatten(next_state.buffers)) out.push_back(b);
     out.push_back(loss);
     return out;
   };
   // Forward and backward only (for --compile-model): (loss, grads...).
   auto grad_fn = [&](const std::vector<Array>& args) {
-    Params p = unflatten(names, args);
-    auto [loss, grads] =
-        value_and_grad(loss_fn)(p, args[np], args[np + 1], traced_options(args, np));
+    auto [loss, grads] = grads_of(unflatten(names, args), args[np], args[np + 1], args[np + 2]);
     std::vector<Array> out{loss};
     for (auto& g : flatten(grads)) out.push_back(g);
     return out;
   };
-  std::vector<int> donate(np);
-  for (size_t i = 0; i < np; ++i) donate[i] = static_cast<int>(i);
+  std::vector<int> donate(np + nb);
+  for (size_t i = 0; i < np + nb; ++i) donate[i] = static_cast<int>(i);
   Jitted jitted_step = jit(step_fn, {.donate = donate});
   Jitted jitted_grad = jit(grad_fn);
   uint64_t lazy_compiles_before = lazy_cache_stats().compiles;
+  const bool compiled_eval = cfg.mode != "eager" || cfg.compile_model;
 
-  for (int64_t step = 1; step <= cfg.steps; ++step) {
+  auto save = [&](int64_t step) {
+    io::Checkpoint ck{mcfg, params, cfg.optimizer, state, cfg.seed, loader.position()};
+    io::save_checkpoint(cfg.save_dir, ck);
+    if (cb.on_save) cb.on_save(step, cfg.save_dir);
+  };
+  auto run_eval = [&](int64_t step) {
+    if (!eval_set) return;
+    EvalResult r = evaluate(mcfg, params, *eval_set, cfg.batch_size, cfg.layout, compiled_eval);
+    r.step = step;
+    report.evals.push_back(r);
+    if (log)
+      log << nlohmann::json{{"step", step},
+                            {"eval_loss", r.loss},
+                            {"eval_accuracy", r.accuracy},
+                            {"eval_samples", r.samples},
+                            {"eval_seconds", r.seconds}}
+                 .dump()
+          << std::endl;
+    if (cb.on_eval) cb.on_eval(r);
+  };
+
+  for (int64_t step = first_step; step <= cfg.steps; ++step) {
     auto t0 = Clock::now();
     double wait0 = loader.wait_seconds();
     data::Batch batch = loader.next();
     double data_secs = loader.wait_seconds() - wait0;
     random::Key step_key = random::fold_in(keys[1], static_cast<uint32_t>(step));
+    double lr = cfg.lr * schedule.factor(step - 1);
+    std::vector<Array> scalars;
+    for (double v : optimizer->scalars(state.step + 1, lr))
+      scalars.push_back(Array::scalar(static_cast<float>(v)));
+    Params before = params;  // the step's inputs, for finding where a NaN starts
+    if (cfg.mode == "jit")
+      for (auto& [name, p] : before) p = clone(p);  // params are donated to the step
+    optim::State state_before = state;
     Array loss;
     if (cfg.mode == "eager" && !cfg.compile_model) {
-      Params grads;
-      nn::ApplyOptions opt{.layout = cfg.layout, .train = dropout, .dropout_key = step_key};
-      std::tie(loss, grads) = value_and_grad(loss_fn)(params, batch.images, batch.labels, opt);
-      std::tie(params, state) = sgd.update(grads, state, params);
+      auto [l, grads] = grads_of(params, batch.images, batch.labels, random::key_array(step_key));
+      loss = l;
+      std::tie(params, state) = optimizer->apply(grads, state, params, scalars);
       eval(params);
+      eval(state.buffers);
     } else if (cfg.mode == "eager") {
       std::vector<Array> args = flatten(params);
       args.push_back(batch.images);
@@ -157,13 +321,17 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
       args.push_back(random::key_array(step_key));
       auto out = jitted_grad(args);
       loss = out[0];
-      std::tie(params, state) = sgd.update(unflatten(names, out, 1), state, params);
+      std::tie(params, state) =
+          optimizer->apply(unflatten(names, out, 1), state, params, scalars);
       eval(params);
+      eval(state.buffers);
     } else {
       std::vector<Array> args = flatten(params);
+      for (auto& b : flatten(state.buffers)) args.push_back(b);
       args.push_back(batch.images);
       args.push_back(batch.labels);
       args.push_back(random::key_array(step_key));
+      for (auto& s : scalars) args.push_back(s);
       std::vector<Array> out;
       if (cfg.mode == "jit") {
         out = jitted_step(args);
@@ -176,22 +344,45 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
       }
       loss = out.back();
       params = unflatten(names, out);
+      state = optim::State{unflatten(buffer_names, out, np), state.step + 1};
     }
     float loss_value = loss.item<float>();  // the step's results exist now
-    StepTiming st{step, since(t0), data_secs, loss_value};
+    StepTiming st{step, since(t0), data_secs, loss_value, lr};
+    if (!std::isfinite(loss_value)) {
+      // Re-run the step eagerly from its inputs, checking every op's output.
+      std::string where = "every op of the step's forward and backward was finite on the re-run";
+      try {
+        CheckFiniteScope check;
+        auto [l, grads] =
+            grads_of(before, batch.images, batch.labels, random::key_array(step_key));
+        optimizer->apply(grads, state_before, before, scalars);
+      } catch (const Error& e) {
+        where = std::string("first non-finite value: ") + e.what();
+      }
+      throw NonFiniteLoss("[train] step " + std::to_string(step) + ": the loss is " +
+                          (std::isnan(loss_value) ? "NaN" : "infinite") + "; " + where);
+    }
     report.steps.push_back(st);
-    if (step == 1) report.first_step_seconds = st.seconds;
+    if (step == first_step) report.first_step_seconds = st.seconds;
     if (log)
       log << nlohmann::json{{"step", step},
                             {"loss", loss_value},
+                            {"lr", lr},
                             {"step_time", st.seconds},
                             {"data_wait", data_secs},
-                            {"timed", step > cfg.warmup}}
+                            {"timed", step >= first_step + cfg.warmup}}
                  .dump()
           << "\n";
-    if (on_step) on_step(st);
-    if (step == cfg.warmup) kernel_profile().reset();  // KILN_PROFILE covers the timed steps
+    if (cb.on_step) cb.on_step(st);
+    if (step == first_step + cfg.warmup - 1) kernel_profile().reset();  // KILN_PROFILE: timed steps
+    if (cfg.eval_every > 0 && step % cfg.eval_every == 0 && step != cfg.steps) run_eval(step);
+    if (!cfg.save_dir.empty() && cfg.save_every > 0 && step % cfg.save_every == 0 &&
+        step != cfg.steps)
+      save(step);
   }
+  run_eval(cfg.steps);
+  if (!cfg.save_dir.empty()) save(cfg.steps);
+
   const CompileStats* cs = nullptr;
   if (cfg.mode == "jit") {
     report.compiles = jitted_step.cache_stats().compiles;
@@ -212,7 +403,12 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   std::vector<double> times;
   double data_total = 0;
   for (auto& s : report.steps)
-    if (s.step > cfg.warmup) {
+    if (s.step >= first_step + cfg.warmup) {
+      times.push_back(s.seconds);
+      data_total += s.data_seconds;
+    }
+  if (times.empty())  // every step was a warm-up step: report them all
+    for (auto& s : report.steps) {
       times.push_back(s.seconds);
       data_total += s.data_seconds;
     }
@@ -229,21 +425,27 @@ TrainReport run(const TrainConfig& cfg, const std::function<void(const StepTimin
   report.peak_gflops = measure_peak_gflops();
   report.mfu = report.achieved_gflops / report.peak_gflops;
   report.peak_rss_mib = peak_rss_mib();
-  if (log)
-    log << nlohmann::json{{"summary", true},
-                          {"mean", report.mean},
-                          {"median", report.median},
-                          {"p90", report.p90},
-                          {"images_per_second", report.images_per_second},
-                          {"data_wait_share", report.data_wait_share},
-                          {"mfu", report.mfu},
-                          {"peak_gflops", report.peak_gflops},
-                          {"first_step_seconds", report.first_step_seconds},
-                          {"compiles", report.compiles},
-                          {"compile_ms", report.compile_ms},
-                          {"peak_rss_mib", report.peak_rss_mib}}
-               .dump()
-        << "\n";
+  report.wall_seconds = since(run_start);
+  if (log) {
+    nlohmann::json j{{"summary", true},
+                     {"mean", report.mean},
+                     {"median", report.median},
+                     {"p90", report.p90},
+                     {"images_per_second", report.images_per_second},
+                     {"data_wait_share", report.data_wait_share},
+                     {"mfu", report.mfu},
+                     {"peak_gflops", report.peak_gflops},
+                     {"first_step_seconds", report.first_step_seconds},
+                     {"compiles", report.compiles},
+                     {"compile_ms", report.compile_ms},
+                     {"peak_rss_mib", report.peak_rss_mib},
+                     {"wall_seconds", report.wall_seconds}};
+    if (!report.evals.empty()) {
+      j["eval_loss"] = report.evals.back().loss;
+      j["eval_accuracy"] = report.evals.back().accuracy;
+    }
+    log << j.dump() << "\n";
+  }
   return report;
 }
 

@@ -56,6 +56,13 @@ void Array::eval() const {
   if (!node_->buffer) kiln::eval(std::vector<Array>{*this});
 }
 
+CheckFiniteScope::CheckFiniteScope() : previous_(exec_state().check_finite) {
+  exec_state().check_finite = true;
+}
+CheckFiniteScope::~CheckFiniteScope() {
+  exec_state().check_finite = previous_;
+}
+
 LazyScope::LazyScope() : previous_(exec_state().lazy) {
   exec_state().lazy = true;
 }

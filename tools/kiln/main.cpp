@@ -1,6 +1,8 @@
 // kiln — the command line.
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
+//   kiln eval --checkpoint DIR [--data fashion-mnist]
+//   kiln plot LOG.jsonl -o curves.svg
 //   kiln grad --config C.json --weights W.safetensors --batch B.safetensors --out O.safetensors
 //   kiln info
 #include <unistd.h>
@@ -108,11 +110,21 @@ struct TrainFlags {
   std::string layout = "nchw";
   int threads = 0;
   std::string log_json;
+  std::string data = "random", data_dir = data::kFashionMnistDir;
+  bool augment = false;
+  std::string optimizer = "sgd", schedule = "constant";
+  double momentum = 0, weight_decay = 0, clip_norm = 0;
+  int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
+  std::string save, resume;
 };
 
 // Default schedule: a few timed steps, so that the default run (vit-base on a
 // 2-core CPU) finishes in minutes. The reference schedule is --steps 52 --warmup 11.
 void default_schedule(TrainFlags& f) {
+  if (f.steps < 0 && f.epochs > 0) {
+    if (f.data != "fashion-mnist") fail("train", "--epochs needs a finite data set (--data fashion-mnist)");
+    f.steps = f.epochs * (60000 / f.batch_size);
+  }
   if (f.steps < 0) f.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
   if (f.warmup < 0) f.warmup = std::min<int64_t>(2, f.steps - 1);
 }
@@ -150,35 +162,84 @@ int run_train(TrainFlags f) {
   cfg.seed = f.seed;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.log_json = f.log_json;
+  cfg.data = f.data;
+  cfg.data_dir = f.data_dir;
+  cfg.augment = f.augment;
+  cfg.optimizer = f.optimizer;
+  cfg.momentum = f.momentum;
+  cfg.weight_decay = f.weight_decay;
+  cfg.schedule = f.schedule;
+  cfg.lr_warmup = f.lr_warmup;
+  cfg.clip_norm = f.clip_norm;
+  cfg.eval_every = f.eval_every;
+  cfg.save_dir = f.save;
+  cfg.save_every = f.save_every;
+  cfg.resume_dir = f.resume;
+  if (!f.resume.empty()) {
+    cfg.model = io::load_checkpoint(f.resume).config;
+    cfg.model_name = f.resume;
+  }
+  if (f.momentum != 0 && f.optimizer != "sgd") fail("train", "--momentum goes with --optimizer sgd");
   bool tty = ::isatty(STDOUT_FILENO);
   int64_t params = 0;
   for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
     params += numel(shape);
+  int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
 
   const char* alias = f.mode == "eager" ? "pytorch" : f.mode == "lazy" ? "torch_xla" : "jax";
   std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n", f.mode.c_str(), alias,
               f.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(), params / 1e6);
-  std::printf("batch size %lld, %lldx%lld images (%s), %lld labels, SGD lr %g, seed %llu\n",
+  std::string opt = f.optimizer == "sgd" ? "SGD" : "AdamW";
+  if (f.momentum != 0) opt += " momentum " + std::to_string(f.momentum).substr(0, 4);
+  if (f.weight_decay != 0) opt += " weight decay " + std::to_string(f.weight_decay).substr(0, 6);
+  if (f.schedule != "constant" || f.lr_warmup > 0)
+    opt += ", " + std::to_string(f.lr_warmup) + " warm-up steps then " + f.schedule;
+  if (f.clip_norm > 0) opt += ", clip " + std::to_string(f.clip_norm).substr(0, 4);
+  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels, %s lr %g, seed %llu\n",
               (long long)cfg.batch_size, (long long)cfg.model.image_size,
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
-              (long long)cfg.model.num_labels, cfg.lr, (unsigned long long)cfg.seed);
+              f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
+              opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
   std::printf("device cpu, %d threads; %lld steps, the first %lld untimed\n", num_threads(),
               (long long)cfg.steps, (long long)cfg.warmup);
   std::fflush(stdout);
 
   double elapsed = 0;
+  int64_t done = 0, first = -1;
+  double last_acc = -1;
   auto on_step = [&](const train::StepTiming& s) {
     elapsed += s.seconds;
-    double eta = elapsed / s.step * (cfg.steps - s.step);
+    ++done;
+    if (first < 0) first = s.step;
+    double eta = elapsed / done * (cfg.steps - s.step);
+    bool untimed = s.step < first + cfg.warmup;
     if (tty) {
-      std::printf("\r\033[Kstep %lld/%lld  loss %.4f  %s/step  ETA %.0f s", (long long)s.step,
-                  (long long)cfg.steps, s.loss, fmt_seconds(s.seconds).c_str(), eta);
+      const int width = 20;
+      int filled = static_cast<int>(width * s.step / cfg.steps);
+      std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+      std::string acc = last_acc >= 0 ? "  acc " + std::to_string(100 * last_acc).substr(0, 5) + "%"
+                                      : "";
+      std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f%s  %.1f img/s  ETA %s", bar.c_str(),
+                  (long long)s.step, (long long)cfg.steps, s.loss, acc.c_str(),
+                  cfg.batch_size / s.seconds, fmt_seconds(eta).c_str());
       if (s.step == cfg.steps) std::printf("\n");
-    } else {
-      std::printf("step %lld/%lld  loss %.4f  %s%s\n", (long long)s.step, (long long)cfg.steps,
-                  s.loss, fmt_seconds(s.seconds).c_str(),
-                  s.step <= cfg.warmup ? "  (untimed)" : "");
+    } else if (s.step % print_every == 0 || s.step == first || s.step == cfg.steps) {
+      std::printf("step %lld/%lld  loss %.4f  lr %.3g  %s%s\n", (long long)s.step,
+                  (long long)cfg.steps, s.loss, s.lr, fmt_seconds(s.seconds).c_str(),
+                  untimed ? "  (untimed)" : "");
     }
+    std::fflush(stdout);
+  };
+  auto on_eval = [&](const train::EvalResult& e) {
+    last_acc = e.accuracy;
+    std::printf("%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld test images (%s)\n",
+                tty && e.step != cfg.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
+                100 * e.accuracy, (long long)e.samples, fmt_seconds(e.seconds).c_str());
+    std::fflush(stdout);
+  };
+  auto on_save = [&](int64_t step, const std::string& dir) {
+    std::printf("%ssaved step %lld to %s\n", tty && step != cfg.steps ? "\r\033[K" : "",
+                (long long)step, dir.c_str());
     std::fflush(stdout);
   };
   if (tty) {
@@ -186,11 +247,12 @@ int run_train(TrainFlags f) {
     std::printf("step 0/%lld  first step running", (long long)cfg.steps);
     std::fflush(stdout);
   }
-  train::TrainReport r = train::run(cfg, on_step);
+  train::TrainReport r = train::run(cfg, {on_step, on_eval, on_save});
   std::printf("average step time: %.6f\n", r.mean);
   std::printf("median %s, p90 %s, min %s, max %s over %lld timed steps\n",
               fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
-              fmt_seconds(r.max).c_str(), (long long)(cfg.steps - cfg.warmup));
+              fmt_seconds(r.max).c_str(),
+              (long long)std::max<int64_t>(1, cfg.steps - r.first_step + 1 - cfg.warmup));
   std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
               r.images_per_second, 100 * r.data_wait_share,
               fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
@@ -204,7 +266,36 @@ int run_train(TrainFlags f) {
       "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
       "measured by an fp32 FMA loop on all threads)\n",
       100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+  if (!r.evals.empty())
+    std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
+                100 * r.evals.back().accuracy, r.evals.back().loss, (long long)cfg.steps,
+                r.wall_seconds);
   if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
+  return 0;
+}
+
+struct EvalFlags {
+  std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir,
+                          split = "test", mode = "jit", layout = "nchw";
+  int64_t batch_size = 256;
+};
+
+int run_eval(const EvalFlags& f) {
+  io::Checkpoint ck = io::load_checkpoint(f.checkpoint);
+  if (f.data != "fashion-mnist")
+    fail("eval", "--data '" + f.data + "', expected fashion-mnist");
+  const auto& c = ck.config;
+  if (c.num_channels != 1 || c.image_size != 28 || c.num_labels != 10)
+    fail("eval", f.checkpoint + ": the model takes " + std::to_string(c.image_size) + "x" +
+                     std::to_string(c.image_size) + "x" + std::to_string(c.num_channels) +
+                     " images and " + std::to_string(c.num_labels) +
+                     " labels; fashion-mnist has 28x28x1 and 10");
+  nn::Layout layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  data::FashionMnist ds({.dir = f.data_dir, .split = f.split, .layout = layout});
+  auto r = train::evaluate(c, ck.params, ds, f.batch_size, layout, f.mode != "eager");
+  std::printf("%s (step %lld) on fashion-mnist %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
+              f.checkpoint.c_str(), (long long)ck.state.step, f.split.c_str(), r.loss,
+              100 * r.accuracy, (long long)r.samples, fmt_seconds(r.seconds).c_str());
   return 0;
 }
 
@@ -244,14 +335,15 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags tf;
-  auto* t = app.add_subcommand("train", "the reference experiment: train a ViT on random images");
+  auto* t = app.add_subcommand("train", "train a ViT (default: the reference experiment on random images)");
   t->add_option("--batch-size", tf.batch_size, "images per step")->check(CLI::PositiveNumber);
   t->add_option("--mode", tf.mode, "eager (alias pytorch), lazy (torch_xla) or jit (jax)")
       ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
   t->add_flag("--compile-model", tf.compile_model,
               "with --mode eager: compile forward and backward, the optimizer stays eager");
   auto* model_opt = t->add_option("--model", tf.model, "preset")
-                        ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large"}));
+                        ->check(CLI::IsMember(
+                            {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
   t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
       ->check(CLI::ExistingFile)
       ->excludes(model_opt);
@@ -265,7 +357,54 @@ int main(int argc, char** argv) {
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
-  t->add_option("--log-json", tf.log_json, "write one JSON object per step to this file");
+  t->add_option("--log-json", tf.log_json,
+                "write one JSON object per step (and per evaluation) to this file");
+  t->add_option("--data", tf.data, "random (the reference experiment) or fashion-mnist")
+      ->check(CLI::IsMember({"random", "fashion-mnist"}));
+  t->add_option("--data-dir", tf.data_dir, "where the Fashion-MNIST IDX files are");
+  t->add_flag("--augment", tf.augment, "fashion-mnist: random horizontal flips");
+  t->add_option("--epochs", tf.epochs, "passes over the data (sets --steps; fashion-mnist)")
+      ->check(CLI::PositiveNumber);
+  t->add_option("--optimizer", tf.optimizer, "sgd or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  t->add_option("--momentum", tf.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
+  t->add_option("--weight-decay", tf.weight_decay, "weight decay (AdamW: decoupled)")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--schedule", tf.schedule, "learning rate: constant or cosine (after --lr-warmup)")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  t->add_option("--lr-warmup", tf.lr_warmup, "steps of linear learning-rate warm-up")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--clip-norm", tf.clip_norm, "clip gradients to this global L2 norm (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--eval-every", tf.eval_every,
+                "evaluate on the test split every N steps (always at the end)")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--save", tf.save, "checkpoint directory (transformers-loadable), written at the end");
+  t->add_option("--save-every", tf.save_every, "also save every N steps")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
+      ->check(CLI::ExistingDirectory);
+  t->add_option("--print-every", tf.print_every,
+                "without a terminal: print every N steps (default: steps / 50)")
+      ->check(CLI::PositiveNumber);
+
+  EvalFlags ef;
+  auto* e = app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
+  e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save")
+      ->required();
+  e->add_option("--data", ef.data, "fashion-mnist")->check(CLI::IsMember({"fashion-mnist"}));
+  e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
+  e->add_option("--split", ef.split, "test or train")->check(CLI::IsMember({"test", "train"}));
+  e->add_option("--batch-size", ef.batch_size, "images per batch")->check(CLI::PositiveNumber);
+  e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
+  e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
+
+  std::string plot_log, plot_out;
+  auto* pl = app.add_subcommand("plot", "draw loss and accuracy curves of a --log-json file");
+  pl->add_option("log", plot_log, "the JSON-lines log of kiln train --log-json")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pl->add_option("-o,--out", plot_out, "output .svg file")->required();
 
   GradFlags gf;
   auto* g = app.add_subcommand("grad",
@@ -288,7 +427,7 @@ int main(int argc, char** argv) {
     bool known = false;
     for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == cmd;
     if (!known) {
-      std::fprintf(stderr, "kiln: unknown command '%s'; expected one of train, grad, demo, info\n",
+      std::fprintf(stderr, "kiln: unknown command '%s'; expected one of train, eval, plot, grad, demo, info\n",
                    cmd.c_str());
       return 2;
     }
@@ -296,10 +435,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (t->parsed()) return run_train(tf);
+    if (e->parsed()) return run_eval(ef);
+    if (pl->parsed()) {
+      train::plot_log(plot_log, plot_out);
+      std::printf("wrote %s\n", plot_out.c_str());
+      return 0;
+    }
     if (g->parsed()) return run_grad(gf);
     if (d->parsed()) return run_demo(demo);
     if (info->parsed()) return run_info();
   } catch (const Error& e) {
+    if (::isatty(STDOUT_FILENO)) std::printf("\n");
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;
   }

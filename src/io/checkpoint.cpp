@@ -1,0 +1,124 @@
+// kiln io: training checkpoints (transformers-loadable directory + state).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "kiln/io.h"
+
+namespace kiln::io {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+constexpr const char* kFormat = "kiln-checkpoint-1";
+
+void sync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+fs::path parent_of(const std::string& dir) {
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"
+  return p.parent_path();
+}
+
+std::string trimmed(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+}  // namespace
+
+std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
+  std::string dir = trimmed(dir_in);
+  std::string tmp = dir + ".tmp";
+  std::error_code ec;
+  fs::create_directories(parent_of(dir), ec);
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    fail("checkpoint", tmp + ": cannot create the directory (" + ec.message() + ")");
+  save_vit_config(tmp + "/config.json", c.config);
+  Params weights;
+  for (auto& [name, p] : c.params) weights.emplace(name, astype(p, DType::f32));
+  save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
+  save_safetensors(tmp + "/training_state.safetensors", c.state.buffers,
+                   {{"format", kFormat}, {"optimizer", c.optimizer}});
+  json t{{"format", kFormat},
+         {"step", c.state.step},
+         {"seed", c.seed},
+         {"data_position", c.data_position},
+         {"optimizer", c.optimizer}};
+  write_file_atomic(tmp + "/trainer.json", t.dump(2) + "\n");
+  sync_dir(tmp);
+  return tmp;
+}
+
+void commit_checkpoint(const std::string& staged, const std::string& dir_in) {
+  std::string dir = trimmed(dir_in);
+  std::string old = dir + ".old";
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (fs::exists(dir)) {
+    fs::rename(dir, old, ec);
+    if (ec) fail("checkpoint", dir + ": cannot move the previous checkpoint aside (" + ec.message() + ")");
+  }
+  fs::rename(staged, dir, ec);
+  if (ec) fail("checkpoint", dir + ": cannot rename " + staged + " into place (" + ec.message() + ")");
+  sync_dir(parent_of(dir));
+  fs::remove_all(old, ec);
+}
+
+void save_checkpoint(const std::string& dir, const Checkpoint& c) {
+  commit_checkpoint(stage_checkpoint(dir, c), dir);
+}
+
+Checkpoint load_checkpoint(const std::string& dir_in) {
+  std::string dir = trimmed(dir_in);
+  // A save killed between its two renames leaves the previous checkpoint in DIR.old.
+  if (!fs::exists(dir + "/trainer.json") && fs::exists(dir + ".old/trainer.json")) dir += ".old";
+  if (!fs::is_directory(dir))
+    fail("checkpoint", dir_in + ": no such checkpoint directory");
+  for (const char* f : {"config.json", "model.safetensors", "trainer.json"})
+    if (!fs::exists(dir + "/" + f))
+      fail("checkpoint", dir + ": missing " + f + " (not a checkpoint written by kiln train --save?)");
+  Checkpoint c;
+  c.config = load_vit_config(dir + "/config.json");
+  c.params = load_safetensors(dir + "/model.safetensors").tensors;
+  nn::ViTForImageClassification(c.config).check(c.params, dir + "/model.safetensors");
+  json t;
+  std::string path = dir + "/trainer.json";
+  try {
+    t = json::parse(read_file(path, "checkpoint"));
+  } catch (const json::exception& e) {
+    fail("checkpoint", path + ": not valid JSON (" + e.what() + ")");
+  }
+  auto field = [&](const char* name, auto& dst) {
+    if (!t.contains(name)) fail("checkpoint", path + ": missing field '" + name + "'");
+    try {
+      t.at(name).get_to(dst);
+    } catch (const json::exception&) {
+      fail("checkpoint", path + ": field '" + name + "' has the wrong type (" + t.at(name).dump() + ")");
+    }
+  };
+  std::string format;
+  field("format", format);
+  if (format != kFormat)
+    fail("checkpoint", path + ": format '" + format + "', expected '" + kFormat + "'");
+  field("step", c.state.step);
+  field("seed", c.seed);
+  field("data_position", c.data_position);
+  field("optimizer", c.optimizer);
+  if (fs::exists(dir + "/training_state.safetensors"))
+    c.state.buffers = load_safetensors(dir + "/training_state.safetensors").tensors;
+  return c;
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,240 @@
+// The training loop: checkpoints (transformers names, atomic saves,
+// bit-identical resume), evaluation, NaN detection, optimizers in every mode.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/train.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("kiln-train-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+nn::ViTConfig small_config() {
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
+  c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
+  c.intermediate_size = 32, c.num_hidden_layers = 2, c.num_labels = 5;
+  return c;
+}
+
+train::TrainConfig small_run(const std::string& mode, const std::string& optimizer) {
+  train::TrainConfig t;
+  t.model = small_config();
+  t.model_name = "small";
+  t.batch_size = 4;
+  t.mode = mode;
+  t.steps = 4;
+  t.warmup = 0;
+  t.lr = 1e-2;
+  t.optimizer = optimizer;
+  t.momentum = optimizer == "sgd" ? 0.9 : 0.0;
+  t.weight_decay = 0.01;
+  t.schedule = "cosine";
+  t.lr_warmup = 1;
+  t.clip_norm = 1.0;
+  t.workers = 0;
+  return t;
+}
+
+Params final_params(const std::string& dir) {
+  return io::load_checkpoint(dir).params;
+}
+
+void expect_bitwise_equal(const Params& a, const Params& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (auto& [name, x] : a) {
+    auto u = x.to_vector<float>(), v = b.at(name).to_vector<float>();
+    ASSERT_EQ(u.size(), v.size());
+    EXPECT_EQ(0, std::memcmp(u.data(), v.data(), u.size() * sizeof(float))) << name;
+  }
+}
+
+class Resume : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(Resume, TwoPlusTwoStepsAreBitIdenticalToFour) {
+  auto [mode, optimizer] = GetParam();
+  std::string whole = temp_dir("whole"), half = temp_dir("half");
+  train::TrainConfig t = small_run(mode, optimizer);
+  t.save_dir = whole;
+  train::run(t);
+  // 2 steps, saved...
+  train::TrainConfig a = small_run(mode, optimizer);
+  a.save_dir = half;
+  a.save_every = 2;
+  a.steps = 4;
+  std::vector<float> losses_a;
+  // Stop after step 2 by running with a callback that throws once saved.
+  struct Stop {};
+  try {
+    train::run(a, {.on_save = [](int64_t step, const std::string&) {
+                     if (step == 2) throw Stop{};
+                   }});
+  } catch (const Stop&) {
+  }
+  io::Checkpoint mid = io::load_checkpoint(half);
+  EXPECT_EQ(mid.state.step, 2);
+  EXPECT_EQ(mid.data_position, 2);
+  // ...then 2 more from the checkpoint.
+  train::TrainConfig b = small_run(mode, optimizer);
+  b.resume_dir = half;
+  b.save_dir = half;
+  auto report = train::run(b);
+  EXPECT_EQ(report.first_step, 3);
+  EXPECT_EQ(report.steps.size(), 2u);
+  expect_bitwise_equal(final_params(half), final_params(whole));
+  auto s1 = io::load_checkpoint(half).state, s2 = io::load_checkpoint(whole).state;
+  EXPECT_EQ(s1.step, 4);
+  expect_bitwise_equal(s1.buffers, s2.buffers);
+  fs::remove_all(whole);
+  fs::remove_all(half);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ModesAndOptimizers, Resume,
+    ::testing::Values(std::tuple{"eager", "adamw"}, std::tuple{"jit", "adamw"},
+                      std::tuple{"lazy", "sgd"}, std::tuple{"jit", "sgd"}),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+TEST(Train, EveryModeGivesTheSameParametersWithAdamW) {
+  Params ref;
+  for (std::string mode : {"eager", "eager-compile", "lazy", "jit"}) {
+    std::string dir = temp_dir("modes-" + mode);
+    train::TrainConfig t = small_run(mode == "eager-compile" ? "eager" : mode, "adamw");
+    t.compile_model = mode == "eager-compile";
+    t.save_dir = dir;
+    train::run(t);
+    Params p = final_params(dir);
+    if (ref.empty()) {
+      ref = p;
+    } else {
+      for (auto& [name, x] : p) {
+        auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
+        for (size_t i = 0; i < u.size(); ++i)
+          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
+      }
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpoint, HasTransformersNamesAndConfig) {
+  std::string dir = temp_dir("names");
+  train::TrainConfig t = small_run("eager", "adamw");
+  t.steps = 1;
+  t.schedule = "constant";
+  t.save_dir = dir;
+  train::run(t);
+  for (const char* f :
+       {"config.json", "model.safetensors", "training_state.safetensors", "trainer.json"})
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  auto weights = io::load_safetensors(dir + "/model.safetensors");
+  nn::ViTForImageClassification model(small_config());
+  for (auto& [name, shape] : model.parameter_shapes()) {
+    ASSERT_TRUE(weights.tensors.count(name)) << name;
+    EXPECT_EQ(weights.tensors.at(name).shape(), shape) << name;
+  }
+  EXPECT_EQ(weights.metadata.at("format"), "pt");  // what transformers' loader expects
+  EXPECT_TRUE(weights.tensors.count("vit.encoder.layer.0.attention.attention.query.weight"));
+  EXPECT_TRUE(weights.tensors.count("classifier.bias"));
+  auto state = io::load_safetensors(dir + "/training_state.safetensors").tensors;
+  EXPECT_TRUE(state.count("exp_avg/classifier.weight"));
+  EXPECT_TRUE(state.count("exp_avg_sq/vit.layernorm.bias"));
+  nn::ViTConfig back = io::load_vit_config(dir + "/config.json");
+  EXPECT_EQ(back.hidden_size, 16);
+  EXPECT_EQ(back.num_labels, 5);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
+  std::string dir = temp_dir("atomic");
+  nn::ViTForImageClassification model(small_config());
+  io::Checkpoint first{small_config(), model.init(random::Key(1)), "sgd", {{}, 1}, 0, 1};
+  io::save_checkpoint(dir, first);
+  io::Checkpoint second{small_config(), model.init(random::Key(2)), "sgd", {{}, 2}, 0, 2};
+  // Killed after writing everything to DIR.tmp, before the renames:
+  std::string staged = io::stage_checkpoint(dir, second);
+  EXPECT_TRUE(fs::exists(staged + "/model.safetensors"));
+  EXPECT_EQ(io::load_checkpoint(dir).state.step, 1);
+  // Killed between the two renames (DIR moved to DIR.old, DIR.tmp not yet in place):
+  fs::rename(dir, dir + ".old");
+  EXPECT_EQ(io::load_checkpoint(dir).state.step, 1);
+  fs::rename(dir + ".old", dir);
+  // The commit completes the save and cleans up.
+  io::commit_checkpoint(staged, dir);
+  EXPECT_EQ(io::load_checkpoint(dir).state.step, 2);
+  EXPECT_FALSE(fs::exists(dir + ".old"));
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  // A checkpoint whose trainer.json is damaged gets an error naming the file.
+  io::write_file_atomic(dir + "/trainer.json", "{\"format\": \"kiln-checkpoint-1\", \"step\": \"x\"}");
+  try {
+    io::load_checkpoint(dir);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer.json"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(io::load_checkpoint(dir + "-missing"), Error);
+  fs::remove_all(dir);
+}
+
+TEST(Train, ResumeChecksTheRunAgreesWithTheCheckpoint) {
+  std::string dir = temp_dir("agree");
+  train::TrainConfig t = small_run("eager", "adamw");
+  t.steps = 2;
+  t.save_dir = dir;
+  train::run(t);
+  train::TrainConfig other = small_run("eager", "sgd");
+  other.resume_dir = dir;
+  EXPECT_THROW(train::run(other), Error);  // optimizer differs
+  train::TrainConfig done = small_run("eager", "adamw");
+  done.steps = 2;
+  done.resume_dir = dir;
+  EXPECT_THROW(train::run(done), Error);  // nothing left to do
+  fs::remove_all(dir);
+}
+
+TEST(Train, ANonFiniteLossStopsTheRunNamingTheStepAndTheOp) {
+  train::TrainConfig t = small_run("jit", "sgd");
+  t.lr = 1e30;
+  t.schedule = "constant";
+  t.lr_warmup = 0;
+  t.clip_norm = 0;
+  t.momentum = 0;
+  t.weight_decay = 0;
+  try {
+    train::run(t);
+    FAIL() << "expected the run to stop";
+  } catch (const train::NonFiniteLoss& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[train] step 2: the loss is"), std::string::npos) << m;
+    EXPECT_NE(m.find("[nan-check]"), std::string::npos) << m;
+    EXPECT_NE(m.find("produced"), std::string::npos) << m;
+  }
+}
+
+TEST(Evaluate, CompiledAndEagerAgree) {
+  nn::ViTConfig c = small_config();
+  Params p = nn::ViTForImageClassification(c).init(random::Key(3));
+  data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
+  auto e = train::evaluate(c, p, ds, 4, nn::Layout::NCHW, false);  // batches of 4, 4, 2
+  auto j = train::evaluate(c, p, ds, 4, nn::Layout::NCHW, true);
+  EXPECT_EQ(e.samples, 10);
+  EXPECT_NEAR(e.loss, j.loss, 1e-5);
+  EXPECT_DOUBLE_EQ(e.accuracy, j.accuracy);
+  EXPECT_GT(e.loss, 0);
+  EXPECT_NEAR(e.loss, std::log(5.0), 0.5);  // near chance for fresh weights
+}
+
+}  // namespace
+}  // namespace kiln
