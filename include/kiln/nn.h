@@ -48,6 +48,10 @@ struct ApplyOptions {
   // instead: a compiled step takes it as an argument and draws anew each call.
   // Both give the same masks for the same key.
   Array dropout_key_array;
+  // The matmuls' input precision: f32, or bf16 (mixed precision: parameters,
+  // LayerNorm, softmax, the loss and every accumulation stay f32; the
+  // operands of each matmul are rounded to bf16 and the products summed in f32).
+  DType matmul_dtype = DType::f32;
 };
 
 // ViTForImageClassification with HuggingFace's parameter names and shapes.

@@ -48,7 +48,13 @@ struct TrainConfig {
   std::string save_dir;
   int64_t save_every = 0;
   std::string resume_dir;  // continue from this checkpoint (the model comes from it)
+  // fp32, or bf16 mixed precision (bf16 matmul operands, f32 everything else);
+  // tf32 is a CUDA setting and an error on the cpu device.
+  std::string precision = "fp32";
 };
+
+// The matmul dtype of a --precision value (errors name the flag).
+DType matmul_dtype_for(const std::string& precision);
 
 struct EvalResult {
   int64_t step = 0;
@@ -108,7 +114,8 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
 // Loss and top-1 accuracy of `params` on a data set, in batches (eager, or
 // one compiled forward pass per batch shape when `compiled`).
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
-                    int64_t batch_size, nn::Layout layout, bool compiled);
+                    int64_t batch_size, nn::Layout layout, bool compiled,
+                    DType matmul_dtype = DType::f32);
 
 // One forward and backward pass of ViTForImageClassification (no dropout):
 // what `kiln grad` writes. pixels are f32 in `layout`; labels i32 or i64.
@@ -118,7 +125,8 @@ struct GradResult {
   Params grads;  // HuggingFace names
 };
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
-                            const Array& labels, nn::Layout layout);
+                            const Array& labels, nn::Layout layout,
+                            DType matmul_dtype = DType::f32);
 
 // Draws the loss (training steps and evaluations) and the test accuracy of a
 // `kiln train --log-json` file as an SVG image, written atomically to `out`.

@@ -11,9 +11,18 @@ std::string layer_prefix(int64_t i) {
   return "vit.encoder.layer." + std::to_string(i) + ".";
 }
 
+// A matmul whose operands are rounded to `dt` (bf16 mixed precision) and
+// whose result is f32.
+Array mm(const Array& a, const Array& b, MatmulOptions o, DType dt) {
+  if (dt == DType::f32) return matmul(a, b, o);
+  o.out = DType::f32;
+  return matmul(astype(a, dt), astype(b, dt), o);
+}
+
 // y = x · Wᵀ + b for x [..., in], W [out, in] (torch.nn.Linear).
-Array linear(const Params& p, const std::string& name, const Array& x, bool bias = true) {
-  Array y = matmul(x, p.at(name + ".weight"), {.transpose_b = true});
+Array linear(const Params& p, const std::string& name, const Array& x, DType dt,
+             bool bias = true) {
+  Array y = mm(x, p.at(name + ".weight"), {.transpose_b = true}, dt);
   return bias ? y + p.at(name + ".bias") : y;
 }
 
@@ -209,6 +218,9 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
                     (opt.layout == Layout::NCHW ? " (NCHW)" : " (NHWC)"));
   const int64_t b = pixels.shape()[0];
   Dropout dropout(opt);
+  const DType dt = opt.matmul_dtype;
+  if (dt != DType::f32 && dt != DType::bf16)
+    fail("vit", std::string("matmul precision ") + name_of(dt) + ", expected f32 or bf16");
 
   // Patch embedding: a stride-16 16x16 convolution is a matmul over patches
   // flattened in the weight's (channel, row, column) order.
@@ -218,7 +230,7 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
           : transpose(reshape(pixels, {b, g, ps, g, ps, c.num_channels}), {0, 1, 3, 5, 2, 4});
   patches = reshape(patches, {b * n, c.num_channels * ps * ps});
   Array w = reshape(p.at("vit.embeddings.patch_embeddings.projection.weight"), {h, -1});
-  Array x = matmul(patches, w, {.transpose_b = true}) +
+  Array x = mm(patches, w, {.transpose_b = true}, dt) +
             p.at("vit.embeddings.patch_embeddings.projection.bias");
   x = reshape(x, {b, n, h});
   Array cls = broadcast_to(p.at("vit.embeddings.cls_token"), {b, 1, h});
@@ -233,21 +245,23 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
     std::string pre = layer_prefix(l);
     Array hn = layer_norm_of(p, pre + "layernorm_before", x, c.layer_norm_eps);
     std::string att = pre + "attention.attention.";
-    Array q = split_heads(linear(p, att + "query", hn, c.qkv_bias));
-    Array k = split_heads(linear(p, att + "key", hn, c.qkv_bias));
-    Array v = split_heads(linear(p, att + "value", hn, c.qkv_bias));
-    Array scores = matmul(q, k, {.transpose_b = true}) * (1.0 / std::sqrt(static_cast<double>(dh)));
+    Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
+    Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
+    Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
+    Array scores =
+        mm(q, k, {.transpose_b = true}, dt) * (1.0 / std::sqrt(static_cast<double>(dh)));
     Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
-    Array ctx = reshape(transpose(matmul(probs, v), {0, 2, 1, 3}), {b, t, h});
-    Array attn = dropout(linear(p, pre + "attention.output.dense", ctx), c.hidden_dropout_prob);
+    Array ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
+    Array attn =
+        dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
     x = x + attn;
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
-    Array mid = activation(c.hidden_act, linear(p, pre + "intermediate.dense", hn2));
-    x = x + dropout(linear(p, pre + "output.dense", mid), c.hidden_dropout_prob);
+    Array mid = activation(c.hidden_act, linear(p, pre + "intermediate.dense", hn2, dt));
+    x = x + dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
   }
   x = layer_norm_of(p, "vit.layernorm", x, c.layer_norm_eps);
   Array first = reshape(slice(x, {0, 0, 0}, {b, 1, h}), {b, h});
-  return linear(p, "classifier", first);
+  return linear(p, "classifier", first, dt);
 }
 
 }  // namespace kiln::nn

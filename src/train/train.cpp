@@ -71,8 +71,9 @@ namespace {
 // The model's forward pass as the loss and hit count of one batch:
 // (sum of per-sample losses, number of correct top-1 predictions).
 std::pair<Array, Array> batch_metrics(const nn::ViTForImageClassification& model, const Params& p,
-                                      const Array& x, const Array& y, nn::Layout layout) {
-  Array logits = model.apply(p, x, {.layout = layout});
+                                      const Array& x, const Array& y, nn::Layout layout,
+                                      DType matmul_dtype) {
+  Array logits = model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype});
   Array loss = sum(softmax_cross_entropy(logits, y));
   Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
   return {loss, hits};
@@ -94,8 +95,17 @@ Array clone(const Array& a) {
 
 }  // namespace
 
+DType matmul_dtype_for(const std::string& precision) {
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "tf32")
+    fail("train", "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores); this build "
+                  "runs on the cpu device only: use fp32, or bf16 for mixed precision");
+  fail("train", "--precision '" + precision + "', expected fp32, bf16 or tf32");
+}
+
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
-                    int64_t batch_size, nn::Layout layout, bool compiled) {
+                    int64_t batch_size, nn::Layout layout, bool compiled, DType matmul_dtype) {
   auto t0 = Clock::now();
   nn::ViTForImageClassification model(cfg);
   std::shared_ptr<const data::Dataset> ds(&dataset, [](const data::Dataset*) {});
@@ -104,7 +114,8 @@ EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::
   for (auto& [name, p] : params) names.push_back(name);
   const size_t np = names.size();
   Jitted fwd = jit([&](const std::vector<Array>& args) {
-    auto [loss, hits] = batch_metrics(model, unflatten(names, args), args[np], args[np + 1], layout);
+    auto [loss, hits] =
+        batch_metrics(model, unflatten(names, args), args[np], args[np + 1], layout, matmul_dtype);
     return std::vector<Array>{loss, hits};
   });
   double loss = 0, hits = 0;
@@ -119,7 +130,8 @@ EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::
       auto out = fwd(args);
       l = out[0], h = out[1];
     } else {
-      std::tie(l, h) = batch_metrics(model, params, batch.images, batch.labels, layout);
+      std::tie(l, h) =
+          batch_metrics(model, params, batch.images, batch.labels, layout, matmul_dtype);
     }
     loss += l.item<float>();
     hits += h.item<float>();
@@ -145,6 +157,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
   if (cfg.eval_every < 0 || cfg.save_every < 0)
     fail("train", "--eval-every and --save-every must be >= 0");
+  const DType matmul_dtype = matmul_dtype_for(cfg.precision);
   optim::Schedule schedule{cfg.schedule, cfg.lr_warmup, cfg.steps};
   schedule.validate();
   auto optimizer = make_optimizer(cfg);
@@ -241,7 +254,10 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   // Compiled steps take (parameters..., buffers..., images, labels, dropout
   // key, step scalars...) and return (parameters..., buffers..., loss).
   auto grads_of = [&](const Params& p, const Array& x, const Array& y, const Array& key) {
-    nn::ApplyOptions opt{.layout = cfg.layout, .train = dropout, .dropout_key_array = key};
+    nn::ApplyOptions opt{.layout = cfg.layout,
+                         .train = dropout,
+                         .dropout_key_array = key,
+                         .matmul_dtype = matmul_dtype};
     auto [loss, grads] = value_and_grad(loss_fn)(p, x, y, opt);
     if (cfg.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg.clip_norm).first;
     return std::pair{loss, grads};
@@ -279,7 +295,8 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   };
   auto run_eval = [&](int64_t step) {
     if (!eval_set) return;
-    EvalResult r = evaluate(mcfg, params, *eval_set, cfg.batch_size, cfg.layout, compiled_eval);
+    EvalResult r = evaluate(mcfg, params, *eval_set, cfg.batch_size, cfg.layout, compiled_eval,
+                            matmul_dtype);
     r.step = step;
     report.evals.push_back(r);
     if (log)
@@ -454,7 +471,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
 namespace kiln::train {
 
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
-                            const Array& labels, nn::Layout layout) {
+                            const Array& labels, nn::Layout layout, DType matmul_dtype) {
   nn::ViTForImageClassification model(cfg);
   model.check(weights, "weights");
   Params p;
@@ -468,7 +485,7 @@ GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, con
   GradResult r;
   Array x = astype(pixels, DType::f32);
   auto [loss, grads] = value_and_grad([&](const Params& q) {
-    r.logits = model.apply(q, x, {.layout = layout});
+    r.logits = model.apply(q, x, {.layout = layout, .matmul_dtype = matmul_dtype});
     return mean(softmax_cross_entropy(r.logits, labels));
   })(p);
   r.loss = loss;

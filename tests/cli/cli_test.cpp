@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 
@@ -52,6 +53,17 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
            "/vit_golden/config.json",
        "excludes"},
       {"grad --config x.json", "--config"},
+      {"train --precision tf32", "--precision tf32 is a CUDA setting"},
+      {"train --precision fp16", "--precision"},
+      {"train --data imagenet", "--data"},
+      {"train --data fashion-mnist --model vit-tiny", "needs a model with num_channels 1"},
+      {"train --epochs 2", "--epochs needs a finite data set"},
+      {"train --optimizer adamw --momentum 0.9", "--momentum goes with --optimizer sgd"},
+      {"train --schedule cosine --lr-warmup 30 --steps 20", "cosine decay needs total steps"},
+      {"train --resume /nonexistent-checkpoint", "--resume"},
+      {"eval --checkpoint /nonexistent-checkpoint", "no such checkpoint directory"},
+      {"plot /nonexistent.jsonl -o x.svg", "log"},
+      {"plot " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json -o x.png", "SVG"},
       {"frobnicate", "unknown command 'frobnicate'"},
       {"", "subcommand"},
   };
@@ -132,6 +144,46 @@ TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
   EXPECT_EQ(got.size(), 2 + io::load_safetensors(dir + "model.safetensors").tensors.size());
   EXPECT_TRUE(got.count("grad.vit.embeddings.patch_embeddings.projection.weight"));
   std::filesystem::remove(out);
+}
+
+// Fashion-MNIST end to end with a tiny model: train with evaluation and a
+// checkpoint, evaluate the checkpoint, plot the log.
+TEST(Cli, FashionMnistTrainEvalPlot) {
+  if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  std::string cfg = temp_path("fm.json"), log = temp_path("fm.jsonl"), ckpt = temp_path("fm-ckpt"),
+              svg = temp_path("fm.svg");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-fmnist");
+  c.hidden_size = 16, c.num_attention_heads = 2, c.intermediate_size = 32, c.num_hidden_layers = 1;
+  c.patch_size = 7;
+  io::save_vit_config(cfg, c);
+  CliRun r = kiln_cli("train --data fashion-mnist --config " + cfg +
+                      " --steps 30 --warmup 1 --batch-size 64 --mode jit --optimizer adamw --lr 3e-3"
+                      " --schedule cosine --lr-warmup 5 --eval-every 15 --precision bf16"
+                      " --save " + ckpt + " --log-json " + log);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("eval at step 15: loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on 10000 test images"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16 mixed precision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("saved step 30 to " + ckpt), std::string::npos) << r.output;
+  size_t at = r.output.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  double acc = std::stod(r.output.substr(at + 20));
+  EXPECT_GT(acc, 12.0);  // 30 steps of a 1-layer ViT learn a little (chance: 10%)
+  double loss = std::stod(r.output.substr(r.output.find("(loss ", at) + 6));
+  EXPECT_LT(loss, 2.25);  // chance: ln 10 = 2.30
+  CliRun e = kiln_cli("eval --checkpoint " + ckpt + " --data fashion-mnist --mode eager");
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("(step 30) on fashion-mnist test"), std::string::npos) << e.output;
+  CliRun p = kiln_cli("plot " + log + " -o " + svg);
+  ASSERT_EQ(p.status, 0) << p.output;
+  std::ifstream in(svg);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  EXPECT_NE(text.find("test accuracy"), std::string::npos);
+  EXPECT_NE(text.find("<polyline"), std::string::npos);
+  for (auto& f : {cfg, log, svg}) std::filesystem::remove(f);
+  std::filesystem::remove_all(ckpt);
 }
 
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {

@@ -116,6 +116,7 @@ struct TrainFlags {
   double momentum = 0, weight_decay = 0, clip_norm = 0;
   int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
   std::string save, resume;
+  std::string precision = "fp32";
 };
 
 // Default schedule: a few timed steps, so that the default run (vit-base on a
@@ -175,6 +176,8 @@ int run_train(TrainFlags f) {
   cfg.save_dir = f.save;
   cfg.save_every = f.save_every;
   cfg.resume_dir = f.resume;
+  cfg.precision = f.precision;
+  train::matmul_dtype_for(f.precision);  // a bad value fails before anything runs
   if (!f.resume.empty()) {
     cfg.model = io::load_checkpoint(f.resume).config;
     cfg.model_name = f.resume;
@@ -200,8 +203,9 @@ int run_train(TrainFlags f) {
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
               f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
               opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
-  std::printf("device cpu, %d threads; %lld steps, the first %lld untimed\n", num_threads(),
-              (long long)cfg.steps, (long long)cfg.warmup);
+  std::printf("device cpu, %d threads, %s; %lld steps, the first %lld untimed\n", num_threads(),
+              f.precision == "bf16" ? "bf16 mixed precision" : "fp32", (long long)cfg.steps,
+              (long long)cfg.warmup);
   std::fflush(stdout);
 
   double elapsed = 0;
@@ -384,6 +388,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
+  t->add_option("--precision", tf.precision,
+                "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
+      ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   t->add_option("--print-every", tf.print_every,
                 "without a terminal: print every N steps (default: steps / 50)")
       ->check(CLI::PositiveNumber);
