@@ -89,6 +89,53 @@ class FashionMnist final : public Dataset {
   std::vector<uint8_t> images_, labels_;
 };
 
+// A decoded 8-bit image, rows of width * channels bytes.
+struct Image {
+  int64_t width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+};
+// Decodes JPEG (libjpeg-turbo) or PNG (libpng) bytes into 1 (grey) or 3 (RGB)
+// channels; `origin` (the file) is named in every error. Warnings (a
+// truncated JPEG) are errors.
+Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const std::string& origin);
+// Reads only the header: width and height, or an error naming the file.
+Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
+
+struct ImageFolderOptions {
+  std::string root;              // root/<class>/<image>.{jpg,jpeg,png}
+  std::string split = "all";     // all, train (all but the held-out files) or holdout
+  int64_t holdout_every = 10;    // file i of each class (sorted by name) is held out when
+                                 // i % holdout_every == holdout_every - 1
+  int64_t image_size = 224;      // the square crop
+  int64_t resize = 0;            // shorter side before the crop; 0: image_size * 8 / 7
+  int64_t channels = 3;          // 3 (RGB) or 1 (grey)
+  bool augment = false;          // random crop and horizontal flip; else the centre crop
+  std::vector<float> mean = {0.5f, 0.5f, 0.5f}, std = {0.5f, 0.5f, 0.5f};  // per channel
+  nn::Layout layout = nn::Layout::NCHW;
+  bool skip_bad = false;  // skip (and count) files whose header cannot be read; else an error
+  uint64_t seed = 0;
+};
+
+// Images in one sub-folder per class (classes sorted by folder name), resized
+// (bilinear) so that the shorter side is `resize`, cropped to image_size,
+// optionally flipped, normalized per channel.
+class ImageFolder final : public Dataset {
+ public:
+  explicit ImageFolder(ImageFolderOptions opt);
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  Shape image_shape() const override;
+  void get(int64_t index, float* image, int32_t* label) const override;
+  void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override;
+  const std::vector<std::string>& classes() const { return classes_; }
+  int64_t skipped() const { return skipped_; }
+
+ private:
+  ImageFolderOptions opt_;
+  std::vector<std::string> classes_;
+  std::vector<std::pair<std::string, int32_t>> files_;
+  int64_t skipped_ = 0;
+};
+
 struct LoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = false;

@@ -29,7 +29,10 @@ struct TrainConfig {
 
   // Data: "random" (the reference experiment) or "fashion-mnist" (its train
   // split for training, its test split for evaluation).
+  // "imagefolder:PATH" trains on PATH/<class>/*.{jpg,png} less every 10th
+  // file of each class, which is the held-out split.
   std::string data = "random";
+  bool skip_bad_images = false;  // imagefolder: skip unreadable files (counted)
   std::string data_dir = data::kFashionMnistDir;
   bool augment = false;  // fashion-mnist: random horizontal flips
   // Optimizer: "sgd" (lr, momentum, weight_decay) or "adamw" (lr, betas,
@@ -89,6 +92,7 @@ struct TrainReport {
   size_t arena_bytes = 0, intermediate_bytes = 0;
   std::vector<EvalResult> evals;
   int64_t first_step = 1;  // > 1 when resumed
+  int64_t skipped_images = 0;  // imagefolder with skip_bad_images
   double wall_seconds = 0;  // the whole run, evaluation and saving included
 };
 

@@ -198,6 +198,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   }
   bool dropout = mcfg.hidden_dropout_prob > 0 || mcfg.attention_probs_dropout_prob > 0;
 
+  TrainReport report;
   // Data.
   std::shared_ptr<const data::Dataset> train_set, eval_set;
   bool shuffle = false;
@@ -223,8 +224,33 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     eval_set = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
         .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
     shuffle = true;
+  } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
+    data::ImageFolderOptions o{.root = cfg.data.substr(12),
+                               .split = "train",
+                               .image_size = mcfg.image_size,
+                               .channels = mcfg.num_channels,
+                               .augment = cfg.augment,
+                               .layout = cfg.layout,
+                               .skip_bad = cfg.skip_bad_images,
+                               .seed = cfg.seed};
+    auto train_folder = std::make_shared<data::ImageFolder>(o);
+    if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
+      fail("train", "--data " + cfg.data + " has " +
+                        std::to_string(train_folder->classes().size()) +
+                        " classes (sub-folders), the model has num_labels " +
+                        std::to_string(mcfg.num_labels));
+    o.split = "holdout";
+    o.augment = false;
+    try {
+      eval_set = std::make_shared<data::ImageFolder>(o);
+    } catch (const Error&) {
+      // Fewer than 10 images per class: no held-out split, no evaluation.
+    }
+    report.skipped_images = train_folder->skipped();
+    train_set = train_folder;
+    shuffle = true;
   } else {
-    fail("train", "--data '" + cfg.data + "', expected random or fashion-mnist");
+    fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
   }
   data::Loader loader(train_set, {.batch_size = cfg.batch_size,
                                   .shuffle = shuffle,
@@ -237,7 +263,6 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
   };
 
-  TrainReport report;
   report.first_step = first_step;
   for (auto& [name, p] : params) report.parameters += p.size();
   report.flops_per_step = mcfg.train_flops_per_image() * cfg.batch_size;

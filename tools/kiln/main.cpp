@@ -111,7 +111,7 @@ struct TrainFlags {
   int threads = 0;
   std::string log_json;
   std::string data = "random", data_dir = data::kFashionMnistDir;
-  bool augment = false;
+  bool augment = false, skip_bad_images = false;
   std::string optimizer = "sgd", schedule = "constant";
   double momentum = 0, weight_decay = 0, clip_norm = 0;
   int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
@@ -166,6 +166,7 @@ int run_train(TrainFlags f) {
   cfg.data = f.data;
   cfg.data_dir = f.data_dir;
   cfg.augment = f.augment;
+  cfg.skip_bad_images = f.skip_bad_images;
   cfg.optimizer = f.optimizer;
   cfg.momentum = f.momentum;
   cfg.weight_decay = f.weight_decay;
@@ -270,6 +271,9 @@ int run_train(TrainFlags f) {
       "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
       "measured by an fp32 FMA loop on all threads)\n",
       100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+  if (r.skipped_images)
+    std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
+                (long long)r.skipped_images);
   if (!r.evals.empty())
     std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
                 100 * r.evals.back().accuracy, r.evals.back().loss, (long long)cfg.steps,
@@ -363,10 +367,19 @@ int main(int argc, char** argv) {
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
   t->add_option("--log-json", tf.log_json,
                 "write one JSON object per step (and per evaluation) to this file");
-  t->add_option("--data", tf.data, "random (the reference experiment) or fashion-mnist")
-      ->check(CLI::IsMember({"random", "fashion-mnist"}));
+  t->add_option("--data", tf.data,
+                "random (the reference experiment), fashion-mnist, or imagefolder:PATH "
+                "(PATH/<class>/*.jpg|png; every 10th file of a class held out)")
+      ->check([](const std::string& v) {
+        if (v == "random" || v == "fashion-mnist") return std::string();
+        if (v.rfind("imagefolder:", 0) == 0 && v.size() > 12) return std::string();
+        return "'" + v + "': expected random, fashion-mnist or imagefolder:PATH";
+      });
+  t->add_flag("--skip-bad-images", tf.skip_bad_images,
+              "imagefolder: skip files that cannot be read (counted) instead of stopping");
   t->add_option("--data-dir", tf.data_dir, "where the Fashion-MNIST IDX files are");
-  t->add_flag("--augment", tf.augment, "fashion-mnist: random horizontal flips");
+  t->add_flag("--augment", tf.augment,
+              "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
   t->add_option("--epochs", tf.epochs, "passes over the data (sets --steps; fashion-mnist)")
       ->check(CLI::PositiveNumber);
   t->add_option("--optimizer", tf.optimizer, "sgd or adamw")

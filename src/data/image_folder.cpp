@@ -1,0 +1,207 @@
+// kiln data: JPEG/PNG decoding and the image-folder data set.
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/data.h"
+
+namespace kiln::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_jpeg(const std::vector<uint8_t>& b) {
+  return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
+}
+bool is_png(const std::vector<uint8_t>& b) {
+  static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return b.size() >= 8 && std::memcmp(b.data(), sig, 8) == 0;
+}
+
+struct TjHandle {
+  tjhandle h = tjInitDecompress();
+  ~TjHandle() {
+    if (h) tjDestroy(h);
+  }
+};
+
+Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
+                  bool header_only) {
+  TjHandle tj;
+  if (!tj.h) fail(origin, "cannot start the JPEG decoder");
+  int w = 0, h = 0, sub = 0, space = 0;
+  if (tjDecompressHeader3(tj.h, b.data(), b.size(), &w, &h, &sub, &space) != 0)
+    fail(origin, std::string("is not a readable JPEG: ") + tjGetErrorStr2(tj.h));
+  if (w <= 0 || h <= 0) fail(origin, "is not a readable JPEG: its header gives no image size");
+  Image img{w, h, channels, {}};
+  if (header_only) return img;
+  img.pixels.resize(static_cast<size_t>(w) * h * channels);
+  int fmt = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  if (tjDecompress2(tj.h, b.data(), b.size(), img.pixels.data(), w, 0, h, fmt,
+                    TJFLAG_STOPONWARNING) != 0)
+    fail(origin, std::string("is a damaged JPEG: ") + tjGetErrorStr2(tj.h));
+  return img;
+}
+
+Image decode_png(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
+                 bool header_only) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&png, b.data(), b.size()))
+    fail(origin, std::string("is not a readable PNG: ") + png.message);
+  Image img{png.width, png.height, channels, {}};
+  if (header_only) {
+    png_image_free(&png);
+    return img;
+  }
+  png.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  img.pixels.resize(PNG_IMAGE_SIZE(png));
+  if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr))
+    fail(origin, std::string("is a damaged PNG: ") + png.message);
+  return img;
+}
+
+Image decode(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
+             bool header_only) {
+  if (channels != 1 && channels != 3)
+    fail(origin, "images are decoded to 1 or 3 channels, not " + std::to_string(channels));
+  if (is_jpeg(b)) return decode_jpeg(b, channels, origin, header_only);
+  if (is_png(b)) return decode_png(b, channels, origin, header_only);
+  fail(origin, "is neither a JPEG nor a PNG file (" + std::to_string(b.size()) + " bytes)");
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), {});
+}
+
+bool image_extension(const fs::path& p) {
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  return e == ".jpg" || e == ".jpeg" || e == ".png";
+}
+
+}  // namespace
+
+Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const std::string& origin) {
+  return decode(bytes, channels, origin, false);
+}
+
+Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin) {
+  return decode(bytes, 3, origin, true);
+}
+
+ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
+  const std::string origin = "imagefolder";
+  if (opt_.split != "all" && opt_.split != "train" && opt_.split != "holdout")
+    fail(origin, "split '" + opt_.split + "', expected all, train or holdout");
+  if (opt_.image_size <= 0) fail(origin, "image_size must be positive");
+  if (opt_.resize == 0) opt_.resize = opt_.image_size * 8 / 7;
+  if (opt_.resize < opt_.image_size)
+    fail(origin, "resize " + std::to_string(opt_.resize) + " is below the crop size " +
+                     std::to_string(opt_.image_size));
+  if (opt_.channels != 1 && opt_.channels != 3)
+    fail(origin, "channels must be 1 or 3, got " + std::to_string(opt_.channels));
+  if (static_cast<int64_t>(opt_.mean.size()) < opt_.channels ||
+      static_cast<int64_t>(opt_.std.size()) < opt_.channels)
+    fail(origin, "mean and std need one value per channel");
+  if (opt_.holdout_every < 2) fail(origin, "holdout_every must be >= 2");
+  std::error_code ec;
+  if (!fs::is_directory(opt_.root, ec))
+    fail(origin, opt_.root + ": not a directory (expected one sub-folder per class)");
+  for (auto& e : fs::directory_iterator(opt_.root))
+    if (e.is_directory()) classes_.push_back(e.path().filename().string());
+  std::sort(classes_.begin(), classes_.end());
+  if (classes_.empty()) fail(origin, opt_.root + ": no class sub-folders");
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    std::vector<std::string> names;
+    for (auto& e : fs::directory_iterator(fs::path(opt_.root) / classes_[c]))
+      if (e.is_regular_file() && image_extension(e.path())) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    for (size_t i = 0; i < names.size(); ++i) {
+      bool held = static_cast<int64_t>(i) % opt_.holdout_every == opt_.holdout_every - 1;
+      if ((opt_.split == "train" && held) || (opt_.split == "holdout" && !held)) continue;
+      try {
+        probe_image(read_bytes(names[i]), names[i]);
+      } catch (const Error&) {
+        if (!opt_.skip_bad) throw;
+        ++skipped_;
+        continue;
+      }
+      files_.push_back({names[i], static_cast<int32_t>(c)});
+    }
+  }
+  if (files_.empty())
+    fail(origin, opt_.root + ": no readable .jpg, .jpeg or .png files in the " + opt_.split +
+                     " split");
+}
+
+Shape ImageFolder::image_shape() const {
+  int64_t s = opt_.image_size, c = opt_.channels;
+  return opt_.layout == nn::Layout::NCHW ? Shape{c, s, s} : Shape{s, s, c};
+}
+
+void ImageFolder::get(int64_t index, float* image, int32_t* label) const {
+  get(index, -1, image, label);
+}
+
+void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) const {
+  if (index < 0 || index >= size())
+    fail("imagefolder", "sample " + std::to_string(index) + " is outside [0, " +
+                            std::to_string(size()) + ")");
+  const auto& [path, cls] = files_[index];
+  Image img = decode_image(read_bytes(path), opt_.channels, path);
+  const int64_t S = opt_.image_size, C = opt_.channels;
+  // Resize so that the shorter side is `resize`, then crop S x S.
+  double scale = static_cast<double>(opt_.resize) / std::min(img.width, img.height);
+  int64_t rw = std::max<int64_t>(S, std::llround(img.width * scale));
+  int64_t rh = std::max<int64_t>(S, std::llround(img.height * scale));
+  int64_t oy = (rh - S) / 2, ox = (rw - S) / 2;
+  bool flip = false;
+  if (opt_.augment && epoch >= 0) {
+    random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
+                                    static_cast<uint32_t>(index));
+    double v[2];
+    random::DrawSpec spec = random::draw_spec(k, RandomKind::Uniform, 0, 1);
+    random::draw_block(spec, 0, v);
+    oy = std::min<int64_t>(rh - S, static_cast<int64_t>(v[0] * (rh - S + 1)));
+    ox = std::min<int64_t>(rw - S, static_cast<int64_t>(v[1] * (rw - S + 1)));
+    random::draw_block(spec, 1, v);
+    flip = v[0] < 0.5;
+  }
+  const double sy = static_cast<double>(img.height) / rh, sx = static_cast<double>(img.width) / rw;
+  for (int64_t y = 0; y < S; ++y) {
+    // Bilinear, pixel centres aligned (align_corners = false).
+    double fy = std::clamp((y + oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(img.height - 1));
+    int64_t y0 = static_cast<int64_t>(fy), y1 = std::min(y0 + 1, img.height - 1);
+    double wy = fy - y0;
+    for (int64_t x = 0; x < S; ++x) {
+      int64_t xs = flip ? S - 1 - x : x;
+      double fx = std::clamp((xs + ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(img.width - 1));
+      int64_t x0 = static_cast<int64_t>(fx), x1 = std::min(x0 + 1, img.width - 1);
+      double wx = fx - x0;
+      for (int64_t c = 0; c < C; ++c) {
+        auto px = [&](int64_t yy, int64_t xx) {
+          return static_cast<double>(img.pixels[(yy * img.width + xx) * C + c]);
+        };
+        double v = (1 - wy) * ((1 - wx) * px(y0, x0) + wx * px(y0, x1)) +
+                   wy * ((1 - wx) * px(y1, x0) + wx * px(y1, x1));
+        float n = static_cast<float>((v / 255.0 - opt_.mean[c]) / opt_.std[c]);
+        if (opt_.layout == nn::Layout::NCHW)
+          out[(c * S + y) * S + x] = n;
+        else
+          out[(y * S + x) * C + c] = n;
+      }
+    }
+  }
+  *label = cls;
+}
+
+}  // namespace kiln::data

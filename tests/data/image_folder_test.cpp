@@ -1,0 +1,196 @@
+// JPEG/PNG decoding errors and the image-folder data set.
+#include <gtest/gtest.h>
+#include <png.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "kiln/data.h"
+#include "kiln/kiln.h"
+#include "kiln/train.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A w x h RGB image filled with one colour.
+std::vector<uint8_t> solid(int w, int h, uint8_t r, uint8_t g, uint8_t b) {
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < px.size(); i += 3) px[i] = r, px[i + 1] = g, px[i + 2] = b;
+  return px;
+}
+
+std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int w, int h) {
+  png_image img;
+  std::memset(&img, 0, sizeof img);
+  img.version = PNG_IMAGE_VERSION;
+  img.width = w, img.height = h, img.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr));
+  std::vector<uint8_t> out(size);
+  EXPECT_TRUE(png_image_write_to_memory(&img, out.data(), &size, 0, rgb.data(), 0, nullptr));
+  out.resize(size);
+  return out;
+}
+
+std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& rgb, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_444, 95, 0), 0);
+  std::vector<uint8_t> out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+void write(const fs::path& p, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Decode, PngAndJpegGiveThePixels) {
+  auto rgb = solid(5, 3, 200, 100, 50);
+  data::Image p = data::decode_image(encode_png(rgb, 5, 3), 3, "a.png");
+  EXPECT_EQ(p.width, 5);
+  EXPECT_EQ(p.height, 3);
+  EXPECT_EQ(p.pixels, rgb);
+  data::Image j = data::decode_image(encode_jpeg(rgb, 5, 3), 3, "a.jpg");
+  EXPECT_EQ(j.width, 5);
+  for (size_t i = 0; i < rgb.size(); ++i) EXPECT_NEAR(j.pixels[i], rgb[i], 3);  // lossy
+  data::Image g = data::decode_image(encode_png(rgb, 5, 3), 1, "a.png");
+  EXPECT_EQ(g.pixels.size(), 15u);
+}
+
+TEST(Decode, DamagedFilesNameTheFile) {
+  std::vector<uint8_t> rgb(64 * 64 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7919 % 251);  // busy
+  auto jpg = encode_jpeg(rgb, 64, 64), png = encode_png(rgb, 64, 64);
+  EXPECT_NE(error_of([&] { data::decode_image({'h', 'e', 'l', 'l', 'o'}, 3, "x.jpg"); })
+                .find("[x.jpg] is neither a JPEG nor a PNG"),
+            std::string::npos);
+  std::vector<uint8_t> cut_jpg(jpg.begin(), jpg.begin() + jpg.size() / 2);
+  EXPECT_NE(error_of([&] { data::decode_image(cut_jpg, 3, "cut.jpg"); }).find("[cut.jpg] is a damaged JPEG"),
+            std::string::npos);
+  std::vector<uint8_t> cut_png(png.begin(), png.begin() + png.size() - 20);
+  EXPECT_NE(error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
+            std::string::npos);
+  std::vector<uint8_t> header_only(jpg.begin(), jpg.begin() + 4);
+  EXPECT_NE(error_of([&] { data::probe_image(header_only, "h.jpg"); }).find("[h.jpg] is not a readable JPEG"),
+            std::string::npos);
+}
+
+struct Folder {
+  fs::path root = fs::temp_directory_path() / ("kiln-imagefolder-" + std::to_string(::getpid()));
+  Folder() {
+    fs::remove_all(root);
+    // class "cat": 4 red PNGs; class "dog": 3 blue JPEGs of another size.
+    for (int i = 0; i < 4; ++i)
+      write(root / "cat" / ("c" + std::to_string(i) + ".png"), encode_png(solid(40, 30, 255, 0, 0), 40, 30));
+    for (int i = 0; i < 3; ++i)
+      write(root / "dog" / ("d" + std::to_string(i) + ".JPG"), encode_jpeg(solid(20, 50, 0, 0, 255), 20, 50));
+    write(root / "dog" / "notes.txt", {'x'});  // not an image: ignored
+  }
+  ~Folder() { fs::remove_all(root); }
+};
+
+TEST(ImageFolder, ClassesLabelsResizeCropAndNormalize) {
+  Folder f;
+  data::ImageFolder ds({.root = f.root.string(), .image_size = 8});
+  EXPECT_EQ(ds.classes(), (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(ds.size(), 7);
+  EXPECT_EQ(ds.image_shape(), (Shape{3, 8, 8}));
+  std::vector<float> img(3 * 8 * 8);
+  int32_t label;
+  ds.get(0, img.data(), &label);
+  EXPECT_EQ(label, 0);
+  EXPECT_NEAR(img[0], 1.0f, 1e-5);        // red: (1 - 0.5) / 0.5
+  EXPECT_NEAR(img[64 + 5], -1.0f, 1e-5);  // green channel
+  ds.get(6, img.data(), &label);
+  EXPECT_EQ(label, 1);
+  EXPECT_NEAR(img[2 * 64 + 9], 1.0f, 0.05);  // blue (JPEG: nearly)
+  // Held-out split: every 3rd file of each class.
+  data::ImageFolder train({.root = f.root.string(), .split = "train", .holdout_every = 3, .image_size = 8});
+  data::ImageFolder held({.root = f.root.string(), .split = "holdout", .holdout_every = 3, .image_size = 8});
+  EXPECT_EQ(train.size() + held.size(), 7);
+  EXPECT_EQ(held.size(), 2);  // cat c2, dog d2
+}
+
+TEST(ImageFolder, AugmentationIsAFunctionOfSeedEpochAndIndex) {
+  Folder f;
+  // A left-right gradient image shows flips and crops.
+  std::vector<uint8_t> grad(64 * 48 * 3);
+  for (int y = 0; y < 48; ++y)
+    for (int x = 0; x < 64; ++x)
+      for (int c = 0; c < 3; ++c) grad[(y * 64 + x) * 3 + c] = static_cast<uint8_t>(x * 4);
+  write(f.root / "cat" / "c0.png", encode_png(grad, 64, 48));
+  data::ImageFolder ds({.root = f.root.string(), .image_size = 16, .augment = true, .seed = 3});
+  std::vector<float> a(3 * 16 * 16), b(3 * 16 * 16), centre(3 * 16 * 16);
+  int32_t label;
+  ds.get(0, 5, a.data(), &label);
+  ds.get(0, 5, b.data(), &label);
+  EXPECT_EQ(a, b);
+  ds.get(0, centre.data(), &label);  // no epoch: the centre crop, unflipped
+  EXPECT_LT(centre[0], centre[15]);  // increasing left to right
+  int flipped = 0, differs = 0;
+  for (int64_t e = 0; e < 20; ++e) {
+    ds.get(0, e, a.data(), &label);
+    flipped += a[0] > a[15];
+    differs += a != centre;
+  }
+  EXPECT_GT(flipped, 3);
+  EXPECT_LT(flipped, 17);
+  EXPECT_GT(differs, 10);
+}
+
+TEST(ImageFolder, CorruptFilesAreAnErrorOrSkippedAndCounted) {
+  Folder f;
+  write(f.root / "cat" / "broken.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
+  std::string e = error_of([&] { data::ImageFolder({.root = f.root.string()}); });
+  EXPECT_NE(e.find("broken.png"), std::string::npos) << e;
+  data::ImageFolder ds({.root = f.root.string(), .skip_bad = true});
+  EXPECT_EQ(ds.skipped(), 1);
+  EXPECT_EQ(ds.size(), 7);
+  EXPECT_NE(error_of([&] { data::ImageFolder({.root = (f.root / "nope").string()}); }).find("not a directory"),
+            std::string::npos);
+}
+
+TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
+  Folder f;
+  for (int i = 4; i < 12; ++i)
+    write(f.root / "cat" / ("c" + std::to_string(i) + ".png"), encode_png(solid(20, 20, 250, 10, 10), 20, 20));
+  for (int i = 3; i < 11; ++i)
+    write(f.root / "dog" / ("d" + std::to_string(i) + ".JPG"), encode_jpeg(solid(20, 20, 10, 10, 250), 20, 20));
+  train::TrainConfig t;
+  t.model = nn::ViTConfig::preset("vit-tiny");
+  t.model.image_size = 16, t.model.patch_size = 8, t.model.hidden_size = 16;
+  t.model.num_attention_heads = 2, t.model.intermediate_size = 32, t.model.num_hidden_layers = 1;
+  t.model.num_labels = 2;
+  t.data = "imagefolder:" + f.root.string();
+  t.augment = true;
+  t.batch_size = 4, t.steps = 3, t.warmup = 0, t.workers = 1, t.mode = "jit";
+  auto r = train::run(t);
+  ASSERT_EQ(r.evals.size(), 1u);
+  EXPECT_EQ(r.evals[0].samples, 2);  // the 10th file of each class
+  t.model.num_labels = 3;
+  std::string e = error_of([&] { train::run(t); });
+  EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace kiln
