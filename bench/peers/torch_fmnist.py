@@ -38,7 +38,7 @@ def load(split):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--weight-decay", type=float, default=0.05)
@@ -51,8 +51,8 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    cfg = ViTConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=4, intermediate_size=192,
-                    image_size=28, patch_size=4, num_channels=1, num_labels=10, hidden_act="gelu",
+    cfg = ViTConfig(hidden_size=128, num_hidden_layers=6, num_attention_heads=4, intermediate_size=256,
+                    image_size=28, patch_size=7, num_channels=1, num_labels=10, hidden_act="gelu",
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12,
                     initializer_range=0.02, qkv_bias=True, attn_implementation="eager")
     model = ViTForImageClassification(cfg)

@@ -28,7 +28,7 @@ struct ViTConfig {
   int64_t num_labels = 1000;
 
   // "vit-tiny", "vit-small", "vit-base" (== ViTConfig()), "vit-large", and "vit-fmnist"
-  // (28x28x1 images, patch 4, 10 labels: Fashion-MNIST).
+  // (28x28x1 images, patch 7, 10 labels: Fashion-MNIST).
   static ViTConfig preset(const std::string& name);
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
