@@ -89,10 +89,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
   fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
 }
 
-Array clone(const Array& a) {
-  return Array::from_data(a.raw(), a.shape(), a.dtype());
-}
-
 }  // namespace
 
 DType matmul_dtype_for(const std::string& precision) {
@@ -294,6 +290,14 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     auto [loss, grads] = grads_of(p, args[at], args[at + 1], args[at + 2]);
     std::vector<Array> scalars(args.begin() + at + 3, args.end());
     auto [next, next_state] = optimizer->apply(grads, st, p, scalars);
+    if (cfg.mode == "jit") {
+      // The parameters and buffers are donated: on a non-finite loss the step
+      // returns its inputs unchanged, so that the step can be re-run to find
+      // the op where the NaN starts (one select per element, no copy).
+      Array finite = less(abs(loss), scalar_like(loss, INFINITY));
+      for (auto& [name, q] : next) q = where(finite, q, p.at(name));
+      for (auto& [name, b] : next_state.buffers) b = where(finite, b, st.buffers.at(name));
+    }
     std::vector<Array> out = flatten(next);
     for (auto& b : flatten(next_state.buffers)) out.push_back(b);
     out.push_back(loss);
@@ -345,9 +349,9 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     std::vector<Array> scalars;
     for (double v : optimizer->scalars(state.step + 1, lr))
       scalars.push_back(Array::scalar(static_cast<float>(v)));
-    Params before = params;  // the step's inputs, for finding where a NaN starts
-    if (cfg.mode == "jit")
-      for (auto& [name, p] : before) p = clone(p);  // params are donated to the step
+    // The step's inputs, for finding where a NaN starts (in jit mode they are
+    // donated, and the step returns them unchanged when the loss is not finite).
+    Params before = params;
     optim::State state_before = state;
     Array loss;
     if (cfg.mode == "eager" && !cfg.compile_model) {
@@ -391,6 +395,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     float loss_value = loss.item<float>();  // the step's results exist now
     StepTiming st{step, since(t0), data_secs, loss_value, lr};
     if (!std::isfinite(loss_value)) {
+      if (cfg.mode == "jit") before = params, state_before = {state.buffers, state.step - 1};
       // Re-run the step eagerly from its inputs, checking every op's output.
       std::string where = "every op of the step's forward and backward was finite on the re-run";
       try {
