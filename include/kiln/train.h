@@ -56,6 +56,10 @@ struct TrainConfig {
   std::string precision = "fp32";
 };
 
+// Samples in the training split of cfg.data for the model cfg.model (for
+// turning epochs into steps).
+int64_t train_set_size(const TrainConfig& cfg);
+
 // The matmul dtype of a --precision value (errors name the flag).
 DType matmul_dtype_for(const std::string& precision);
 

@@ -89,7 +89,72 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
   fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
 }
 
+struct DataSets {
+  std::shared_ptr<const data::Dataset> train, eval;  // eval: null without a held-out split
+  bool shuffle = false;
+  int64_t skipped = 0;
+};
+
+DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
+  DataSets d;
+  if (cfg.data == "random") {
+    data::RandomImagesOptions dopt;
+    dopt.num_labels = mcfg.num_labels;
+    dopt.image_size = mcfg.image_size;
+    dopt.channels = mcfg.num_channels;
+    dopt.layout = cfg.layout;
+    dopt.seed = cfg.seed;
+    dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
+    d.train = std::make_shared<data::RandomImages>(dopt);
+  } else if (cfg.data == "fashion-mnist") {
+    if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
+      fail("train", "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
+                    "num_labels 10 (e.g. --model vit-fmnist), got " +
+                        std::to_string(mcfg.num_channels) + ", " +
+                        std::to_string(mcfg.image_size) + " and " +
+                        std::to_string(mcfg.num_labels));
+    d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
+        .dir = cfg.data_dir, .split = "train", .layout = cfg.layout, .hflip = cfg.augment,
+        .seed = cfg.seed});
+    d.eval = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
+        .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
+    d.shuffle = true;
+  } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
+    data::ImageFolderOptions o{.root = cfg.data.substr(12),
+                               .split = "train",
+                               .image_size = mcfg.image_size,
+                               .channels = mcfg.num_channels,
+                               .augment = cfg.augment,
+                               .layout = cfg.layout,
+                               .skip_bad = cfg.skip_bad_images,
+                               .seed = cfg.seed};
+    auto train_folder = std::make_shared<data::ImageFolder>(o);
+    if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
+      fail("train", "--data " + cfg.data + " has " +
+                        std::to_string(train_folder->classes().size()) +
+                        " classes (sub-folders), the model has num_labels " +
+                        std::to_string(mcfg.num_labels));
+    o.split = "holdout";
+    o.augment = false;
+    try {
+      d.eval = std::make_shared<data::ImageFolder>(o);
+    } catch (const Error&) {
+      // Fewer than 10 images per class: no held-out split, no evaluation.
+    }
+    d.skipped = train_folder->skipped();
+    d.train = train_folder;
+    d.shuffle = true;
+  } else {
+    fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
+  }
+  return d;
+}
+
 }  // namespace
+
+int64_t train_set_size(const TrainConfig& cfg) {
+  return make_datasets(cfg, cfg.model).train->size();
+}
 
 DType matmul_dtype_for(const std::string& precision) {
   if (precision == "fp32") return DType::f32;
@@ -195,59 +260,10 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   bool dropout = mcfg.hidden_dropout_prob > 0 || mcfg.attention_probs_dropout_prob > 0;
 
   TrainReport report;
-  // Data.
-  std::shared_ptr<const data::Dataset> train_set, eval_set;
-  bool shuffle = false;
-  if (cfg.data == "random") {
-    data::RandomImagesOptions dopt;
-    dopt.num_labels = mcfg.num_labels;
-    dopt.image_size = mcfg.image_size;
-    dopt.channels = mcfg.num_channels;
-    dopt.layout = cfg.layout;
-    dopt.seed = cfg.seed;
-    dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
-    train_set = std::make_shared<data::RandomImages>(dopt);
-  } else if (cfg.data == "fashion-mnist") {
-    if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
-      fail("train", "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
-                    "num_labels 10 (e.g. --model vit-fmnist), got " +
-                        std::to_string(mcfg.num_channels) + ", " +
-                        std::to_string(mcfg.image_size) + " and " +
-                        std::to_string(mcfg.num_labels));
-    train_set = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
-        .dir = cfg.data_dir, .split = "train", .layout = cfg.layout, .hflip = cfg.augment,
-        .seed = cfg.seed});
-    eval_set = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
-        .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
-    shuffle = true;
-  } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
-    data::ImageFolderOptions o{.root = cfg.data.substr(12),
-                               .split = "train",
-                               .image_size = mcfg.image_size,
-                               .channels = mcfg.num_channels,
-                               .augment = cfg.augment,
-                               .layout = cfg.layout,
-                               .skip_bad = cfg.skip_bad_images,
-                               .seed = cfg.seed};
-    auto train_folder = std::make_shared<data::ImageFolder>(o);
-    if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
-      fail("train", "--data " + cfg.data + " has " +
-                        std::to_string(train_folder->classes().size()) +
-                        " classes (sub-folders), the model has num_labels " +
-                        std::to_string(mcfg.num_labels));
-    o.split = "holdout";
-    o.augment = false;
-    try {
-      eval_set = std::make_shared<data::ImageFolder>(o);
-    } catch (const Error&) {
-      // Fewer than 10 images per class: no held-out split, no evaluation.
-    }
-    report.skipped_images = train_folder->skipped();
-    train_set = train_folder;
-    shuffle = true;
-  } else {
-    fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
-  }
+  DataSets ds = make_datasets(cfg, mcfg);
+  std::shared_ptr<const data::Dataset> train_set = ds.train, eval_set = ds.eval;
+  bool shuffle = ds.shuffle;
+  report.skipped_images = ds.skipped;
   data::Loader loader(train_set, {.batch_size = cfg.batch_size,
                                   .shuffle = shuffle,
                                   .seed = cfg.seed,

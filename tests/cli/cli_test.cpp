@@ -58,6 +58,7 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --data imagenet", "--data"},
       {"train --data fashion-mnist --model vit-tiny", "needs a model with num_channels 1"},
       {"train --epochs 2", "--epochs needs a finite data set"},
+      {"train --data fashion-mnist --model vit-fmnist --epochs 1 --steps 5", "give one"},
       {"train --optimizer adamw --momentum 0.9", "--momentum goes with --optimizer sgd"},
       {"train --schedule cosine --lr-warmup 30 --steps 20", "cosine decay needs total steps"},
       {"train --resume /nonexistent-checkpoint", "--resume"},

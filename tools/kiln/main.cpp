@@ -115,6 +115,7 @@ struct TrainFlags {
   std::string optimizer = "sgd", schedule = "constant";
   double momentum = 0, weight_decay = 0, clip_norm = 0;
   int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
+  bool steps_given = false;
   std::string save, resume;
   std::string precision = "fp32";
 };
@@ -122,10 +123,6 @@ struct TrainFlags {
 // Default schedule: a few timed steps, so that the default run (vit-base on a
 // 2-core CPU) finishes in minutes. The reference schedule is --steps 52 --warmup 11.
 void default_schedule(TrainFlags& f) {
-  if (f.steps < 0 && f.epochs > 0) {
-    if (f.data != "fashion-mnist") fail("train", "--epochs needs a finite data set (--data fashion-mnist)");
-    f.steps = f.epochs * (60000 / f.batch_size);
-  }
   if (f.steps < 0) f.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
   if (f.warmup < 0) f.warmup = std::min<int64_t>(2, f.steps - 1);
 }
@@ -145,6 +142,7 @@ int run_train(TrainFlags f) {
          "--compile-model goes with --mode eager (alias pytorch); lazy and jit compile "
          "the whole step already");
   if (f.threads > 0) set_num_threads(f.threads);
+  f.steps_given = f.steps >= 0;
   default_schedule(f);
   train::TrainConfig cfg;
   if (!f.config.empty()) {
@@ -184,6 +182,18 @@ int run_train(TrainFlags f) {
     cfg.model_name = f.resume;
   }
   if (f.momentum != 0 && f.optimizer != "sgd") fail("train", "--momentum goes with --optimizer sgd");
+  if (f.epochs > 0) {
+    if (f.data == "random")
+      fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
+    if (f.steps_given)
+      fail("train", "--epochs and --steps both set the length of the run; give one");
+    int64_t per_epoch = train::train_set_size(cfg) / cfg.batch_size;
+    if (per_epoch == 0)
+      fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
+                        std::to_string(train::train_set_size(cfg)) + " training samples");
+    cfg.steps = f.epochs * per_epoch;
+    if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
+  }
   bool tty = ::isatty(STDOUT_FILENO);
   int64_t params = 0;
   for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
@@ -380,7 +390,8 @@ int main(int argc, char** argv) {
   t->add_option("--data-dir", tf.data_dir, "where the Fashion-MNIST IDX files are");
   t->add_flag("--augment", tf.augment,
               "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
-  t->add_option("--epochs", tf.epochs, "passes over the data (sets --steps; fashion-mnist)")
+  t->add_option("--epochs", tf.epochs,
+                "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(CLI::PositiveNumber);
   t->add_option("--optimizer", tf.optimizer, "sgd or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
