@@ -35,7 +35,7 @@ namespace kiln {
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
   /* made by the compiler's fusion pass */                                               \
-  X(FusedElementwise, Fused) X(MatmulEpilogue, Fused)                                    \
+  X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
   X(Random, Source)
 // clang-format on
 
@@ -163,9 +163,20 @@ struct EpilogueAttrs {
   bool operator==(const EpilogueAttrs&) const = default;
 };
 
+// A sum over a contiguous group of axes of an f32 elementwise program's
+// result (a reduction with its prologue fused): `body` runs over `shape`
+// exactly as FusedElementwise would, and its values are summed over `axes`
+// without being stored.
+struct FusedReduceAttrs {
+  FusedAttrs body;
+  Shape shape;
+  ReduceAttrs reduce;
+  bool operator==(const FusedReduceAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
                            AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
-                           RandomAttrs, FusedAttrs, EpilogueAttrs>;
+                           RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs>;
 
 class Primitive {
  public:

@@ -29,6 +29,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.dce) step("dce", dead_code_elimination);
   if (opt.fuse && opt.epilogue) step("fuse_epilogue", fuse_matmul_epilogue);
   if (opt.fuse) step("fuse", fuse_elementwise);
+  if (opt.fuse && opt.reduce) step("fuse_reductions", fuse_reductions);
   return out;
 }
 

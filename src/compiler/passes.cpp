@@ -376,6 +376,69 @@ Graph fuse_matmul_epilogue(const Graph& g) {
   return out;
 }
 
+Graph fuse_reductions(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> users(n, 0);
+  std::vector<bool> is_output(n, false);
+  for (const auto& node : g.nodes)
+    for (int k : node.inputs) ++users[k];
+  for (int o : g.outputs) is_output[o] = true;
+  // fused[p] = the Sum that absorbs producer p.
+  std::vector<int> absorbed_by(n, -1);
+  std::vector<FusedReduceAttrs> attrs(n);
+  for (int s = 0; s < n; ++s) {
+    const Node& sum = g.nodes[s];
+    if (sum.is_input() || sum.prim->op() != Op::Sum || sum.dtype != DType::f32) continue;
+    int p = sum.inputs[0];
+    const Node& prod = g.nodes[p];
+    if (prod.is_input() || users[p] != 1 || is_output[p] || prod.dtype != DType::f32) continue;
+    const auto& ra = sum.prim->attrs<ReduceAttrs>();
+    if (ra.axes.empty()) continue;
+    bool contiguous = true;
+    for (size_t i = 1; i < ra.axes.size(); ++i) contiguous &= ra.axes[i] == ra.axes[i - 1] + 1;
+    if (!contiguous) continue;
+    FusedAttrs body;
+    if (prod.prim->op() == Op::FusedElementwise) {
+      body = prod.prim->attrs<FusedAttrs>();
+    } else if (fusable_op(prod.prim->op())) {
+      bool ok = true;
+      for (int k : prod.inputs) {
+        FusedRead mode;
+        ok &= g.nodes[k].dtype == DType::f32 && read_mode(g.nodes[k].shape, prod.shape, mode);
+        if (ok) body.reads.push_back(mode);
+      }
+      if (!ok) continue;
+      int ni = static_cast<int>(prod.inputs.size());
+      body.program.push_back({prod.prim->op(), 0, ni > 1 ? 1 : -1});
+    } else {
+      continue;
+    }
+    attrs[s] = FusedReduceAttrs{std::move(body), prod.shape, ra};
+    absorbed_by[p] = s;
+  }
+  Graph out;
+  std::vector<int> id(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    if (absorbed_by[i] >= 0) continue;  // emitted inside its Sum
+    std::vector<int> ins;
+    if (node.prim->op() == Op::Sum && absorbed_by[node.inputs[0]] == i) {
+      for (int k : g.nodes[node.inputs[0]].inputs) ins.push_back(id[k]);
+      id[i] = out.add_op(std::make_shared<Primitive>(Op::FusedReduce, attrs[i]), ins, node.shape,
+                         node.dtype);
+      continue;
+    }
+    for (int k : node.inputs) ins.push_back(id[k]);
+    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
@@ -442,6 +505,8 @@ PassOptions PassOptions::from_env() {
       o.fuse = false;
     else if (item == "no_epilogue")
       o.epilogue = false;
+    else if (item == "no_reduce")
+      o.reduce = false;
     else if (item == "no_plan")
       o.plan = false;
     else if (item == "no_inplace")
@@ -449,7 +514,7 @@ PassOptions PassOptions::from_env() {
     else if (!item.empty())
       fail("compile", "KILN_COMPILE has '" + item +
                           "', expected a comma-separated list of no_dce, no_cse, no_simplify, "
-                          "no_fuse, no_epilogue, no_plan, no_inplace");
+                          "no_fuse, no_epilogue, no_reduce, no_plan, no_inplace");
   }
   return o;
 }

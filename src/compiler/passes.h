@@ -25,6 +25,11 @@ Graph fuse_elementwise(const Graph& g);
 // whole, as one value per column, or as a scalar.
 Graph fuse_matmul_epilogue(const Graph& g);
 
+// Fuses a Sum over a contiguous group of axes with the f32 elementwise op or
+// FusedElementwise that produces its operand (read by the Sum only) into one
+// FusedReduce: the summed values are never stored. Run after fuse_elementwise.
+Graph fuse_reductions(const Graph& g);
+
 // True for ops that read operand element i only to write output element i.
 bool is_pointwise(Op op);
 
@@ -33,11 +38,11 @@ bool is_pointwise(Op op);
 // write in place. Only ops no other op reads are moved.
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
-// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_plan turns
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,no_plan turns
 // some off (for bisecting a bug).
 struct PassOptions {
-  bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, plan = true,
-       inplace = true;
+  bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
+       plan = true, inplace = true;
   static PassOptions from_env();
 };
 

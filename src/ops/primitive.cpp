@@ -83,6 +83,13 @@ size_t Primitive::hash() const {
           for (auto r : a.reads) h = mix(h, static_cast<size_t>(r));
           for (auto& in : a.program)
             h = mix(mix(mix(h, static_cast<size_t>(in.op)), in.a), static_cast<size_t>(in.b + 1));
+        } else if constexpr (std::is_same_v<A, FusedReduceAttrs>) {
+          for (auto r : a.body.reads) h = mix(h, static_cast<size_t>(r));
+          for (auto& in : a.body.program)
+            h = mix(mix(mix(h, static_cast<size_t>(in.op)), in.a), static_cast<size_t>(in.b + 1));
+          h = mix_shape(h, a.shape);
+          for (int x : a.reduce.axes) h = mix(h, x);
+          h = mix(h, a.reduce.keepdims);
         } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
           h = mix(mix(mix(h, a.mm.transpose_a), a.mm.transpose_b), static_cast<size_t>(a.mm.out));
           for (auto& st : a.steps)
@@ -135,6 +142,16 @@ std::string Primitive::str() const {
             const auto& in = a.program[i];
             os << (i ? "; " : "") << "r" << a.reads.size() + i << "=" << op_name(in.op) << "(r"
                << in.a;
+            if (in.b >= 0) os << ",r" << in.b;
+            os << ")";
+          }
+        } else if constexpr (std::is_same_v<A, FusedReduceAttrs>) {
+          print_list(os, "sum axes", a.reduce.axes);
+          os << " of";
+          for (size_t i = 0; i < a.body.program.size(); ++i) {
+            const auto& in = a.body.program[i];
+            os << (i ? "; " : " ") << "r" << a.body.reads.size() + i << "=" << op_name(in.op)
+               << "(r" << in.a;
             if (in.b >= 0) os << ",r" << in.b;
             os << ")";
           }

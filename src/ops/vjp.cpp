@@ -209,6 +209,7 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::SoftmaxCrossEntropyGrad: no_second_order(p);
     case Op::FusedElementwise:
     case Op::MatmulEpilogue:
+    case Op::FusedReduce:
       fail("vjp", std::string(p.name()) +
                       " exists only inside compiled graphs, after differentiation");
     case Op::Random: break;

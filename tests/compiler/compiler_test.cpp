@@ -172,6 +172,35 @@ TEST(Passes, MatmulEpiloguesFoldIntoTheGemm) {
   }
 }
 
+TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
+  // Row sums (softmax backward's sum(g * y, -1)), column sums of a fused
+  // chain (a LayerNorm weight gradient), a middle group of axes; a product
+  // that is also used elsewhere, and non-contiguous axes, stay unfused.
+  auto f = [](const std::vector<Array>& x) {
+    Array rows = sum(x[0] * x[1], {-1}, true);
+    Array cols = sum(gelu(x[0] * 2.0 + x[2]), {0, 1});
+    Array mid = sum(exp(x[1]), {1});
+    Array shared = x[0] - x[1];
+    Array kept = sum(shared, {0});
+    Array split = sum(x[0] + x[1], {0, 2});
+    return std::vector<Array>{rows, cols, mid, kept, shared, split};
+  };
+  std::vector<Shape> shapes{{3, 5, 300}, {3, 5, 300}, {300}};
+  Graph g = compiler::fuse_reductions(compiler::fuse_elementwise(trace(f, shapes)));
+  EXPECT_EQ(count_ops(g, Op::FusedReduce), 3);
+  EXPECT_EQ(count_ops(g, Op::Sum), 2);
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(20 + i), shapes[i]));
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  for (size_t i = 0; i < eager.size(); ++i) {
+    auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
+    ASSERT_EQ(e.size(), c.size());
+    EXPECT_EQ(c, e) << "output " << i;  // the fused sums add in the Sum kernel's order
+  }
+}
+
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
   setenv("KILN_COMPILE", "no_cse,no_dce", 1);
   auto o = compiler::PassOptions::from_env();

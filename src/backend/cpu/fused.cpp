@@ -90,9 +90,115 @@ void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
   });
 }
 
+// Evaluates `body` at flat positions [base, base + n) of its shape into `out`
+// (scratch holds one chunk per register).
+struct BodyEval {
+  const FusedAttrs& body;
+  std::vector<const float*> src;
+  std::vector<int64_t> row;
+  int ni, nregs;
+  BodyEval(const FusedAttrs& b, const std::vector<Array>& in)
+      : body(b), ni(static_cast<int>(in.size())), nregs(ni + static_cast<int>(b.program.size())) {
+    for (const auto& a : in) {
+      src.push_back(a.data<float>());
+      row.push_back(a.size());
+    }
+  }
+  // Returns a pointer to n values (in scratch, or in an input when the
+  // program is empty, which the pass never makes).
+  const float* run(int64_t base, int64_t n, float* scratch, std::vector<const float*>& reg) const {
+    for (int k = 0; k < ni; ++k) {
+      float* buf = scratch + k * kChunk;
+      switch (body.reads[k]) {
+        case FusedRead::Whole: reg[k] = src[k] + base; break;
+        case FusedRead::Scalar:
+          std::fill_n(buf, n, src[k][0]);
+          reg[k] = buf;
+          break;
+        case FusedRead::Row:
+          for (int64_t i = 0; i < n; ++i) buf[i] = src[k][(base + i) % row[k]];
+          reg[k] = buf;
+          break;
+      }
+    }
+    for (size_t i = 0; i < body.program.size(); ++i) {
+      const FusedInstr& ins = body.program[i];
+      float* dst = scratch + (ni + i) * kChunk;
+      run_pointwise(ins.op, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
+      reg[ni + i] = dst;
+    }
+    return reg[nregs - 1];
+  }
+};
+
+// The body's shape seen as [outer, reduced, inner] (the summed axes are one
+// contiguous group; the pass only fuses such sums).
+void reduce_dims(const Shape& s, const std::vector<int>& axes, int64_t& outer, int64_t& reduced,
+                 int64_t& inner) {
+  outer = reduced = inner = 1;
+  int first = axes.front(), last = axes.back();
+  for (int i = 0; i < first; ++i) outer *= s[i];
+  for (int i = first; i <= last; ++i) reduced *= s[i];
+  for (size_t i = last + 1; i < s.size(); ++i) inner *= s[i];
+}
+
+void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& attrs = p.attrs<FusedReduceAttrs>();
+  const auto& axes = attrs.reduce.axes;
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1) fail("FusedReduce", "the summed axes must be contiguous");
+  BodyEval body(attrs.body, in);
+  int64_t outer, reduced, inner;
+  reduce_dims(attrs.shape, axes, outer, reduced, inner);
+  float* y = static_cast<float*>(alloc_output(out));
+  if (inner == 1) {
+    // Row sums: the body runs along each row in chunks; the sum uses the Sum
+    // kernel's order (eight interleaved float accumulators, the tail into the
+    // first), so fusing does not change a bit.
+    const int64_t main = reduced - reduced % 8;
+    parallel_for(outer, reduced * body.nregs, [&](int64_t b, int64_t e) {
+      std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
+      std::vector<const float*> reg(body.nregs);
+      for (int64_t o = b; o < e; ++o) {
+        float acc[8] = {};
+        for (int64_t r0 = 0; r0 < reduced; r0 += kChunk) {
+          int64_t n = std::min(kChunk, reduced - r0);
+          const float* v = body.run(o * reduced + r0, n, scratch.data(), reg);
+          for (int64_t i = 0; i < n; ++i) {
+            int64_t r = r0 + i;
+            acc[r < main ? r % 8 : 0] += v[i];
+          }
+        }
+        float total = 0;
+        for (float a : acc) total += a;
+        y[o] = total;
+      }
+    });
+    return;
+  }
+  // Column sums: each job owns a block of up to kChunk outputs and walks the
+  // reduced axis (float accumulators, in the Sum kernel's order).
+  const int64_t blocks = (inner + kChunk - 1) / kChunk;
+  parallel_for(outer * blocks, reduced * kChunk * body.nregs, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
+    std::vector<const float*> reg(body.nregs);
+    std::vector<float> acc(kChunk);
+    for (int64_t job = b; job < e; ++job) {
+      int64_t o = job / blocks, i0 = (job % blocks) * kChunk, n = std::min(kChunk, inner - i0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t r = 0; r < reduced; ++r) {
+        const float* v = body.run((o * reduced + r) * inner + i0, n, scratch.data(), reg);
+        for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
+      }
+      for (int64_t i = 0; i < n; ++i) y[o * inner + i0 + i] = acc[i];
+    }
+  });
+}
+
 }  // namespace
 
 void register_fused(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::FusedReduce)] = fused_reduce_kernel;
   t.kernels[static_cast<int>(Op::FusedElementwise)] = fused_kernel;
 }
 
