@@ -3,12 +3,18 @@
 one after another on this machine, and writes
 bench/results/<date>-<device>-<model>.{json,md,png}.
 
-    bench/compare --model vit-tiny --steps 12 --warmup 2
+    bench/compare --model vit-tiny --steps 12 --warmup 2 [--rounds 3]
+
+With --rounds N every program runs N times, round k starting at the k-th
+program (the order rotates), so that no program always runs first or after
+the same neighbour; each row reports the median over rounds of its median
+step, and the per-round medians.
 """
 import argparse
 import datetime
 import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -50,6 +56,8 @@ def main():
     p.add_argument("--python", default=VENV_PY, help="the Python that runs the peers")
     p.add_argument("--reuse", default="", help="build the report from the logs in this folder of an "
                    "earlier run instead of running again")
+    p.add_argument("--rounds", type=int, default=1, help="run every program this many times, rotating the "
+                   "order each round")
     args = p.parse_args()
     if not os.path.exists(args.python):
         sys.exit(f"bench/compare: {args.python} does not exist; run bench/peers/setup_venv.sh first")
@@ -58,30 +66,46 @@ def main():
     reuse = bool(args.reuse)
     common = ["--model", args.model, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
               "--warmup", str(args.warmup)]
-    rows = []
+    if args.rounds < 1:
+        sys.exit("bench/compare: --rounds must be >= 1")
     kiln = os.path.join(ROOT, "build", "kiln")
+    programs = []  # (name, command without --log-json, is a peer)
     if args.device == "cpu":
         for name, flags in [("kiln eager", ["--mode", "eager"]),
                             ("kiln eager + compile-model", ["--mode", "eager", "--compile-model"]),
                             ("kiln lazy", ["--mode", "lazy"]), ("kiln jit", ["--mode", "jit"])]:
-            if name in skip:
-                continue
-            log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
-            s = run(name, [kiln, "train", *common, *flags, "--log-json", log], log, reuse)
-            if s:
-                rows.append(s)
+            programs.append((name, [kiln, "train", *common, *flags], False))
     peer_args = [*common, "--device", args.device]
     for name, script, flags in [("pytorch eager", "torch_vit.py", []),
                                 ("torch.compile", "torch_vit.py", ["--compile"]),
                                 ("jax jit", "jax_vit.py", [])]:
-        if name in skip:
+        programs.append((name, [args.python, os.path.join(PEERS, script), *peer_args, *flags], True))
+    programs = [p for p in programs if p[0] not in skip]
+    results = {name: [] for name, _, _ in programs}
+    for k in range(args.rounds):
+        order = programs[k % len(programs):] + programs[:k % len(programs)]
+        for name, cmd, _ in order:
+            suffix = "" if args.rounds == 1 else f"-r{k + 1}"
+            log = os.path.join(tmp, name.replace(" ", "_") + suffix + ".jsonl")
+            s = run(name + (f" (round {k + 1})" if args.rounds > 1 else ""), [*cmd, "--log-json", log], log,
+                    reuse)
+            if s:
+                s["name"], s["command"] = name, " ".join(cmd)
+                results[name].append(s)
+    rows = []
+    for name, _, is_peer in programs:
+        runs = results[name]
+        if not runs:
             continue
-        log = os.path.join(tmp, name.replace(" ", "_") + ".jsonl")
-        s = run(name, [args.python, os.path.join(PEERS, script), *peer_args, *flags, "--log-json", log], log,
-                reuse)
-        if s:
-            s["peer_row"] = True
-            rows.append(s)
+        # The round whose median is the median of the rounds represents the row.
+        runs_sorted = sorted(runs, key=lambda r: r["median"])
+        r = dict(runs_sorted[(len(runs_sorted) - 1) // 2])
+        r["median"] = statistics.median(x["median"] for x in runs)
+        r["round_medians"] = [x["median"] for x in runs]
+        r["peak_rss_mib"] = max(x["peak_rss_mib"] for x in runs)
+        if is_peer:
+            r["peer_row"] = True
+        rows.append(r)
 
     sys.path.insert(0, PEERS)
     import common as peer_common
@@ -97,10 +121,11 @@ def main():
     date = datetime.date.today().isoformat()
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}")
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
-            "steps": args.steps, "warmup": args.warmup, "machine": cpu_model(),
+            "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "machine": cpu_model(),
             "cpus": os.cpu_count(),
             "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
-                       f"--warmup {args.warmup} --device {args.device}",
+                       f"--warmup {args.warmup} --device {args.device}"
+                       + (f" --rounds {args.rounds}" if args.rounds > 1 else ""),
             "logs": tmp,
             "peak_gflops": peak, "rows": rows}
     os.makedirs(args.out, exist_ok=True)
@@ -116,14 +141,17 @@ def main():
     md = [f"# {args.model}, batch {args.batch_size}, {args.device}: kiln beside PyTorch and JAX\n",
           f"- date: {date}; machine: {cpu_model()}, {os.cpu_count()} CPUs",
           f"- command: `{meta['command']}` ({args.steps} steps, the first {args.warmup} untimed, "
-          "one program after another, nothing else running)",
+          "one program after another, nothing else running"
+          + (f"; {args.rounds} rounds, the order rotated each round; the median step is the median over "
+             "rounds" if args.rounds > 1 else "") + ")",
           f"- MFU: matmul FLOPs per step / median step time / {peak:.0f} GFLOP/s (kiln's FMA-loop peak)"
           if peak else "- MFU: no peak measured", "",
-          "| run | median step | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| run | median step | per round | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mem = r.get("peak_device_mib", r["peak_rss_mib"])
-        md.append(f"| {r['name']} | {r['median']:.3f} s | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
+        per_round = ", ".join(f"{m:.3f}" for m in r["round_medians"])
+        md.append(f"| {r['name']} | {r['median']:.3f} s | {per_round} | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
                   f"{r['first_step_seconds']:.2f} s | {mem / 1024:.2f} GiB | "
                   + (f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "—") + f" | {r['vs_fastest_peer']:.2f}x | "
                   + (f"{r['reference_formula']:.3f} |" if "reference_formula" in r else "— |"))
