@@ -119,7 +119,9 @@ def main():
         r["vs_fastest_peer"] = fastest["median"] / r["median"] if fastest else None
         r["mfu"] = r["flops_per_step"] / r["median"] / 1e9 / peak if peak else None
     date = datetime.date.today().isoformat()
-    stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}")
+    # Rotated multi-round runs get their own files beside single-round ones.
+    stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}"
+                        + (f"-rotated{args.rounds}" if args.rounds > 1 else ""))
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
             "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "machine": cpu_model(),
             "cpus": os.cpu_count(),

@@ -138,7 +138,9 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
       files_.push_back({names[i], static_cast<int32_t>(c)});
     }
   }
-  if (files_.empty())
+  // An empty held-out split (fewer than holdout_every files per class) is
+  // allowed: the caller then has nothing to evaluate on.
+  if (files_.empty() && opt_.split != "holdout")
     fail(origin, opt_.root + ": no readable .jpg, .jpeg or .png files in the " + opt_.split +
                      " split");
 }

@@ -136,11 +136,8 @@ DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
                         std::to_string(mcfg.num_labels));
     o.split = "holdout";
     o.augment = false;
-    try {
-      d.eval = std::make_shared<data::ImageFolder>(o);
-    } catch (const Error&) {
-      // Fewer than 10 images per class: no held-out split, no evaluation.
-    }
+    auto held = std::make_shared<data::ImageFolder>(o);
+    if (held->size() > 0) d.eval = held;  // else fewer than 10 files per class: no evaluation
     d.skipped = train_folder->skipped();
     d.train = train_folder;
     d.shuffle = true;
@@ -260,12 +257,10 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   bool dropout = mcfg.hidden_dropout_prob > 0 || mcfg.attention_probs_dropout_prob > 0;
 
   TrainReport report;
-  DataSets ds = make_datasets(cfg, mcfg);
-  std::shared_ptr<const data::Dataset> train_set = ds.train, eval_set = ds.eval;
-  bool shuffle = ds.shuffle;
+  const DataSets ds = make_datasets(cfg, mcfg);
   report.skipped_images = ds.skipped;
-  data::Loader loader(train_set, {.batch_size = cfg.batch_size,
-                                  .shuffle = shuffle,
+  data::Loader loader(ds.train, {.batch_size = cfg.batch_size,
+                                  .shuffle = ds.shuffle,
                                   .seed = cfg.seed,
                                   .workers = cfg.workers,
                                   .prefetch = 2,
@@ -339,8 +334,8 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     if (cb.on_save) cb.on_save(step, cfg.save_dir);
   };
   auto run_eval = [&](int64_t step) {
-    if (!eval_set) return;
-    EvalResult r = evaluate(mcfg, params, *eval_set, cfg.batch_size, cfg.layout, compiled_eval,
+    if (!ds.eval) return;
+    EvalResult r = evaluate(mcfg, params, *ds.eval, cfg.batch_size, cfg.layout, compiled_eval,
                             matmul_dtype);
     r.step = step;
     report.evals.push_back(r);

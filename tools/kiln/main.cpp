@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -203,12 +204,17 @@ int run_train(TrainFlags f) {
   const char* alias = f.mode == "eager" ? "pytorch" : f.mode == "lazy" ? "torch_xla" : "jax";
   std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n", f.mode.c_str(), alias,
               f.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(), params / 1e6);
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
   std::string opt = f.optimizer == "sgd" ? "SGD" : "AdamW";
-  if (f.momentum != 0) opt += " momentum " + std::to_string(f.momentum).substr(0, 4);
-  if (f.weight_decay != 0) opt += " weight decay " + std::to_string(f.weight_decay).substr(0, 6);
+  if (f.momentum != 0) opt += " momentum " + g(f.momentum);
+  if (f.weight_decay != 0) opt += " weight decay " + g(f.weight_decay);
   if (f.schedule != "constant" || f.lr_warmup > 0)
     opt += ", " + std::to_string(f.lr_warmup) + " warm-up steps then " + f.schedule;
-  if (f.clip_norm > 0) opt += ", clip " + std::to_string(f.clip_norm).substr(0, 4);
+  if (f.clip_norm > 0) opt += ", gradients clipped to norm " + g(f.clip_norm);
   std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels, %s lr %g, seed %llu\n",
               (long long)cfg.batch_size, (long long)cfg.model.image_size,
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
@@ -232,8 +238,7 @@ int run_train(TrainFlags f) {
       const int width = 20;
       int filled = static_cast<int>(width * s.step / cfg.steps);
       std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-      std::string acc = last_acc >= 0 ? "  acc " + std::to_string(100 * last_acc).substr(0, 5) + "%"
-                                      : "";
+      std::string acc = last_acc >= 0 ? "  acc " + g(std::round(1000 * last_acc) / 10) + "%" : "";
       std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f%s  %.1f img/s  ETA %s", bar.c_str(),
                   (long long)s.step, (long long)cfg.steps, s.loss, acc.c_str(),
                   cfg.batch_size / s.seconds, fmt_seconds(eta).c_str());
@@ -247,9 +252,10 @@ int run_train(TrainFlags f) {
   };
   auto on_eval = [&](const train::EvalResult& e) {
     last_acc = e.accuracy;
-    std::printf("%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld test images (%s)\n",
+    std::printf("%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld %s images (%s)\n",
                 tty && e.step != cfg.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
-                100 * e.accuracy, (long long)e.samples, fmt_seconds(e.seconds).c_str());
+                100 * e.accuracy, (long long)e.samples,
+                f.data == "fashion-mnist" ? "test" : "held-out", fmt_seconds(e.seconds).c_str());
     std::fflush(stdout);
   };
   auto on_save = [&](int64_t step, const std::string& dir) {
@@ -285,9 +291,9 @@ int run_train(TrainFlags f) {
     std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
                 (long long)r.skipped_images);
   if (!r.evals.empty())
-    std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
-                100 * r.evals.back().accuracy, r.evals.back().loss, (long long)cfg.steps,
-                r.wall_seconds);
+    std::printf("final %s accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
+                f.data == "fashion-mnist" ? "test" : "held-out", 100 * r.evals.back().accuracy,
+                r.evals.back().loss, (long long)cfg.steps, r.wall_seconds);
   if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
   return 0;
 }

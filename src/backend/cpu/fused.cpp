@@ -48,48 +48,6 @@ void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n) {
 
 namespace {
 
-void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
-  const auto& attrs = p.attrs<FusedAttrs>();
-  const int ni = static_cast<int>(in.size());
-  const int nregs = ni + static_cast<int>(attrs.program.size());
-  const int64_t total = numel(out.shape);
-  float* y = static_cast<float*>(alloc_output(out));
-  std::vector<const float*> src(ni);
-  std::vector<int64_t> row(ni, 1);
-  for (int k = 0; k < ni; ++k) {
-    src[k] = in[k].data<float>();
-    row[k] = in[k].size();
-  }
-  parallel_for((total + kChunk - 1) / kChunk, kChunk * nregs, [&](int64_t c0, int64_t c1) {
-    std::vector<float> scratch(static_cast<size_t>(nregs) * kChunk);
-    std::vector<const float*> reg(nregs);
-    for (int64_t c = c0; c < c1; ++c) {
-      int64_t base = c * kChunk, n = std::min(kChunk, total - base);
-      for (int k = 0; k < ni; ++k) {
-        float* buf = scratch.data() + k * kChunk;
-        switch (attrs.reads[k]) {
-          case FusedRead::Whole: reg[k] = src[k] + base; break;
-          case FusedRead::Scalar:
-            std::fill_n(buf, n, src[k][0]);
-            reg[k] = buf;
-            break;
-          case FusedRead::Row:
-            for (int64_t i = 0; i < n; ++i) buf[i] = src[k][(base + i) % row[k]];
-            reg[k] = buf;
-            break;
-        }
-      }
-      for (size_t i = 0; i < attrs.program.size(); ++i) {
-        const FusedInstr& ins = attrs.program[i];
-        bool last = i + 1 == attrs.program.size();
-        float* dst = last ? y + base : scratch.data() + (ni + i) * kChunk;
-        run_pointwise(ins.op, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
-        reg[ni + i] = dst;
-      }
-    }
-  });
-}
-
 // Evaluates `body` at flat positions [base, base + n) of its shape into `out`
 // (scratch holds one chunk per register).
 struct BodyEval {
@@ -104,9 +62,10 @@ struct BodyEval {
       row.push_back(a.size());
     }
   }
-  // Returns a pointer to n values (in scratch, or in an input when the
-  // program is empty, which the pass never makes).
-  const float* run(int64_t base, int64_t n, float* scratch, std::vector<const float*>& reg) const {
+  // Returns a pointer to the n values: in `last_dst` when given, else in
+  // scratch.
+  const float* run(int64_t base, int64_t n, float* scratch, std::vector<const float*>& reg,
+                   float* last_dst = nullptr) const {
     for (int k = 0; k < ni; ++k) {
       float* buf = scratch + k * kChunk;
       switch (body.reads[k]) {
@@ -123,13 +82,28 @@ struct BodyEval {
     }
     for (size_t i = 0; i < body.program.size(); ++i) {
       const FusedInstr& ins = body.program[i];
-      float* dst = scratch + (ni + i) * kChunk;
+      bool last = i + 1 == body.program.size();
+      float* dst = last && last_dst ? last_dst : scratch + (ni + i) * kChunk;
       run_pointwise(ins.op, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
       reg[ni + i] = dst;
     }
     return reg[nregs - 1];
   }
 };
+
+void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  BodyEval body(p.attrs<FusedAttrs>(), in);
+  const int64_t total = numel(out.shape);
+  float* y = static_cast<float*>(alloc_output(out));
+  parallel_for((total + kChunk - 1) / kChunk, kChunk * body.nregs, [&](int64_t c0, int64_t c1) {
+    std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
+    std::vector<const float*> reg(body.nregs);
+    for (int64_t c = c0; c < c1; ++c) {
+      int64_t base = c * kChunk;
+      body.run(base, std::min(kChunk, total - base), scratch.data(), reg, y + base);
+    }
+  });
+}
 
 // The body's shape seen as [outer, reduced, inner] (the summed axes are one
 // contiguous group; the pass only fuses such sums).
