@@ -56,9 +56,14 @@ struct TrainConfig {
   std::string precision = "fp32";
 };
 
-// Samples in the training split of cfg.data for the model cfg.model (for
-// turning epochs into steps).
-int64_t train_set_size(const TrainConfig& cfg);
+// The training split and the held-out split (null when there is none) of
+// cfg.data, shaped for cfg.model (fashion-mnist: train and test;
+// imagefolder:PATH: all files but every 10th of each class, and those).
+struct DataSplits {
+  std::shared_ptr<const data::Dataset> train, eval;
+  int64_t skipped = 0;  // unreadable image files skipped (skip_bad_images)
+};
+DataSplits load_data(const TrainConfig& cfg);
 
 // The matmul dtype of a --precision value (errors name the flag).
 DType matmul_dtype_for(const std::string& precision);

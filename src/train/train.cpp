@@ -89,14 +89,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
   fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
 }
 
-struct DataSets {
-  std::shared_ptr<const data::Dataset> train, eval;  // eval: null without a held-out split
-  bool shuffle = false;
-  int64_t skipped = 0;
-};
-
-DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
-  DataSets d;
+DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
+  DataSplits d;
   if (cfg.data == "random") {
     data::RandomImagesOptions dopt;
     dopt.num_labels = mcfg.num_labels;
@@ -118,7 +112,6 @@ DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
         .seed = cfg.seed});
     d.eval = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
         .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
-    d.shuffle = true;
   } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
     data::ImageFolderOptions o{.root = cfg.data.substr(12),
                                .split = "train",
@@ -140,7 +133,6 @@ DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
     if (held->size() > 0) d.eval = held;  // else fewer than 10 files per class: no evaluation
     d.skipped = train_folder->skipped();
     d.train = train_folder;
-    d.shuffle = true;
   } else {
     fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
   }
@@ -149,8 +141,8 @@ DataSets make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
 
 }  // namespace
 
-int64_t train_set_size(const TrainConfig& cfg) {
-  return make_datasets(cfg, cfg.model).train->size();
+DataSplits load_data(const TrainConfig& cfg) {
+  return make_datasets(cfg, cfg.model);
 }
 
 DType matmul_dtype_for(const std::string& precision) {
@@ -257,10 +249,10 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   bool dropout = mcfg.hidden_dropout_prob > 0 || mcfg.attention_probs_dropout_prob > 0;
 
   TrainReport report;
-  const DataSets ds = make_datasets(cfg, mcfg);
+  const DataSplits ds = make_datasets(cfg, mcfg);
   report.skipped_images = ds.skipped;
   data::Loader loader(ds.train, {.batch_size = cfg.batch_size,
-                                  .shuffle = ds.shuffle,
+                                  .shuffle = cfg.data != "random",  // real data: every epoch anew
                                   .seed = cfg.seed,
                                   .workers = cfg.workers,
                                   .prefetch = 2,

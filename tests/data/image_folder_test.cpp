@@ -184,9 +184,24 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   t.data = "imagefolder:" + f.root.string();
   t.augment = true;
   t.batch_size = 4, t.steps = 3, t.warmup = 0, t.workers = 1, t.mode = "jit";
+  std::string ckpt = (f.root.parent_path() / (f.root.filename().string() + "-ckpt")).string();
+  t.save_dir = ckpt;
   auto r = train::run(t);
   ASSERT_EQ(r.evals.size(), 1u);
   EXPECT_EQ(r.evals[0].samples, 2);  // the 10th file of each class
+  // kiln eval on the same held-out files gives the same numbers.
+  std::string cmd = std::string(KILN_CLI_PATH) + " eval --checkpoint " + ckpt +
+                    " --data imagefolder:" + f.root.string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  char want[64];
+  std::snprintf(want, sizeof want, "accuracy %.2f%% (2 images", 100 * r.evals[0].accuracy);
+  EXPECT_NE(out.find("held-out: loss"), std::string::npos) << out;
+  EXPECT_NE(out.find(want), std::string::npos) << out;
+  fs::remove_all(ckpt);
   t.model.num_labels = 3;
   std::string e = error_of([&] { train::run(t); });
   EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos) << e;

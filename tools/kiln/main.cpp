@@ -188,10 +188,10 @@ int run_train(TrainFlags f) {
       fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
     if (f.steps_given)
       fail("train", "--epochs and --steps both set the length of the run; give one");
-    int64_t per_epoch = train::train_set_size(cfg) / cfg.batch_size;
+    int64_t samples = train::load_data(cfg).train->size(), per_epoch = samples / cfg.batch_size;
     if (per_epoch == 0)
       fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
-                        std::to_string(train::train_set_size(cfg)) + " training samples");
+                        std::to_string(samples) + " training samples");
     cfg.steps = f.epochs * per_epoch;
     if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
   }
@@ -306,20 +306,22 @@ struct EvalFlags {
 
 int run_eval(const EvalFlags& f) {
   io::Checkpoint ck = io::load_checkpoint(f.checkpoint);
-  if (f.data != "fashion-mnist")
-    fail("eval", "--data '" + f.data + "', expected fashion-mnist");
-  const auto& c = ck.config;
-  if (c.num_channels != 1 || c.image_size != 28 || c.num_labels != 10)
-    fail("eval", f.checkpoint + ": the model takes " + std::to_string(c.image_size) + "x" +
-                     std::to_string(c.image_size) + "x" + std::to_string(c.num_channels) +
-                     " images and " + std::to_string(c.num_labels) +
-                     " labels; fashion-mnist has 28x28x1 and 10");
-  nn::Layout layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
-  data::FashionMnist ds({.dir = f.data_dir, .split = f.split, .layout = layout});
-  auto r = train::evaluate(c, ck.params, ds, f.batch_size, layout, f.mode != "eager");
-  std::printf("%s (step %lld) on fashion-mnist %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
-              f.checkpoint.c_str(), (long long)ck.state.step, f.split.c_str(), r.loss,
-              100 * r.accuracy, (long long)r.samples, fmt_seconds(r.seconds).c_str());
+  train::TrainConfig cfg;
+  cfg.model = ck.config;
+  cfg.data = f.data;
+  cfg.data_dir = f.data_dir;
+  cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  train::DataSplits splits = train::load_data(cfg);
+  auto ds = f.split == "train" ? splits.train : splits.eval;
+  if (!ds)
+    fail("eval", "--data " + f.data +
+                     " has no held-out split (an image folder needs 10 or more files per class)");
+  auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
+  std::printf("%s (step %lld) on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
+              f.checkpoint.c_str(), (long long)ck.state.step, f.data.c_str(),
+              f.split == "train" ? "train" : f.data == "fashion-mnist" ? "test" : "held-out", r.loss,
+              100 * r.accuracy,
+              (long long)r.samples, fmt_seconds(r.seconds).c_str());
   return 0;
 }
 
@@ -429,9 +431,11 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
   e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save")
       ->required();
-  e->add_option("--data", ef.data, "fashion-mnist")->check(CLI::IsMember({"fashion-mnist"}));
+  e->add_option("--data", ef.data, "fashion-mnist or imagefolder:PATH");
   e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
-  e->add_option("--split", ef.split, "test or train")->check(CLI::IsMember({"test", "train"}));
+  e->add_option("--split", ef.split,
+                "test (fashion-mnist's test split, an image folder's held-out files) or train")
+      ->check(CLI::IsMember({"test", "train"}));
   e->add_option("--batch-size", ef.batch_size, "images per batch")->check(CLI::PositiveNumber);
   e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
