@@ -40,6 +40,37 @@ std::vector<int> identity_forward(const Graph& g) {
   return f;
 }
 
+// What a fusing pass does with one op: keep it, drop it (it lives on inside a
+// fused op emitted elsewhere), or replace it with a new primitive over other
+// operands (ids in the old graph).
+struct Emit {
+  enum Kind { Keep, Drop, Replace } kind = Keep;
+  std::shared_ptr<const Primitive> prim = nullptr;
+  std::vector<int> inputs = {};
+};
+
+// Rebuilds g in order, asking `decide` about every op; a replacement takes
+// the op's place, shape and dtype.
+Graph rewrite(const Graph& g, const std::function<Emit(int)>& decide) {
+  Graph out;
+  std::vector<int> id(g.nodes.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    Emit e = decide(static_cast<int>(i));
+    if (e.kind == Emit::Drop) continue;
+    const auto& from = e.kind == Emit::Replace ? e.inputs : node.inputs;
+    std::vector<int> ins;
+    for (int k : from) ins.push_back(id[k]);
+    id[i] = out.add_op(e.kind == Emit::Replace ? e.prim : node.prim, ins, node.shape, node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 }  // namespace
 
 Graph dead_code_elimination(const Graph& g) {
@@ -213,21 +244,10 @@ Graph fuse_elementwise(const Graph& g) {
       members[from].clear();
     }
   }
-  Graph out;
-  std::vector<int> id(n, -1);
-  for (int i = 0; i < n; ++i) {
+  return rewrite(g, [&](int i) -> Emit {
+    if (group[i] < 0 || members[group[i]].size() < 2) return {};
+    if (group[i] != i) return {Emit::Drop};  // emitted with its root
     const Node& node = g.nodes[i];
-    if (node.is_input()) {
-      id[i] = out.add_input(node.shape, node.dtype);
-      continue;
-    }
-    if (group[i] < 0 || members[group[i]].size() < 2) {
-      std::vector<int> ins;
-      for (int k : node.inputs) ins.push_back(id[k]);
-      id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
-      continue;
-    }
-    if (group[i] != i) continue;  // emitted with its root
     std::vector<int> chain = members[i];
     std::sort(chain.begin(), chain.end());
     FusedAttrs attrs;
@@ -257,13 +277,8 @@ Graph fuse_elementwise(const Graph& g) {
     for (auto& [m, ab] : pending)
       attrs.program.push_back(
           {g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
-    std::vector<int> ins;
-    for (int k : ext) ins.push_back(id[k]);
-    id[i] = out.add_op(std::make_shared<Primitive>(Op::FusedElementwise, attrs), ins, node.shape,
-                       node.dtype);
-  }
-  for (int o : g.outputs) out.outputs.push_back(id[o]);
-  return out;
+    return {Emit::Replace, std::make_shared<Primitive>(Op::FusedElementwise, attrs), ext};
+  });
 }
 
 namespace {
@@ -347,33 +362,18 @@ Graph fuse_matmul_epilogue(const Graph& g) {
     last[i] = cur;
     root_of[cur] = i;
   }
-  // Emit: the fused op takes the place of the chain's last member (all its
-  // operands exist by then); the matmul and the inner members disappear.
-  Graph out;
-  std::vector<int> id(n, -1);
-  for (int i = 0; i < n; ++i) {
-    const Node& node = g.nodes[i];
-    if (node.is_input()) {
-      id[i] = out.add_input(node.shape, node.dtype);
-      continue;
-    }
-    if (last[i] >= 0) continue;  // a fused matmul: emitted at its last member
+  // The fused op takes the place of the chain's last member (all its operands
+  // exist by then); the matmul and the inner members disappear.
+  return rewrite(g, [&](int i) -> Emit {
+    if (last[i] >= 0) return {Emit::Drop};  // a fused matmul: emitted at its last member
     int r = root_of[i];
-    if (r >= 0 && last[r] != i) continue;  // an inner member
-    if (r >= 0) {
-      const Node& mm = g.nodes[r];
-      std::vector<int> ins{id[mm.inputs[0]], id[mm.inputs[1]]};
-      for (int k : operands[r]) ins.push_back(id[k]);
-      id[i] = out.add_op(std::make_shared<Primitive>(Op::MatmulEpilogue, attrs[r]), ins,
-                         node.shape, node.dtype);
-      continue;
-    }
-    std::vector<int> ins;
-    for (int k : node.inputs) ins.push_back(id[k]);
-    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
-  }
-  for (int o : g.outputs) out.outputs.push_back(id[o]);
-  return out;
+    if (r < 0) return {};
+    if (last[r] != i) return {Emit::Drop};  // an inner member
+    const Node& mm = g.nodes[r];
+    std::vector<int> ins{mm.inputs[0], mm.inputs[1]};
+    ins.insert(ins.end(), operands[r].begin(), operands[r].end());
+    return {Emit::Replace, std::make_shared<Primitive>(Op::MatmulEpilogue, attrs[r]), ins};
+  });
 }
 
 Graph fuse_reductions(const Graph& g) {
@@ -383,7 +383,7 @@ Graph fuse_reductions(const Graph& g) {
   for (const auto& node : g.nodes)
     for (int k : node.inputs) ++users[k];
   for (int o : g.outputs) is_output[o] = true;
-  // fused[p] = the Sum that absorbs producer p.
+  // absorbed_by[p] = the Sum that absorbs producer p.
   std::vector<int> absorbed_by(n, -1);
   std::vector<FusedReduceAttrs> attrs(n);
   for (int s = 0; s < n; ++s) {
@@ -416,27 +416,13 @@ Graph fuse_reductions(const Graph& g) {
     attrs[s] = FusedReduceAttrs{std::move(body), prod.shape, ra};
     absorbed_by[p] = s;
   }
-  Graph out;
-  std::vector<int> id(n, -1);
-  for (int i = 0; i < n; ++i) {
+  return rewrite(g, [&](int i) -> Emit {
+    if (absorbed_by[i] >= 0) return {Emit::Drop};  // emitted inside its Sum
     const Node& node = g.nodes[i];
-    if (node.is_input()) {
-      id[i] = out.add_input(node.shape, node.dtype);
-      continue;
-    }
-    if (absorbed_by[i] >= 0) continue;  // emitted inside its Sum
-    std::vector<int> ins;
-    if (node.prim->op() == Op::Sum && absorbed_by[node.inputs[0]] == i) {
-      for (int k : g.nodes[node.inputs[0]].inputs) ins.push_back(id[k]);
-      id[i] = out.add_op(std::make_shared<Primitive>(Op::FusedReduce, attrs[i]), ins, node.shape,
-                         node.dtype);
-      continue;
-    }
-    for (int k : node.inputs) ins.push_back(id[k]);
-    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
-  }
-  for (int o : g.outputs) out.outputs.push_back(id[o]);
-  return out;
+    if (node.prim->op() != Op::Sum || absorbed_by[node.inputs[0]] != i) return {};
+    return {Emit::Replace, std::make_shared<Primitive>(Op::FusedReduce, attrs[i]),
+            g.nodes[node.inputs[0]].inputs};
+  });
 }
 
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
