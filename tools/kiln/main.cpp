@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
       ->check(CLI::NonNegativeNumber);
-  t->add_option("--lr", tf.lr, "SGD learning rate")->check(CLI::NonNegativeNumber);
+  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")->check(CLI::NonNegativeNumber);
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
