@@ -6,19 +6,26 @@
 //   (unzip both wheels into DIR)
 //   g++ -O2 -std=c++17 -IDIR/include bench/onednn_bf16_probe.cpp -LDIR/lib -ldnnl \
 //       -Wl,-rpath,DIR/lib -o /tmp/probe && /tmp/probe
-#include <oneapi/dnnl/dnnl.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 using namespace dnnl;
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+static double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 int main() {
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
-  struct Shp { long m, k, n; bool tb; const char* name; } shapes[] = {
-      {6304, 768, 3072, true, "fc1 fwd X.W^T"}, {6304, 3072, 768, false, "fc2 dX dY.W"},
-      {768, 6304, 3072, false, "fc1 dW X^T.dY (as M=768)"}, {6304, 768, 768, true, "qkv fwd"}};
+  struct Shp {
+    long m, k, n;
+    bool tb;
+    const char* name;
+  } shapes[] = {{6304, 768, 3072, true, "fc1 fwd X.W^T"},
+                {6304, 3072, 768, false, "fc2 dX dY.W"},
+                {768, 6304, 3072, false, "fc1 dW X^T.dY (as M=768)"},
+                {6304, 768, 768, true, "qkv fwd"}};
   for (auto& sh : shapes) {
     for (auto dt : {memory::data_type::f32, memory::data_type::bf16}) {
       memory::desc a({sh.m, sh.k}, dt, memory::format_tag::ab);
@@ -36,8 +43,9 @@ int main() {
       }
       std::sort(t.begin(), t.end());
       double fl = 2.0 * sh.m * sh.n * sh.k;
-      std::printf("%-26s %-5s %8.1f ms %7.1f GFLOP/s  (%s)\n", sh.name, dt == memory::data_type::f32 ? "f32" : "bf16",
-                  t[t.size() / 2] * 1e3, fl / t[t.size() / 2] / 1e9, pd.impl_info_str());
+      std::printf("%-26s %-5s %8.1f ms %7.1f GFLOP/s  (%s)\n", sh.name,
+                  dt == memory::data_type::f32 ? "f32" : "bf16", t[t.size() / 2] * 1e3,
+                  fl / t[t.size() / 2] / 1e9, pd.impl_info_str());
     }
   }
 }

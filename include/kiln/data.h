@@ -68,8 +68,8 @@ struct FashionMnistOptions {
   nn::Layout layout = nn::Layout::NCHW;
   // Per-channel normalization after scaling to [0, 1]: (x - mean) / std.
   float mean = 0.2860f, std = 0.3530f;
-  bool hflip = false;   // random horizontal flips (training augmentation)
-  uint64_t seed = 0;    // flips of sample i in epoch e: a function of (seed, e, i)
+  bool hflip = false;  // random horizontal flips (training augmentation)
+  uint64_t seed = 0;   // flips of sample i in epoch e: a function of (seed, e, i)
 };
 
 // Fashion-MNIST: 28x28 grey images of 10 kinds of clothing, from the IDX files
@@ -102,14 +102,14 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
 
 struct ImageFolderOptions {
-  std::string root;              // root/<class>/<image>.{jpg,jpeg,png}
-  std::string split = "all";     // all, train (all but the held-out files) or holdout
-  int64_t holdout_every = 10;    // file i of each class (sorted by name) is held out when
-                                 // i % holdout_every == holdout_every - 1
-  int64_t image_size = 224;      // the square crop
-  int64_t resize = 0;            // shorter side before the crop; 0: image_size * 8 / 7
-  int64_t channels = 3;          // 3 (RGB) or 1 (grey)
-  bool augment = false;          // random crop and horizontal flip; else the centre crop
+  std::string root;            // root/<class>/<image>.{jpg,jpeg,png}
+  std::string split = "all";   // all, train (all but the held-out files) or holdout
+  int64_t holdout_every = 10;  // file i of each class (sorted by name) is held out when
+                               // i % holdout_every == holdout_every - 1
+  int64_t image_size = 224;    // the square crop
+  int64_t resize = 0;          // shorter side before the crop; 0: image_size * 8 / 7
+  int64_t channels = 3;        // 3 (RGB) or 1 (grey)
+  bool augment = false;        // random crop and horizontal flip; else the centre crop
   std::vector<float> mean = {0.5f, 0.5f, 0.5f}, std = {0.5f, 0.5f, 0.5f};  // per channel
   nn::Layout layout = nn::Layout::NCHW;
   bool skip_bad = false;  // skip (and count) files whose header cannot be read; else an error

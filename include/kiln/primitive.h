@@ -175,8 +175,8 @@ struct FusedReduceAttrs {
 };
 
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
-                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
-                           RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs>;
+                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
+                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs>;
 
 class Primitive {
  public:

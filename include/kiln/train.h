@@ -81,7 +81,7 @@ struct StepTiming {
   double seconds;       // from the start of the step until its results exist
   double data_seconds;  // spent waiting for the batch
   float loss;
-  double lr = 0;        // the learning rate the step used
+  double lr = 0;  // the learning rate the step used
 };
 
 struct TrainReport {
@@ -100,9 +100,9 @@ struct TrainReport {
   double compile_ms = 0;  // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;
   std::vector<EvalResult> evals;
-  int64_t first_step = 1;  // > 1 when resumed
+  int64_t first_step = 1;      // > 1 when resumed
   int64_t skipped_images = 0;  // imagefolder with skip_bad_images
-  double wall_seconds = 0;  // the whole run, evaluation and saving included
+  double wall_seconds = 0;     // the whole run, evaluation and saving included
 };
 
 // A NaN or infinite loss stops the run with this error: the step and the

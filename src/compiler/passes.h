@@ -38,8 +38,8 @@ bool is_pointwise(Op op);
 // write in place. Only ops no other op reads are moved.
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
-// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,no_plan turns
-// some off (for bisecting a bug).
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,no_plan
+// turns some off (for bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
        plan = true, inplace = true;

@@ -19,8 +19,7 @@ IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& origin)
     fail(origin, "holds IDX data of type 0x" + std::to_string(bytes[2] / 16) +
                      std::to_string(bytes[2] % 16) + ", expected 0x08 (unsigned bytes)");
   int rank = bytes[3];
-  if (rank < 1 || rank > 4)
-    fail(origin, "has rank " + std::to_string(rank) + ", expected 1 to 4");
+  if (rank < 1 || rank > 4) fail(origin, "has rank " + std::to_string(rank) + ", expected 1 to 4");
   size_t header = 4 + 4 * static_cast<size_t>(rank);
   if (bytes.size() < header)
     fail(origin, "is truncated inside its header (" + std::to_string(bytes.size()) + " of " +
@@ -116,8 +115,8 @@ void FashionMnist::get(int64_t index, float* image, int32_t* label) const {
 
 void FashionMnist::get(int64_t index, int64_t epoch, float* image, int32_t* label) const {
   if (index < 0 || index >= n_)
-    fail("fashion-mnist", "sample " + std::to_string(index) + " is outside [0, " +
-                              std::to_string(n_) + ")");
+    fail("fashion-mnist",
+         "sample " + std::to_string(index) + " is outside [0, " + std::to_string(n_) + ")");
   const uint8_t* src = images_.data() + index * 28 * 28;
   bool flip = false;
   if (opt_.hflip && epoch >= 0) {

@@ -141,8 +141,8 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
   // An empty held-out split (fewer than holdout_every files per class) is
   // allowed: the caller then has nothing to evaluate on.
   if (files_.empty() && opt_.split != "holdout")
-    fail(origin, opt_.root + ": no readable .jpg, .jpeg or .png files in the " + opt_.split +
-                     " split");
+    fail(origin,
+         opt_.root + ": no readable .jpg, .jpeg or .png files in the " + opt_.split + " split");
 }
 
 Shape ImageFolder::image_shape() const {
@@ -156,8 +156,8 @@ void ImageFolder::get(int64_t index, float* image, int32_t* label) const {
 
 void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) const {
   if (index < 0 || index >= size())
-    fail("imagefolder", "sample " + std::to_string(index) + " is outside [0, " +
-                            std::to_string(size()) + ")");
+    fail("imagefolder",
+         "sample " + std::to_string(index) + " is outside [0, " + std::to_string(size()) + ")");
   const auto& [path, cls] = files_[index];
   Image img = decode_image(read_bytes(path), opt_.channels, path);
   const int64_t S = opt_.image_size, C = opt_.channels;

@@ -68,10 +68,13 @@ void commit_checkpoint(const std::string& staged, const std::string& dir_in) {
   fs::remove_all(old, ec);
   if (fs::exists(dir)) {
     fs::rename(dir, old, ec);
-    if (ec) fail("checkpoint", dir + ": cannot move the previous checkpoint aside (" + ec.message() + ")");
+    if (ec)
+      fail("checkpoint",
+           dir + ": cannot move the previous checkpoint aside (" + ec.message() + ")");
   }
   fs::rename(staged, dir, ec);
-  if (ec) fail("checkpoint", dir + ": cannot rename " + staged + " into place (" + ec.message() + ")");
+  if (ec)
+    fail("checkpoint", dir + ": cannot rename " + staged + " into place (" + ec.message() + ")");
   sync_dir(parent_of(dir));
   fs::remove_all(old, ec);
 }
@@ -84,11 +87,11 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   std::string dir = trimmed(dir_in);
   // A save killed between its two renames leaves the previous checkpoint in DIR.old.
   if (!fs::exists(dir + "/trainer.json") && fs::exists(dir + ".old/trainer.json")) dir += ".old";
-  if (!fs::is_directory(dir))
-    fail("checkpoint", dir_in + ": no such checkpoint directory");
+  if (!fs::is_directory(dir)) fail("checkpoint", dir_in + ": no such checkpoint directory");
   for (const char* f : {"config.json", "model.safetensors", "trainer.json"})
     if (!fs::exists(dir + "/" + f))
-      fail("checkpoint", dir + ": missing " + f + " (not a checkpoint written by kiln train --save?)");
+      fail("checkpoint",
+           dir + ": missing " + f + " (not a checkpoint written by kiln train --save?)");
   Checkpoint c;
   c.config = load_vit_config(dir + "/config.json");
   c.params = load_safetensors(dir + "/model.safetensors").tensors;
@@ -105,7 +108,8 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
     try {
       t.at(name).get_to(dst);
     } catch (const json::exception&) {
-      fail("checkpoint", path + ": field '" + name + "' has the wrong type (" + t.at(name).dump() + ")");
+      fail("checkpoint",
+           path + ": field '" + name + "' has the wrong type (" + t.at(name).dump() + ")");
     }
   };
   std::string format;

@@ -20,8 +20,7 @@ Array mm(const Array& a, const Array& b, MatmulOptions o, DType dt) {
 }
 
 // y = x · Wᵀ + b for x [..., in], W [out, in] (torch.nn.Linear).
-Array linear(const Params& p, const std::string& name, const Array& x, DType dt,
-             bool bias = true) {
+Array linear(const Params& p, const std::string& name, const Array& x, DType dt, bool bias = true) {
   Array y = mm(x, p.at(name + ".weight"), {.transpose_b = true}, dt);
   return bias ? y + p.at(name + ".bias") : y;
 }
@@ -80,8 +79,8 @@ ViTConfig ViTConfig::preset(const std::string& name) {
     c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16,
     c.intermediate_size = 4096;
   } else {
-    fail("model",
-         "unknown preset '" + name + "', expected one of vit-tiny, vit-small, vit-base, vit-large, vit-fmnist");
+    fail("model", "unknown preset '" + name +
+                      "', expected one of vit-tiny, vit-small, vit-base, vit-large, vit-fmnist");
   }
   return c;
 }
@@ -249,12 +248,10 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
     Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
     Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
     Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
-    Array scores =
-        mm(q, k, {.transpose_b = true}, dt) * (1.0 / std::sqrt(static_cast<double>(dh)));
+    Array scores = mm(q, k, {.transpose_b = true}, dt) * (1.0 / std::sqrt(static_cast<double>(dh)));
     Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
     Array ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
-    Array attn =
-        dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
+    Array attn = dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
     x = x + attn;
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
     Array mid = activation(c.hidden_act, linear(p, pre + "intermediate.dense", hn2, dt));

@@ -2,8 +2,8 @@
 #include "ops/dispatch.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -30,15 +30,17 @@ KernelProfile& kernel_profile() {
 namespace {
 
 void check_finite(const Primitive& prim, const std::vector<Array>& inputs, const ArrayNode& out) {
-  if (!out.buffer || (out.dtype != DType::f32 && out.dtype != DType::f64 && out.dtype != DType::bf16))
+  if (!out.buffer ||
+      (out.dtype != DType::f32 && out.dtype != DType::f64 && out.dtype != DType::bf16))
     return;
   const char* base = static_cast<const char*>(out.buffer->data()) + out.offset;
   int64_t n = numel(out.shape);
   int64_t nan = 0, inf = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double v = out.dtype == DType::f32   ? reinterpret_cast<const float*>(base)[i]
-               : out.dtype == DType::f64 ? reinterpret_cast<const double*>(base)[i]
-                                         : static_cast<float>(reinterpret_cast<const bf16*>(base)[i]);
+    double v = out.dtype == DType::f32 ? reinterpret_cast<const float*>(base)[i]
+               : out.dtype == DType::f64
+                   ? reinterpret_cast<const double*>(base)[i]
+                   : static_cast<float>(reinterpret_cast<const bf16*>(base)[i]);
     nan += std::isnan(v);
     inf += std::isinf(v);
   }

@@ -42,9 +42,9 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
 void* alloc_output(ArrayNode& out);
 
 struct ExecState {
-  bool lazy = false;   // record instead of run
+  bool lazy = false;          // record instead of run
   bool check_finite = false;  // kernels check their outputs for NaN and Inf
-  int keep_graph = 0;  // > 0 while a function is traced for differentiation
+  int keep_graph = 0;         // > 0 while a function is traced for differentiation
 };
 ExecState& exec_state();
 

@@ -210,8 +210,8 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::FusedElementwise:
     case Op::MatmulEpilogue:
     case Op::FusedReduce:
-      fail("vjp", std::string(p.name()) +
-                      " exists only inside compiled graphs, after differentiation");
+      fail("vjp",
+           std::string(p.name()) + " exists only inside compiled graphs, after differentiation");
     case Op::Random: break;
     case Op::Count: break;
   }

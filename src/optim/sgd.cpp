@@ -94,8 +94,8 @@ std::vector<double> AdamW::scalars(int64_t step, double lr) const {
   return {1.0 - lr * opt_.weight_decay, lr / bc1, std::sqrt(bc2)};
 }
 
-std::pair<Params, State> AdamW::apply(const Params& grads, const State& state,
-                                      const Params& params, const std::vector<Array>& s) const {
+std::pair<Params, State> AdamW::apply(const Params& grads, const State& state, const Params& params,
+                                      const std::vector<Array>& s) const {
   if (s.size() != 3) fail("adamw", "expected 3 step scalars, got " + std::to_string(s.size()));
   Params out;
   State next{{}, state.step + 1};

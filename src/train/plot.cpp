@@ -60,8 +60,8 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
   for (double v : ticks(ylo, yhi)) {
     svg << "<line x1='" << l << "' x2='" << r << "' y1='" << py(v) << "' y2='" << py(v)
         << "' stroke='#eee'/>";
-    svg << "<text x='" << l - 5 << "' y='" << py(v) + 4
-        << "' text-anchor='end' font-size='11'>" << num(v) << "</text>\n";
+    svg << "<text x='" << l - 5 << "' y='" << py(v) + 4 << "' text-anchor='end' font-size='11'>"
+        << num(v) << "</text>\n";
   }
   for (double v : ticks(0, xmax)) {
     svg << "<text x='" << px(v) << "' y='" << b + 15 << "' text-anchor='middle' font-size='11'>"
@@ -80,8 +80,8 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
     svg << "'/>\n";
     if (s.markers)
       for (size_t i = 0; i < s.x.size(); ++i)
-        svg << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='3' fill='"
-            << s.color << "'/>";
+        svg << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='3' fill='" << s.color
+            << "'/>";
     svg << "<text x='" << r - 8 << "' y='" << ly << "' text-anchor='end' font-size='12' fill='"
         << s.color << "'>" << s.label << "</text>\n";
     ly += 16;

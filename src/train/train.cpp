@@ -102,16 +102,18 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
     d.train = std::make_shared<data::RandomImages>(dopt);
   } else if (cfg.data == "fashion-mnist") {
     if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
-      fail("train", "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
-                    "num_labels 10 (e.g. --model vit-fmnist), got " +
-                        std::to_string(mcfg.num_channels) + ", " +
-                        std::to_string(mcfg.image_size) + " and " +
-                        std::to_string(mcfg.num_labels));
-    d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
-        .dir = cfg.data_dir, .split = "train", .layout = cfg.layout, .hflip = cfg.augment,
-        .seed = cfg.seed});
-    d.eval = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{
-        .dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
+      fail("train",
+           "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
+           "num_labels 10 (e.g. --model vit-fmnist), got " +
+               std::to_string(mcfg.num_channels) + ", " + std::to_string(mcfg.image_size) +
+               " and " + std::to_string(mcfg.num_labels));
+    d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{.dir = cfg.data_dir,
+                                                                             .split = "train",
+                                                                             .layout = cfg.layout,
+                                                                             .hflip = cfg.augment,
+                                                                             .seed = cfg.seed});
+    d.eval = std::make_shared<data::FashionMnist>(
+        data::FashionMnistOptions{.dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
   } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
     data::ImageFolderOptions o{.root = cfg.data.substr(12),
                                .split = "train",
@@ -149,8 +151,9 @@ DType matmul_dtype_for(const std::string& precision) {
   if (precision == "fp32") return DType::f32;
   if (precision == "bf16") return DType::bf16;
   if (precision == "tf32")
-    fail("train", "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores); this build "
-                  "runs on the cpu device only: use fp32, or bf16 for mixed precision");
+    fail("train",
+         "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores); this build "
+         "runs on the cpu device only: use fp32, or bf16 for mixed precision");
   fail("train", "--precision '" + precision + "', expected fp32, bf16 or tf32");
 }
 
@@ -221,8 +224,9 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   if (!cfg.resume_dir.empty()) {
     io::Checkpoint ck = io::load_checkpoint(cfg.resume_dir);
     if (ck.optimizer != cfg.optimizer)
-      fail("train", "--resume " + cfg.resume_dir + ": the checkpoint was trained with --optimizer " +
-                        ck.optimizer + ", this run asks for " + cfg.optimizer);
+      fail("train", "--resume " + cfg.resume_dir +
+                        ": the checkpoint was trained with --optimizer " + ck.optimizer +
+                        ", this run asks for " + cfg.optimizer);
     if (ck.seed != cfg.seed)
       fail("train", "--resume " + cfg.resume_dir + ": the checkpoint has seed " +
                         std::to_string(ck.seed) + ", this run asks for " +
@@ -252,11 +256,11 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   const DataSplits ds = make_datasets(cfg, mcfg);
   report.skipped_images = ds.skipped;
   data::Loader loader(ds.train, {.batch_size = cfg.batch_size,
-                                  .shuffle = cfg.data != "random",  // real data: every epoch anew
-                                  .seed = cfg.seed,
-                                  .workers = cfg.workers,
-                                  .prefetch = 2,
-                                  .start = data_start});
+                                 .shuffle = cfg.data != "random",  // real data: every epoch anew
+                                 .seed = cfg.seed,
+                                 .workers = cfg.workers,
+                                 .prefetch = 2,
+                                 .start = data_start});
 
   auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const nn::ApplyOptions& opt) {
     return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
@@ -327,8 +331,8 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   };
   auto run_eval = [&](int64_t step) {
     if (!ds.eval) return;
-    EvalResult r = evaluate(mcfg, params, *ds.eval, cfg.batch_size, cfg.layout, compiled_eval,
-                            matmul_dtype);
+    EvalResult r =
+        evaluate(mcfg, params, *ds.eval, cfg.batch_size, cfg.layout, compiled_eval, matmul_dtype);
     r.step = step;
     report.evals.push_back(r);
     if (log)
@@ -370,8 +374,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
       args.push_back(random::key_array(step_key));
       auto out = jitted_grad(args);
       loss = out[0];
-      std::tie(params, state) =
-          optimizer->apply(unflatten(names, out, 1), state, params, scalars);
+      std::tie(params, state) = optimizer->apply(unflatten(names, out, 1), state, params, scalars);
       eval(params);
       eval(state.buffers);
     } else {
@@ -403,8 +406,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
       std::string where = "every op of the step's forward and backward was finite on the re-run";
       try {
         CheckFiniteScope check;
-        auto [l, grads] =
-            grads_of(before, batch.images, batch.labels, random::key_array(step_key));
+        auto [l, grads] = grads_of(before, batch.images, batch.labels, random::key_array(step_key));
         optimizer->apply(grads, state_before, before, scalars);
       } catch (const Error& e) {
         where = std::string("first non-finite value: ") + e.what();

@@ -158,10 +158,12 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   c.hidden_size = 16, c.num_attention_heads = 2, c.intermediate_size = 32, c.num_hidden_layers = 1;
   c.patch_size = 7;
   io::save_vit_config(cfg, c);
-  CliRun r = kiln_cli("train --data fashion-mnist --config " + cfg +
-                      " --steps 30 --warmup 1 --batch-size 64 --mode jit --optimizer adamw --lr 3e-3"
-                      " --schedule cosine --lr-warmup 5 --eval-every 15 --precision bf16"
-                      " --save " + ckpt + " --log-json " + log);
+  CliRun r =
+      kiln_cli("train --data fashion-mnist --config " + cfg +
+               " --steps 30 --warmup 1 --batch-size 64 --mode jit --optimizer adamw --lr 3e-3"
+               " --schedule cosine --lr-warmup 5 --eval-every 15 --precision bf16"
+               " --save " +
+               ckpt + " --log-json " + log);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("eval at step 15: loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("on 10000 test images"), std::string::npos) << r.output;

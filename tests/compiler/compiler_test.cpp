@@ -135,8 +135,8 @@ TEST(Passes, MatmulEpiloguesFoldIntoTheGemm) {
     return std::vector<Array>{h, s, kept, kept + 1.0, r, scaled};
   };
   std::vector<Shape> shapes{{2, 5, 8}, {6, 8}, {6}, {3, 4, 7}, {3, 4, 7}, {3, 4, 4}, {4, 8}};
-  Graph g = compiler::fuse_matmul_epilogue(
-      compiler::common_subexpression_elimination(trace(f, shapes)));
+  Graph g =
+      compiler::fuse_matmul_epilogue(compiler::common_subexpression_elimination(trace(f, shapes)));
   EXPECT_EQ(count_ops(g, Op::MatmulEpilogue), 3);
   EXPECT_EQ(count_ops(g, Op::Matmul), 2);  // `kept` (an output) and r's
   for (auto& n : g.nodes) {

@@ -63,7 +63,9 @@ TEST(Idx, MalformedFilesNameTheFileAndTheProblem) {
   std::vector<uint8_t> header_cut(bytes.begin(), bytes.begin() + 6);
   EXPECT_NE(error_of([&] { data::parse_idx(header_cut, "f.idx"); }).find("inside its header"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { data::parse_idx({0, 0}, "f.idx"); }).find("too short"),
+  EXPECT_NE(error_of([&] {
+              data::parse_idx({0, 0}, "f.idx");
+            }).find("too short"),
             std::string::npos);
 }
 
@@ -107,8 +109,7 @@ TEST(FashionMnist, LoadsNormalizesAndFlipsDeterministically) {
   uint8_t first = static_cast<uint8_t>(2 * 28 * 28);  // the pixel byte pattern of sample 2
   EXPECT_NEAR(img[0], (first / 255.0f - 0.5f) / 0.25f, 1e-5);
   // Flips: a function of (seed, epoch, index); about half of the samples flip.
-  data::FashionMnist aug(
-      {.dir = dir.string(), .split = "test", .hflip = true, .seed = 7});
+  data::FashionMnist aug({.dir = dir.string(), .split = "test", .hflip = true, .seed = 7});
   int flipped = 0;
   for (int64_t epoch = 0; epoch < 40; ++epoch) {
     std::vector<float> a(28 * 28), b(28 * 28), plain(28 * 28);
@@ -125,18 +126,22 @@ TEST(FashionMnist, LoadsNormalizesAndFlipsDeterministically) {
   EXPECT_LT(flipped, 32);
   // Labels that disagree with the images, and out-of-range labels.
   write_gz((dir / "t10k-labels-idx1-ubyte.gz").string(), {0, 0, 8, 1, 0, 0, 0, 2, 7, 0});
-  EXPECT_NE(error_of([&] { data::FashionMnist({.dir = dir.string(), .split = "test"}); })
-                .find("labels for 3 images"),
+  EXPECT_NE(error_of([&] {
+              data::FashionMnist({.dir = dir.string(), .split = "test"});
+            }).find("labels for 3 images"),
             std::string::npos);
   write_gz((dir / "t10k-labels-idx1-ubyte.gz").string(), {0, 0, 8, 1, 0, 0, 0, 3, 7, 0, 12});
-  EXPECT_NE(error_of([&] { data::FashionMnist({.dir = dir.string(), .split = "test"}); })
-                .find("outside [0, 10)"),
+  EXPECT_NE(error_of([&] {
+              data::FashionMnist({.dir = dir.string(), .split = "test"});
+            }).find("outside [0, 10)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { data::FashionMnist({.dir = dir.string(), .split = "valid"}); })
-                .find("expected train or test"),
+  EXPECT_NE(error_of([&] {
+              data::FashionMnist({.dir = dir.string(), .split = "valid"});
+            }).find("expected train or test"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { data::FashionMnist({.dir = dir.string(), .split = "train"}); })
-                .find("no train-images-idx3-ubyte"),
+  EXPECT_NE(error_of([&] {
+              data::FashionMnist({.dir = dir.string(), .split = "train"});
+            }).find("no train-images-idx3-ubyte"),
             std::string::npos);
   fs::remove_all(dir);
 }

@@ -81,17 +81,22 @@ TEST(Decode, DamagedFilesNameTheFile) {
   std::vector<uint8_t> rgb(64 * 64 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7919 % 251);  // busy
   auto jpg = encode_jpeg(rgb, 64, 64), png = encode_png(rgb, 64, 64);
-  EXPECT_NE(error_of([&] { data::decode_image({'h', 'e', 'l', 'l', 'o'}, 3, "x.jpg"); })
-                .find("[x.jpg] is neither a JPEG nor a PNG"),
+  EXPECT_NE(error_of([&] {
+              data::decode_image({'h', 'e', 'l', 'l', 'o'}, 3, "x.jpg");
+            }).find("[x.jpg] is neither a JPEG nor a PNG"),
             std::string::npos);
   std::vector<uint8_t> cut_jpg(jpg.begin(), jpg.begin() + jpg.size() / 2);
-  EXPECT_NE(error_of([&] { data::decode_image(cut_jpg, 3, "cut.jpg"); }).find("[cut.jpg] is a damaged JPEG"),
+  EXPECT_NE(error_of([&] {
+              data::decode_image(cut_jpg, 3, "cut.jpg");
+            }).find("[cut.jpg] is a damaged JPEG"),
             std::string::npos);
   std::vector<uint8_t> cut_png(png.begin(), png.begin() + png.size() - 20);
   EXPECT_NE(error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
             std::string::npos);
   std::vector<uint8_t> header_only(jpg.begin(), jpg.begin() + 4);
-  EXPECT_NE(error_of([&] { data::probe_image(header_only, "h.jpg"); }).find("[h.jpg] is not a readable JPEG"),
+  EXPECT_NE(error_of([&] {
+              data::probe_image(header_only, "h.jpg");
+            }).find("[h.jpg] is not a readable JPEG"),
             std::string::npos);
 }
 
@@ -101,9 +106,11 @@ struct Folder {
     fs::remove_all(root);
     // class "cat": 4 red PNGs; class "dog": 3 blue JPEGs of another size.
     for (int i = 0; i < 4; ++i)
-      write(root / "cat" / ("c" + std::to_string(i) + ".png"), encode_png(solid(40, 30, 255, 0, 0), 40, 30));
+      write(root / "cat" / ("c" + std::to_string(i) + ".png"),
+            encode_png(solid(40, 30, 255, 0, 0), 40, 30));
     for (int i = 0; i < 3; ++i)
-      write(root / "dog" / ("d" + std::to_string(i) + ".JPG"), encode_jpeg(solid(20, 50, 0, 0, 255), 20, 50));
+      write(root / "dog" / ("d" + std::to_string(i) + ".JPG"),
+            encode_jpeg(solid(20, 50, 0, 0, 255), 20, 50));
     write(root / "dog" / "notes.txt", {'x'});  // not an image: ignored
   }
   ~Folder() { fs::remove_all(root); }
@@ -125,8 +132,10 @@ TEST(ImageFolder, ClassesLabelsResizeCropAndNormalize) {
   EXPECT_EQ(label, 1);
   EXPECT_NEAR(img[2 * 64 + 9], 1.0f, 0.05);  // blue (JPEG: nearly)
   // Held-out split: every 3rd file of each class.
-  data::ImageFolder train({.root = f.root.string(), .split = "train", .holdout_every = 3, .image_size = 8});
-  data::ImageFolder held({.root = f.root.string(), .split = "holdout", .holdout_every = 3, .image_size = 8});
+  data::ImageFolder train(
+      {.root = f.root.string(), .split = "train", .holdout_every = 3, .image_size = 8});
+  data::ImageFolder held(
+      {.root = f.root.string(), .split = "holdout", .holdout_every = 3, .image_size = 8});
   EXPECT_EQ(train.size() + held.size(), 7);
   EXPECT_EQ(held.size(), 2);  // cat c2, dog d2
 }
@@ -166,16 +175,20 @@ TEST(ImageFolder, CorruptFilesAreAnErrorOrSkippedAndCounted) {
   data::ImageFolder ds({.root = f.root.string(), .skip_bad = true});
   EXPECT_EQ(ds.skipped(), 1);
   EXPECT_EQ(ds.size(), 7);
-  EXPECT_NE(error_of([&] { data::ImageFolder({.root = (f.root / "nope").string()}); }).find("not a directory"),
+  EXPECT_NE(error_of([&] {
+              data::ImageFolder({.root = (f.root / "nope").string()});
+            }).find("not a directory"),
             std::string::npos);
 }
 
 TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   Folder f;
   for (int i = 4; i < 12; ++i)
-    write(f.root / "cat" / ("c" + std::to_string(i) + ".png"), encode_png(solid(20, 20, 250, 10, 10), 20, 20));
+    write(f.root / "cat" / ("c" + std::to_string(i) + ".png"),
+          encode_png(solid(20, 20, 250, 10, 10), 20, 20));
   for (int i = 3; i < 11; ++i)
-    write(f.root / "dog" / ("d" + std::to_string(i) + ".JPG"), encode_jpeg(solid(20, 20, 10, 10, 250), 20, 20));
+    write(f.root / "dog" / ("d" + std::to_string(i) + ".JPG"),
+          encode_jpeg(solid(20, 20, 10, 10, 250), 20, 20));
   train::TrainConfig t;
   t.model = nn::ViTConfig::preset("vit-tiny");
   t.model.image_size = 16, t.model.patch_size = 8, t.model.hidden_size = 16;
@@ -204,7 +217,8 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   fs::remove_all(ckpt);
   t.model.num_labels = 3;
   std::string e = error_of([&] { train::run(t); });
-  EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -62,8 +62,8 @@ TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
   Golden g;
   nn::Layout layout = GetParam();
   Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
-  auto r = train::forward_backward(g.cfg, g.weights, pixels, g.batch.at("labels"), layout,
-                                   DType::bf16);
+  auto r =
+      train::forward_backward(g.cfg, g.weights, pixels, g.batch.at("labels"), layout, DType::bf16);
   double logits_err = relative_error(r.logits, g.expected.at("logits"));
   EXPECT_LT(logits_err, 2e-2);
   EXPECT_GT(logits_err, 1e-5);  // bf16 did run: f32 is within 1e-5

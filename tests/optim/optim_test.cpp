@@ -126,7 +126,7 @@ TEST(Optimizers, ClearErrors) {
   optim::AdamW adam({});
   Params p{{"w", ones({2})}};
   EXPECT_THROW(adam.update({}, adam.init(p), p), Error);  // no gradient for 'w'
-  optim::State wrong;                                      // no exp_avg buffers
+  optim::State wrong;                                     // no exp_avg buffers
   EXPECT_THROW(adam.update(p, wrong, p), Error);
 }
 

@@ -17,7 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("kiln-train-" + std::to_string(::getpid()) + "-" + name);
+  fs::path p =
+      fs::temp_directory_path() / ("kiln-train-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(p);
   return p.string();
 }
@@ -79,8 +80,8 @@ TEST_P(Resume, TwoPlusTwoStepsAreBitIdenticalToFour) {
   struct Stop {};
   try {
     train::run(a, {.on_save = [](int64_t step, const std::string&) {
-                     if (step == 2) throw Stop{};
-                   }});
+                 if (step == 2) throw Stop{};
+               }});
   } catch (const Stop&) {
   }
   io::Checkpoint mid = io::load_checkpoint(half);
@@ -101,11 +102,12 @@ TEST_P(Resume, TwoPlusTwoStepsAreBitIdenticalToFour) {
   fs::remove_all(half);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ModesAndOptimizers, Resume,
-    ::testing::Values(std::tuple{"eager", "adamw"}, std::tuple{"jit", "adamw"},
-                      std::tuple{"lazy", "sgd"}, std::tuple{"jit", "sgd"}),
-    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+INSTANTIATE_TEST_SUITE_P(ModesAndOptimizers, Resume,
+                         ::testing::Values(std::tuple{"eager", "adamw"}, std::tuple{"jit", "adamw"},
+                                           std::tuple{"lazy", "sgd"}, std::tuple{"jit", "sgd"}),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(Train, EveryModeGivesTheSameParametersWithAdamW) {
   Params ref;
@@ -177,7 +179,8 @@ TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
   EXPECT_FALSE(fs::exists(dir + ".old"));
   EXPECT_FALSE(fs::exists(dir + ".tmp"));
   // A checkpoint whose trainer.json is damaged gets an error naming the file.
-  io::write_file_atomic(dir + "/trainer.json", "{\"format\": \"kiln-checkpoint-1\", \"step\": \"x\"}");
+  io::write_file_atomic(dir + "/trainer.json",
+                        "{\"format\": \"kiln-checkpoint-1\", \"step\": \"x\"}");
   try {
     io::load_checkpoint(dir);
     FAIL() << "expected an error";

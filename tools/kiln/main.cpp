@@ -182,7 +182,8 @@ int run_train(TrainFlags f) {
     cfg.model = io::load_checkpoint(f.resume).config;
     cfg.model_name = f.resume;
   }
-  if (f.momentum != 0 && f.optimizer != "sgd") fail("train", "--momentum goes with --optimizer sgd");
+  if (f.momentum != 0 && f.optimizer != "sgd")
+    fail("train", "--momentum goes with --optimizer sgd");
   if (f.epochs > 0) {
     if (f.data == "random")
       fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
@@ -299,8 +300,8 @@ int run_train(TrainFlags f) {
 }
 
 struct EvalFlags {
-  std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir,
-                          split = "test", mode = "jit", layout = "nchw";
+  std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test",
+                          mode = "jit", layout = "nchw";
   int64_t batch_size = 256;
 };
 
@@ -319,9 +320,10 @@ int run_eval(const EvalFlags& f) {
   auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
   std::printf("%s (step %lld) on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
               f.checkpoint.c_str(), (long long)ck.state.step, f.data.c_str(),
-              f.split == "train" ? "train" : f.data == "fashion-mnist" ? "test" : "held-out", r.loss,
-              100 * r.accuracy,
-              (long long)r.samples, fmt_seconds(r.seconds).c_str());
+              f.split == "train"          ? "train"
+              : f.data == "fashion-mnist" ? "test"
+                                          : "held-out",
+              r.loss, 100 * r.accuracy, (long long)r.samples, fmt_seconds(r.seconds).c_str());
   return 0;
 }
 
@@ -361,15 +363,16 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags tf;
-  auto* t = app.add_subcommand("train", "train a ViT (default: the reference experiment on random images)");
+  auto* t = app.add_subcommand("train",
+                               "train a ViT (default: the reference experiment on random images)");
   t->add_option("--batch-size", tf.batch_size, "images per step")->check(CLI::PositiveNumber);
   t->add_option("--mode", tf.mode, "eager (alias pytorch), lazy (torch_xla) or jit (jax)")
       ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
   t->add_flag("--compile-model", tf.compile_model,
               "with --mode eager: compile forward and backward, the optimizer stays eager");
-  auto* model_opt = t->add_option("--model", tf.model, "preset")
-                        ->check(CLI::IsMember(
-                            {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
+  auto* model_opt =
+      t->add_option("--model", tf.model, "preset")
+          ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
   t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
       ->check(CLI::ExistingFile)
       ->excludes(model_opt);
@@ -379,7 +382,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
       ->check(CLI::NonNegativeNumber);
-  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")->check(CLI::NonNegativeNumber);
+  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")
+      ->check(CLI::NonNegativeNumber);
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
@@ -415,7 +419,8 @@ int main(int argc, char** argv) {
   t->add_option("--eval-every", tf.eval_every,
                 "evaluate on the test split every N steps (always at the end)")
       ->check(CLI::NonNegativeNumber);
-  t->add_option("--save", tf.save, "checkpoint directory (transformers-loadable), written at the end");
+  t->add_option("--save", tf.save,
+                "checkpoint directory (transformers-loadable), written at the end");
   t->add_option("--save-every", tf.save_every, "also save every N steps")
       ->check(CLI::NonNegativeNumber);
   t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
@@ -468,8 +473,10 @@ int main(int argc, char** argv) {
     bool known = false;
     for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == cmd;
     if (!known) {
-      std::fprintf(stderr, "kiln: unknown command '%s'; expected one of train, eval, plot, grad, demo, info\n",
-                   cmd.c_str());
+      std::fprintf(
+          stderr,
+          "kiln: unknown command '%s'; expected one of train, eval, plot, grad, demo, info\n",
+          cmd.c_str());
       return 2;
     }
   }
