@@ -20,8 +20,9 @@ struct CliRun {
   std::string output;
 };
 
-CliRun kiln_cli(const std::string& args) {
-  std::string cmd = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
+// Runs a shell command line, stdout and stderr together.
+CliRun kiln_cli_raw(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -29,6 +30,10 @@ CliRun kiln_cli(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+CliRun kiln_cli(const std::string& args) {
+  return kiln_cli_raw(std::string(KILN_CLI_PATH) + " " + args);
 }
 
 std::string temp_path(const std::string& name) {
@@ -99,6 +104,30 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   }
   std::filesystem::remove(cfg);
   std::filesystem::remove(log);
+}
+
+// On a terminal (util-linux `script` provides one) kiln train draws a
+// progress bar that rewrites one line; without one it prints plain lines.
+TEST(Cli, ProgressBarOnATerminal) {
+  if (std::system("script -qec true /dev/null > /dev/null 2>&1") != 0)
+    GTEST_SKIP()
+        << "no terminal to be had here (util-linux script missing, or no pseudo-terminals)";
+  std::string cfg = temp_path("tty.json");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
+  c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
+  c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_labels = 5;
+  io::save_vit_config(cfg, c);
+  std::string train = std::string(KILN_CLI_PATH) + " train --config " + cfg +
+                      " --steps 3 --warmup 1 --batch-size 4";
+  CliRun tty = kiln_cli_raw("script -qec '" + train + "' /dev/null");
+  ASSERT_EQ(tty.status, 0) << tty.output;
+  EXPECT_NE(tty.output.find("\r\033[K[#"), std::string::npos) << tty.output;
+  EXPECT_NE(tty.output.find("img/s  ETA"), std::string::npos) << tty.output;
+  CliRun plain = kiln_cli_raw(train);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("\033[K"), std::string::npos) << plain.output;
+  EXPECT_NE(plain.output.find("step 2/3  loss"), std::string::npos) << plain.output;
+  std::filesystem::remove(cfg);
 }
 
 TEST(Cli, DropoutGivesTheSameLossesInEveryMode) {
