@@ -476,31 +476,25 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
 }
 
 PassOptions PassOptions::from_env() {
+  static const std::pair<const char*, bool PassOptions::*> kSwitches[] = {
+      {"no_dce", &PassOptions::dce},           {"no_cse", &PassOptions::cse},
+      {"no_simplify", &PassOptions::simplify}, {"no_fuse", &PassOptions::fuse},
+      {"no_epilogue", &PassOptions::epilogue}, {"no_reduce", &PassOptions::reduce},
+      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;
   std::stringstream ss(env);
   for (std::string item; std::getline(ss, item, ',');) {
-    if (item == "no_dce")
-      o.dce = false;
-    else if (item == "no_cse")
-      o.cse = false;
-    else if (item == "no_simplify")
-      o.simplify = false;
-    else if (item == "no_fuse")
-      o.fuse = false;
-    else if (item == "no_epilogue")
-      o.epilogue = false;
-    else if (item == "no_reduce")
-      o.reduce = false;
-    else if (item == "no_plan")
-      o.plan = false;
-    else if (item == "no_inplace")
-      o.inplace = false;
-    else if (!item.empty())
-      fail("compile", "KILN_COMPILE has '" + item +
-                          "', expected a comma-separated list of no_dce, no_cse, no_simplify, "
-                          "no_fuse, no_epilogue, no_reduce, no_plan, no_inplace");
+    if (item.empty()) continue;
+    bool known = false;
+    for (auto& [name, flag] : kSwitches)
+      if (item == name) o.*flag = false, known = true;
+    if (!known) {
+      std::string all;
+      for (auto& [name, flag] : kSwitches) all += (all.empty() ? "" : ", ") + std::string(name);
+      fail("compile", "KILN_COMPILE has '" + item + "', expected a comma-separated list of " + all);
+    }
   }
   return o;
 }
