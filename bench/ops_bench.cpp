@@ -83,6 +83,73 @@ void BM_dnnl_matmul_primitive(benchmark::State& state, Gemm g, dnnl::memory::dat
   set_flops(state, 2.0 * g.m * g.n * g.k);
 }
 
+// ---- attention GEMMs of ViT-S/16 at batch 32: 192 (batch x heads) GEMMs of
+// [197, 64] x [64, 197] and back, the six of one layer's forward and backward.
+struct BatchedGemm {
+  const char* name;
+  int64_t m, k, n;
+  bool ta, tb;
+};
+constexpr int64_t kHeads = 32 * 6, kT = 197, kD = 64;
+const BatchedGemm kAttnGemms[] = {
+    {"scores", kT, kD, kT, false, true},   // Q·Kᵀ
+    {"context", kT, kT, kD, false, false},  // P·V
+    {"d_probs", kT, kD, kT, false, true},  // dO·Vᵀ
+    {"d_v", kT, kT, kD, true, false},       // Pᵀ·dO
+    {"d_q", kT, kT, kD, false, false},      // dS·K
+    {"d_k", kT, kT, kD, true, false},       // dSᵀ·Q
+};
+
+void BM_kiln_batched(benchmark::State& state, BatchedGemm g) {
+  Array a = random::normal(random::Key(1), g.ta ? Shape{kHeads, g.k, g.m} : Shape{kHeads, g.m, g.k});
+  Array b = random::normal(random::Key(2), g.tb ? Shape{kHeads, g.n, g.k} : Shape{kHeads, g.k, g.n});
+  MatmulOptions opt{g.ta, g.tb, DType::f32};
+  for (auto _ : state) benchmark::DoNotOptimize(matmul(a, b, opt).raw());
+  set_flops(state, 2.0 * kHeads * g.m * g.n * g.k);
+}
+
+// One single-threaded dnnl_sgemm per (batch, head), the heads split over threads.
+void BM_sgemm_per_head(benchmark::State& state, BatchedGemm g) {
+  std::vector<float> a(kHeads * g.m * g.k, 0.5f), b(kHeads * g.k * g.n, 0.25f),
+      c(kHeads * g.m * g.n);
+  for (auto _ : state) {
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < kHeads; ++h)
+      dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a.data() + h * g.m * g.k,
+                 g.ta ? g.m : g.k, b.data() + h * g.k * g.n, g.tb ? g.k : g.n, 0.0f,
+                 c.data() + h * g.m * g.n, g.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * kHeads * g.m * g.n * g.k);
+}
+
+// The fused attention primitive on ViT-S/16's packed qkv at batch 32, forward
+// (2 GEMMs per head) and backward (5 GEMMs per head: the scores are recomputed).
+void BM_attention(benchmark::State& state, bool backward) {
+  Array qkv = random::normal(random::Key(1), {32, kT, 3, 6, kD});
+  Array dout = random::normal(random::Key(2), {32, kT, 6, kD});
+  for (auto _ : state) {
+    Array r = backward ? attention_grad(qkv, dout, 0.125) : attention(qkv, 0.125);
+    benchmark::DoNotOptimize(r.raw());
+  }
+  set_flops(state, (backward ? 5.0 : 2.0) * 2.0 * kHeads * kT * kT * kD);
+}
+
+// The same attention unfused, as transformers' eager attention: heads
+// transposed into place, batched GEMMs, scale, softmax, GEMM, transpose back.
+void BM_attention_unfused(benchmark::State& state) {
+  Array q = random::normal(random::Key(1), {32, kT, 6, kD});
+  Array k = random::normal(random::Key(2), {32, kT, 6, kD});
+  Array v = random::normal(random::Key(3), {32, kT, 6, kD});
+  for (auto _ : state) {
+    Array qh = transpose(q, {0, 2, 1, 3}), kh = transpose(k, {0, 2, 1, 3}),
+          vh = transpose(v, {0, 2, 1, 3});
+    Array p = softmax(matmul(qh, kh, {false, true, std::nullopt}) * 0.125);
+    benchmark::DoNotOptimize(transpose(matmul(p, vh), {0, 2, 1, 3}).raw());
+  }
+  set_flops(state, 2.0 * 2.0 * kHeads * kT * kT * kD);
+}
+
 // ---- elementwise and LayerNorm, GB/s over bytes read + written ----
 void BM_add(benchmark::State& state) {
   Array a = random::normal(random::Key(1), {M, 768}), b = random::normal(random::Key(2), {M, 768});
@@ -168,6 +235,25 @@ int register_all() {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
+  for (const auto& g : kAttnGemms) {
+    std::string n = g.name;
+    benchmark::RegisterBenchmark(("attn_f32/" + n + "/kiln").c_str(), BM_kiln_batched, g)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("attn_f32/" + n + "/sgemm_per_head").c_str(), BM_sgemm_per_head,
+                                 g)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  benchmark::RegisterBenchmark("attention_f32/forward/fused", BM_attention, false)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("attention_f32/backward/fused", BM_attention, true)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("attention_f32/forward/unfused", BM_attention_unfused)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   return 0;
 }
 const int registered = register_all();

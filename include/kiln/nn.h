@@ -52,6 +52,13 @@ struct ApplyOptions {
   // LayerNorm, softmax, the loss and every accumulation stay f32; the
   // operands of each matmul are rounded to bf16 and the products summed in f32).
   DType matmul_dtype = DType::f32;
+  // Self-attention as one fused primitive (kiln::attention) on the output of
+  // one query/key/value GEMM against the three weights concatenated; when
+  // false, as transformers' eager attention: three linears, batched matmuls
+  // and a softmax whose T×T output is kept for the backward. Dropout on the
+  // attention probabilities (when training with a non-zero
+  // attention_probs_dropout_prob) always takes the unfused path.
+  bool fused_attention = true;
 };
 
 // ViTForImageClassification with HuggingFace's parameter names and shapes.

@@ -102,6 +102,12 @@ Array layer_norm(const Array& x, const Array& gamma, const Array& beta, double e
 Array layer_norm(const Array& x, double eps);  // no affine
 // Per-example softmax cross-entropy: logits [..., C], integer labels [...].
 Array softmax_cross_entropy(const Array& logits, const Array& labels);
+// Multi-head softmax attention, one fused kernel: qkv [B, T, 3, H, D] holds
+// the queries, keys and values of H heads (the output of one linear layer
+// with 3·H·D outputs, reshaped); returns [B, T, H, D] with, per batch and
+// head, softmax(scale · Q Kᵀ) V. The T×T probabilities are never stored: the
+// backward recomputes them.
+Array attention(const Array& qkv, double scale);
 
 // ---- internal building blocks, public for the compiler and tests ----
 Array gelu_grad(const Array& x);       // d gelu / dx
@@ -109,6 +115,7 @@ Array gelu_tanh_grad(const Array& x);  // d gelu_tanh / dx
 Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps);  // dx
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
                                  const Array& dloss);  // dlogits
+Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqkv
 Array slice_grad(const Array& g, const SliceAttrs& attrs);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
 

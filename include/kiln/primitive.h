@@ -34,6 +34,7 @@ namespace kiln {
   /* fused neural-network primitives */                                                  \
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
+  X(Attention, Fused) X(AttentionGrad, Fused)                                            \
   /* made by the compiler's fusion pass */                                               \
   X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
   X(Random, Source)
@@ -115,6 +116,12 @@ struct NormAttrs {  // LayerNorm over the last axis
   double eps;
   bool operator==(const NormAttrs&) const = default;
 };
+// Softmax attention over a packed [B, T, 3, H, D] query/key/value array
+// (see ops.h: attention); `scale` multiplies the scores before the softmax.
+struct AttentionAttrs {
+  double scale;
+  bool operator==(const AttentionAttrs&) const = default;
+};
 enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli };
 struct RandomAttrs {
   uint32_t key[2];
@@ -176,7 +183,7 @@ struct FusedReduceAttrs {
 
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
                            AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
-                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs>;
+                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs>;
 
 class Primitive {
  public:

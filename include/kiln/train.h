@@ -54,6 +54,9 @@ struct TrainConfig {
   // fp32, or bf16 mixed precision (bf16 matmul operands, f32 everything else);
   // tf32 is a CUDA setting and an error on the cpu device.
   std::string precision = "fp32";
+  // Self-attention as one fused primitive (default) or unfused, as
+  // transformers' eager attention (nn::ApplyOptions::fused_attention).
+  bool fused_attention = true;
 };
 
 // The training split and the held-out split (null when there is none) of

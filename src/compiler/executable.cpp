@@ -69,10 +69,10 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (debug_level() >= 1)
     std::fprintf(stderr,
-                 "[compile] %zu -> %zu ops; arena %.1f MiB vs %.1f MiB of intermediates; %d in "
-                 "place, %d donated; %.1f ms\n",
+                 "[compile] %zu -> %zu ops; arena %.1f MiB (peak live %.1f MiB) vs %.1f MiB of "
+                 "intermediates; %d in place, %d donated; %.1f ms\n",
                  stats_.nodes_traced, stats_.nodes_compiled, plan_.arena_bytes / 1048576.0,
-                 plan_.naive_bytes / 1048576.0, plan_.inplace, plan_.donated, stats_.compile_ms);
+                 plan_.peak_live_bytes / 1048576.0, plan_.naive_bytes / 1048576.0, plan_.inplace, plan_.donated, stats_.compile_ms);
   if (debug_level() >= 3)
     std::fprintf(stderr, "[compile] memory plan:\n%s", plan_.str(graph_).c_str());
 }

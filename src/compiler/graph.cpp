@@ -1,6 +1,8 @@
 // kiln compiler: graph construction, hashing and printing.
 #include "compiler/graph.h"
 
+#include <algorithm>
+#include <numeric>
 #include <sstream>
 #include <unordered_map>
 
@@ -87,6 +89,7 @@ Array tracer(const Shape& shape, DType dtype, Device device) {
 
 Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves) {
   Graph g;
+  std::vector<uint64_t> created;  // per op of g: its ArrayNode's creation number
   std::unordered_map<ArrayNode*, int> ids;
   // Post-order DFS (iterative) so that nodes come out topologically sorted.
   std::vector<std::pair<Array, size_t>> stack;
@@ -115,18 +118,35 @@ Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves) {
           for (auto& in : n->inputs) ins.push_back(ids.at(in.node()));
           // Ops are numbered in a second pass; keep them in a temporary list.
           g.nodes.push_back(Node{n->primitive, ins, n->shape, n->dtype, -1});
+          created.push_back(n->id);
           ids[n] = 1 << 30 | static_cast<int>(g.nodes.size() - 1);
         }
       }
       stack.pop_back();
     }
   }
-  // Renumber: inputs first (in leaf order), then the ops in DFS post-order.
+  // Renumber: inputs first (in leaf order), then the ops in the order they
+  // were created: the program's order (a topological one: an array's inputs
+  // exist before it). The DFS order would run, say, the whole input-gradient
+  // chain of a backward pass before any weight gradient (the first parameter
+  // output needs that chain), keeping every layer's activation gradients alive
+  // at once; creation order interleaves them as autodiff emitted them.
+  std::vector<int> order(g.nodes.size()), position(g.nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return created[a] < created[b]; });
+  for (size_t k = 0; k < order.size(); ++k) position[order[k]] = static_cast<int>(k);
+  bool topological = true;  // creation numbers always are; keep the DFS order if not
+  for (size_t k = 0; k < g.nodes.size() && topological; ++k)
+    for (int i : g.nodes[k].inputs)
+      if (i >= 0 && position[i & ~(1 << 30)] >= position[k]) topological = false;
+  if (!topological)
+    for (size_t k = 0; k < order.size(); ++k) order[k] = position[k] = static_cast<int>(k);
   Graph out;
   for (const auto& l : leaves) out.add_input(l.shape(), l.dtype());
   int base = static_cast<int>(leaves.size());
-  auto map = [&](int id) { return id < 0 ? -1 - id : base + (id & ~(1 << 30)); };
-  for (auto& n : g.nodes) {
+  auto map = [&](int id) { return id < 0 ? -1 - id : base + position[id & ~(1 << 30)]; };
+  for (int k : order) {
+    Node n = std::move(g.nodes[k]);
     for (auto& i : n.inputs) i = map(i);
     out.nodes.push_back(std::move(n));
   }

@@ -161,6 +161,17 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, 
       if (!claimed[r]) arena.release(plan.slots[r].offset, plan.slots[r].bytes);
   }
   plan.arena_bytes = arena.size();
+  // Peak of live arena bytes: +bytes where a block is born, -bytes just after
+  // its last use (an in-place successor is born where its operand dies).
+  std::vector<long long> delta(2 * n + 2, 0);
+  for (const auto& s : plan.slots)
+    if (s.kind == MemoryPlan::Kind::Arena) {
+      delta[2 * s.first] += static_cast<long long>(aligned(std::max<size_t>(s.bytes, 1)));
+      delta[2 * s.last + 1] -= static_cast<long long>(aligned(std::max<size_t>(s.bytes, 1)));
+    }
+  long long live = 0, peak = 0;
+  for (long long d : delta) peak = std::max(peak, live += d);
+  plan.peak_live_bytes = static_cast<size_t>(peak);
   return plan;
 }
 

@@ -25,6 +25,8 @@ struct MemoryPlan {
   std::vector<Slot> slots;                // one per node
   size_t arena_bytes = 0;                 // the arena's size
   size_t naive_bytes = 0;                 // all arena values side by side (no reuse)
+  size_t peak_live_bytes = 0;             // most arena bytes live at one node: no
+                                          // plan of this node order needs less
   int inplace = 0;                        // ops that write over a dying operand
   int donated = 0;                        // outputs written into donated inputs
   std::string str(const Graph& g) const;  // KILN_DEBUG=3

@@ -238,6 +238,9 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   x = dropout(x, c.hidden_dropout_prob);
   const int64_t t = n + 1;
 
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  const bool fused_attention =
+      opt.fused_attention && !(opt.train && c.attention_probs_dropout_prob > 0);
   auto split_heads = [&](const Array& y) {  // [b, t, h] -> [b, heads, t, dh]
     return transpose(reshape(y, {b, t, heads, dh}), {0, 2, 1, 3});
   };
@@ -245,12 +248,24 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
     std::string pre = layer_prefix(l);
     Array hn = layer_norm_of(p, pre + "layernorm_before", x, c.layer_norm_eps);
     std::string att = pre + "attention.attention.";
-    Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
-    Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
-    Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
-    Array scores = mm(q, k, {.transpose_b = true}, dt) * (1.0 / std::sqrt(static_cast<double>(dh)));
-    Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
-    Array ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
+    Array ctx;
+    if (fused_attention) {
+      auto cat = [&](const std::string& what) {
+        return concatenate(
+            {p.at(att + "query." + what), p.at(att + "key." + what), p.at(att + "value." + what)},
+            0);
+      };
+      Array qkv = mm(hn, cat("weight"), {.transpose_b = true}, dt);
+      if (c.qkv_bias) qkv = qkv + cat("bias");
+      ctx = reshape(attention(reshape(qkv, {b, t, 3, heads, dh}), scale), {b, t, h});
+    } else {
+      Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
+      Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
+      Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
+      Array scores = mm(q, k, {.transpose_b = true}, dt) * scale;
+      Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
+      ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
+    }
     Array attn = dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
     x = x + attn;
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);

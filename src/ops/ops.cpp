@@ -554,6 +554,26 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
   return make_array(Primitive(Op::SoftmaxCrossEntropy), {logits, labels}, std::move(expect), out);
 }
 
+Array attention(const Array& qkv, double scale) {
+  require_float(qkv, "attention");
+  const Shape& s = qkv.shape();
+  if (s.size() != 5 || s[2] != 3)
+    fail("attention", "qkv must be [batch, tokens, 3, heads, head_dim], got " + str(s));
+  if (!std::isfinite(scale)) fail("attention", "scale must be finite");
+  return make_array(Primitive(Op::Attention, AttentionAttrs{scale}), {qkv},
+                    {s[0], s[1], s[3], s[4]}, qkv.dtype());
+}
+
+Array attention_grad(const Array& qkv, const Array& dout, double scale) {
+  const Shape& s = qkv.shape();
+  if (s.size() != 5 || s[2] != 3 || dout.shape() != Shape{s[0], s[1], s[3], s[4]} ||
+      dout.dtype() != qkv.dtype())
+    fail("attention_grad", "output gradient " + str(dout.shape()) + " does not match qkv " +
+                               str(s));
+  return make_array(Primitive(Op::AttentionGrad, AttentionAttrs{scale}), {qkv, dout}, s,
+                    qkv.dtype());
+}
+
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels, const Array& dloss) {
   return make_array(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss}, logits.shape(),
                     logits.dtype());

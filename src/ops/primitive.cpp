@@ -79,6 +79,8 @@ size_t Primitive::hash() const {
           h = mix(mix(h, a.depth), static_cast<size_t>(a.dtype));
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           h = mix(h, std::hash<double>{}(a.eps));
+        } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
+          h = mix(h, std::hash<double>{}(a.scale));
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {
           for (auto r : a.reads) h = mix(h, static_cast<size_t>(r));
           for (auto& in : a.program)
@@ -137,6 +139,8 @@ std::string Primitive::str() const {
           os << "depth=" << a.depth << ",dtype=" << name_of(a.dtype);
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           os << "eps=" << a.eps;
+        } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
+          os << "scale=" << a.scale;
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {
           for (size_t i = 0; i < a.program.size(); ++i) {
             const auto& in = a.program[i];

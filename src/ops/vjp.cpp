@@ -205,7 +205,11 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::SoftmaxCrossEntropy:
       if (want(0)) ct[0] = softmax_cross_entropy_grad(in[0], in[1], astype(g, out.dtype()));
       break;
+    case Op::Attention:
+      if (want(0)) ct[0] = attention_grad(in[0], g, p.attrs<AttentionAttrs>().scale);
+      break;
     case Op::LayerNormGrad:
+    case Op::AttentionGrad:
     case Op::SoftmaxCrossEntropyGrad: no_second_order(p);
     case Op::FusedElementwise:
     case Op::MatmulEpilogue:

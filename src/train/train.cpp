@@ -285,7 +285,8 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     nn::ApplyOptions opt{.layout = cfg.layout,
                          .train = dropout,
                          .dropout_key_array = key,
-                         .matmul_dtype = matmul_dtype};
+                         .matmul_dtype = matmul_dtype,
+                         .fused_attention = cfg.fused_attention};
     auto [loss, grads] = value_and_grad(loss_fn)(p, x, y, opt);
     if (cfg.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg.clip_norm).first;
     return std::pair{loss, grads};

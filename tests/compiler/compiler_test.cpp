@@ -218,19 +218,22 @@ struct VitStep {
   std::vector<std::string> names;
   VectorFn fn;
 };
-VitStep vit_step(double lr = 0.05) {
+VitStep vit_step(double lr = 0.05, bool fused_attention = true) {
   VitStep s;
   s.cfg = io::load_vit_config(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
   nn::ViTForImageClassification model(s.cfg);
   for (auto& [name, shape] : model.parameter_shapes()) s.names.push_back(name);
   std::sort(s.names.begin(), s.names.end());
   auto names = s.names;
-  s.fn = [model, names, lr](const std::vector<Array>& args) {
+  s.fn = [model, names, lr, fused_attention](const std::vector<Array>& args) {
     Params p = unflatten(names, args);
     const Array& x = args[names.size()];
     const Array& y = args[names.size() + 1];
-    auto [loss, grads] = value_and_grad(
-        [&](const Params& q) { return mean(softmax_cross_entropy(model.apply(q, x), y)); })(p);
+    nn::ApplyOptions opt;
+    opt.fused_attention = fused_attention;
+    auto [loss, grads] = value_and_grad([&](const Params& q) {
+      return mean(softmax_cross_entropy(model.apply(q, x, opt), y));
+    })(p);
     optim::SGD sgd({.lr = lr});
     auto [next, state] = sgd.update(grads, sgd.init(p), p);
     std::vector<Array> out = flatten(next);
@@ -241,33 +244,41 @@ VitStep vit_step(double lr = 0.05) {
 }
 
 TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
-  VitStep s = vit_step();
-  std::vector<Shape> shapes;
-  Params w = io::load_safetensors(std::string(KILN_FIXTURES_DIR) + "/vit_golden/model.safetensors")
-                 .tensors;
-  std::vector<Array> ph;
-  for (auto& n : s.names) ph.push_back(compiler::tracer(w.at(n).shape(), DType::f32));
-  ph.push_back(compiler::tracer({4, 3, 32, 32}, DType::f32));
-  ph.push_back(compiler::tracer({4}, DType::i64));
-  std::vector<Array> outs, leaves;
-  {
-    LazyScope lazy;
-    outs = s.fn(ph);
-  }
-  Graph captured = compiler::capture(outs, leaves);
-  std::vector<bool> donated(leaves.size(), false);  // the parameters, wherever tracing put them
-  for (size_t slot = 0; slot < leaves.size(); ++slot)
-    for (size_t i = 0; i < s.names.size(); ++i)
-      donated[slot] = donated[slot] || leaves[slot].same(ph[i]);
-  Graph g = compiler::defer_donated_updates(compiler::optimize(captured, {}), donated);
-  for (bool inplace : {false, true}) {
-    auto plan = compiler::plan_memory(g, donated, inplace);
-    std::string why;
-    EXPECT_FALSE(compiler::plan_has_conflict(plan, &why)) << why;
-    EXPECT_LT(plan.arena_bytes, plan.naive_bytes / 2) << "reuse should at least halve the memory";
-    EXPECT_EQ(plan.donated, static_cast<int>(s.names.size())) << "every parameter updated in place";
-    if (inplace) {
-      EXPECT_GT(plan.inplace, 0);
+  for (bool fused_attention : {true, false}) {
+    SCOPED_TRACE(fused_attention ? "fused attention" : "eager attention");
+    VitStep s = vit_step(0.05, fused_attention);
+    Params w =
+        io::load_safetensors(std::string(KILN_FIXTURES_DIR) + "/vit_golden/model.safetensors")
+            .tensors;
+    std::vector<Array> ph;
+    for (auto& n : s.names) ph.push_back(compiler::tracer(w.at(n).shape(), DType::f32));
+    ph.push_back(compiler::tracer({4, 3, 32, 32}, DType::f32));
+    ph.push_back(compiler::tracer({4}, DType::i64));
+    std::vector<Array> outs, leaves;
+    {
+      LazyScope lazy;
+      outs = s.fn(ph);
+    }
+    Graph captured = compiler::capture(outs, leaves);
+    std::vector<bool> donated(leaves.size(), false);  // the parameters, wherever tracing put them
+    for (size_t slot = 0; slot < leaves.size(); ++slot)
+      for (size_t i = 0; i < s.names.size(); ++i)
+        donated[slot] = donated[slot] || leaves[slot].same(ph[i]);
+    Graph g = compiler::defer_donated_updates(compiler::optimize(captured, {}), donated);
+    for (bool inplace : {false, true}) {
+      auto plan = compiler::plan_memory(g, donated, inplace);
+      std::string why;
+      EXPECT_FALSE(compiler::plan_has_conflict(plan, &why)) << why;
+      size_t peak = plan.peak_live_bytes;
+      EXPECT_GT(peak, 0u);
+      // Reuse: the arena stays within 15% of the least any plan needs (the
+      // peak of live bytes), far below all values side by side.
+      EXPECT_LE(plan.arena_bytes, peak + peak * 15 / 100) << "peak live bytes " << peak;
+      EXPECT_LT(plan.arena_bytes, plan.naive_bytes * 6 / 10);
+      EXPECT_EQ(plan.donated, static_cast<int>(s.names.size())) << "every parameter updated in place";
+      if (inplace) {
+        EXPECT_GT(plan.inplace, 0);
+      }
     }
   }
 }

@@ -56,6 +56,30 @@ TEST_P(VitGolden, LogitsLossAndGradientsMatchTransformers) {
     EXPECT_LT(relative_error(grad, g.expected.at("grad." + name), floor), 1e-4) << name;
 }
 
+// The unfused attention path (three linears, batched matmuls, a softmax; as
+// transformers' eager attention) matches the same fixture as the fused one.
+TEST_P(VitGolden, UnfusedAttentionMatchesTransformersToo) {
+  Golden g;
+  nn::Layout layout = GetParam();
+  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array labels = g.batch.at("labels");
+  nn::ViTForImageClassification model(g.cfg);
+  nn::ApplyOptions opt{.layout = layout};
+  opt.fused_attention = false;
+  EXPECT_LT(relative_error(model.apply(g.weights, pixels, opt), g.expected.at("logits")), 1e-5);
+  auto [loss, grads] = value_and_grad([&](const Params& p) {
+    return mean(softmax_cross_entropy(model.apply(p, pixels, opt), labels));
+  })(g.weights);
+  EXPECT_NEAR(loss.item<double>(), g.expected.at("loss").item<double>(),
+              1e-5 * g.expected.at("loss").item<double>());
+  double total = 0;
+  for (auto& [name, e] : g.expected)
+    if (name.rfind("grad.", 0) == 0) total += sum(square(astype(e, DType::f64))).item<double>();
+  double floor = 1e-3 * std::sqrt(total);
+  for (auto& [name, grad] : grads)
+    EXPECT_LT(relative_error(grad, g.expected.at("grad." + name), floor), 1e-4) << name;
+}
+
 // bf16 mixed precision (bf16 matmul operands, f32 everything else) against
 // the same f32 reference: within 2e-2 relative.
 TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {

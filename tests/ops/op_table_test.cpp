@@ -77,6 +77,31 @@ void expect_close(const Host& got, const Host& want, double rel, const std::stri
     ASSERT_NEAR(got.v[i], want.v[i], rel * std::max(1.0, scale)) << what << " at flat index " << i;
 }
 
+// softmax(scale · Q Kᵀ) V per batch and head of qkv [B, T, 3, H, D].
+Host ref_attention(const Host& qkv, double scale) {
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[3], D = qkv.shape[4];
+  auto at = [&](int64_t b, int64_t t, int64_t w, int64_t h, int64_t d) {
+    return qkv.v[(((b * T + t) * 3 + w) * H + h) * D + d];
+  };
+  Host o{{B, T, H, D}, std::vector<double>(B * T * H * D, 0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(T);
+        double m = -1e300, total = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          for (int64_t d = 0; d < D; ++d) s[j] += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+          s[j] *= scale;
+          m = std::max(m, s[j]);
+        }
+        for (auto& x : s) total += (x = std::exp(x - m));
+        for (int64_t j = 0; j < T; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            o.v[((b * T + i) * H + h) * D + d] += s[j] / total * at(b, j, 2, h, d);
+      }
+  return o;
+}
+
 Host binary_ref(const std::vector<Host>& h, double (*f)(double, double)) {
   return ref_map(h, [f](const double* a) { return f(a[0], a[1]); });
 }
@@ -393,6 +418,17 @@ std::vector<Case> cases() {
                  return Host{{}, {s / 6}};
                }});
 
+  c.push_back({"attention",
+               {F({2, 3, 3, 2, 4})},
+               [](auto& x) { return attention(x[0], 0.5); },
+               [](auto& h) { return ref_attention(h[0], 0.5); },
+               1e-5});
+  c.push_back({"attention_one_token",
+               {F({1, 1, 3, 3, 2})},
+               [](auto& x) { return attention(x[0], 0.125); },
+               [](auto& h) { return ref_attention(h[0], 0.125); },
+               1e-5});
+
   // non-contiguous inputs: the result of a transpose feeding other primitives
   c.push_back({"add_after_transpose",
                {F({4, 3}), F({4})},
@@ -461,6 +497,11 @@ std::vector<Case> cases() {
          {F({2048, 768}), F({768}), F({768})},
          [](auto& x) { return layer_norm(x[0], x[1], x[2], 1e-12); },
          [](auto& h) { return ref_layer_norm(h[0], &h[1], &h[2], 1e-12); },
+         1e-5});
+  large({"large_attention",
+         {F({3, 50, 3, 4, 16})},
+         [](auto& x) { return attention(x[0], 0.25); },
+         [](auto& h) { return ref_attention(h[0], 0.25); },
          1e-5});
   large({"large_transpose",
          {F({1000, 1500})},

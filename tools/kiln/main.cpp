@@ -119,6 +119,7 @@ struct TrainFlags {
   bool steps_given = false;
   std::string save, resume;
   std::string precision = "fp32";
+  std::string attention = "fused";
 };
 
 // Default schedule: a few timed steps, so that the default run (vit-base on a
@@ -177,6 +178,7 @@ int run_train(TrainFlags f) {
   cfg.save_every = f.save_every;
   cfg.resume_dir = f.resume;
   cfg.precision = f.precision;
+  cfg.fused_attention = f.attention == "fused";
   train::matmul_dtype_for(f.precision);  // a bad value fails before anything runs
   if (!f.resume.empty()) {
     cfg.model = io::load_checkpoint(f.resume).config;
@@ -428,6 +430,10 @@ int main(int argc, char** argv) {
   t->add_option("--precision", tf.precision,
                 "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
+  t->add_option("--attention", tf.attention,
+                "fused (one kernel per layer, forward and backward) or unfused (as transformers' "
+                "eager attention)")
+      ->check(CLI::IsMember({"fused", "unfused"}));
   t->add_option("--print-every", tf.print_every,
                 "without a terminal: print every N steps (default: steps / 50)")
       ->check(CLI::PositiveNumber);

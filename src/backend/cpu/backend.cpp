@@ -16,6 +16,7 @@ struct Registrar {
     register_nn(table);
     register_random(table);
     register_fused(table);
+    register_attention(table);
     register_kernels(DeviceType::cpu, &table);
   }
 } registrar;

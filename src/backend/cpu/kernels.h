@@ -11,6 +11,7 @@ void register_layout(KernelTable& t);
 void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
 void register_fused(KernelTable& t);
+void register_attention(KernelTable& t);
 
 // y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs
 // (y may alias a or b).
