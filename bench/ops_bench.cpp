@@ -150,6 +150,30 @@ void BM_attention_unfused(benchmark::State& state) {
   set_flops(state, 2.0 * 2.0 * kHeads * kT * kT * kD);
 }
 
+// Forward and backward together (vjp), fused against unfused: what one
+// training step spends on one layer's attention. The unfused variant takes
+// q, k and v as the separate [B, T, H, D] outputs of three linears, as the
+// ViT's unfused path does.
+void BM_attention_vjp(benchmark::State& state, bool fused) {
+  Array qkv = random::normal(random::Key(1), {32, kT, 3, 6, kD});
+  std::vector<Array> sep;
+  for (int i = 0; i < 3; ++i) sep.push_back(random::normal(random::Key(3 + i), {32, kT, 6, kD}));
+  Array dout = random::normal(random::Key(2), {32, kT, 6, kD});
+  auto unfused = [](const std::vector<Array>& x) {
+    auto heads = [&](int i) { return transpose(x[i], {0, 2, 1, 3}); };
+    Array p = softmax(matmul(heads(0), heads(1), {false, true, std::nullopt}) * 0.125);
+    return std::vector<Array>{transpose(matmul(p, heads(2)), {0, 2, 1, 3})};
+  };
+  auto fused_fn = [](const std::vector<Array>& x) {
+    return std::vector<Array>{attention(x[0], 0.125)};
+  };
+  for (auto _ : state) {
+    auto [outs, grads] = fused ? vjp(fused_fn, {qkv}, {dout}) : vjp(unfused, sep, {dout});
+    benchmark::DoNotOptimize(grads[0].raw());
+  }
+  set_flops(state, (fused ? 7.0 : 6.0) * 2.0 * kHeads * kT * kT * kD);
+}
+
 // ---- elementwise and LayerNorm, GB/s over bytes read + written ----
 void BM_add(benchmark::State& state) {
   Array a = random::normal(random::Key(1), {M, 768}), b = random::normal(random::Key(2), {M, 768});
@@ -249,6 +273,12 @@ int register_all() {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark("attention_f32/backward/fused", BM_attention, true)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("attention_f32/vjp/fused", BM_attention_vjp, true)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("attention_f32/vjp/unfused", BM_attention_vjp, false)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark("attention_f32/forward/unfused", BM_attention_unfused)

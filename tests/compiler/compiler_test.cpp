@@ -34,6 +34,29 @@ int count_ops(const Graph& g, Op op) {
   return n;
 }
 
+// Ops come out in the order the program created them, not in the order a
+// walk from the outputs meets them: outputs listed as (late, early) still
+// run early's chain first.
+TEST(Capture, OpsKeepTheProgramsOrder) {
+  Graph g = trace(
+      [](auto& x) {
+        Array early = exp(x[0]) * 2.0;
+        Array late = log(x[0]) + 1.0;
+        return std::vector<Array>{late, early};
+      },
+      {{4}});
+  std::vector<Op> ops;
+  for (auto& node : g.nodes)
+    if (node.prim) ops.push_back(node.prim->op());
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_EQ(ops[0], Op::Exp);
+  EXPECT_EQ(ops[2], Op::Log);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs) EXPECT_LT(in, static_cast<int>(i)) << "not topological";
+  EXPECT_EQ(g.nodes[g.outputs[0]].prim->op(), Op::Add);
+  EXPECT_EQ(g.nodes[g.outputs[1]].prim->op(), Op::Mul);
+}
+
 TEST(Passes, DeadCodeEliminationRemovesUnusedOps) {
   Graph g = trace(
       [](auto& x) {
