@@ -131,6 +131,34 @@ TEST(Train, EveryModeGivesTheSameParametersWithAdamW) {
   }
 }
 
+// --attention unfused (transformers' eager attention) trains to the same
+// parameters as the fused kernel, in the eager and the compiled step. (SGD:
+// AdamW would blow the key bias's gradient, zero up to rounding, up to
+// lr-sized steps of noise.)
+TEST(Train, FusedAndUnfusedAttentionAgree) {
+  for (std::string mode : {"eager", "jit"}) {
+    Params fused;
+    for (bool f : {true, false}) {
+      std::string dir = temp_dir("attention-" + mode + (f ? "-fused" : "-unfused"));
+      train::TrainConfig t = small_run(mode, "sgd");
+      t.fused_attention = f;
+      t.save_dir = dir;
+      train::run(t);
+      Params p = final_params(dir);
+      fs::remove_all(dir);
+      if (f) {
+        fused = p;
+        continue;
+      }
+      for (auto& [name, x] : p) {
+        auto u = x.to_vector<float>(), v = fused.at(name).to_vector<float>();
+        for (size_t i = 0; i < u.size(); ++i)
+          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
+      }
+    }
+  }
+}
+
 TEST(Checkpoint, HasTransformersNamesAndConfig) {
   std::string dir = temp_dir("names");
   train::TrainConfig t = small_run("eager", "adamw");
