@@ -29,6 +29,16 @@ const Gemm kGemms[] = {
     {"fc2_dx", M, 768, 3072, false, false}, {"fc2_dw", 768, M, 3072, true, false},
 };
 
+// The same for ViT-S/16 (hidden 384, MLP 1536; q, k and v in one GEMM).
+const Gemm kGemmsSmall[] = {
+    {"qkv_fwd", M, 384, 1152, false, true}, {"qkv_dx", M, 1152, 384, false, false},
+    {"qkv_dw", 1152, M, 384, true, false},  {"proj_fwd", M, 384, 384, false, true},
+    {"proj_dx", M, 384, 384, false, false}, {"proj_dw", 384, M, 384, true, false},
+    {"fc1_fwd", M, 384, 1536, false, true}, {"fc1_dx", M, 1536, 384, false, false},
+    {"fc1_dw", 1536, M, 384, true, false},  {"fc2_fwd", M, 1536, 384, false, true},
+    {"fc2_dx", M, 384, 1536, false, false}, {"fc2_dw", 384, M, 1536, true, false},
+};
+
 Shape shape_a(const Gemm& g) {
   return g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k};
 }
@@ -256,6 +266,13 @@ int register_all() {
         ->UseRealTime();
     benchmark::RegisterBenchmark(("matmul_bf16/" + n + "/dnnl_matmul").c_str(),
                                  BM_dnnl_matmul_primitive, g, dnnl::memory::data_type::bf16)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (const auto& g : kGemmsSmall) {
+    std::string n = g.name;
+    benchmark::RegisterBenchmark(("matmul_f32_vit_small/" + n + "/kiln").c_str(), BM_kiln_matmul, g,
+                                 DType::f32)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }

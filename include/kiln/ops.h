@@ -116,6 +116,9 @@ Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, doubl
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
                                  const Array& dloss);  // dlogits
 Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqkv
+// LayerNorm's weight and bias gradients in one pass: [2, C] holding
+// sum(dy * x̂) and sum(dy) over all rows (x̂ the normalized x).
+Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);
 Array slice_grad(const Array& g, const SliceAttrs& attrs);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
 

@@ -34,7 +34,7 @@ namespace kiln {
   /* fused neural-network primitives */                                                  \
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
-  X(Attention, Fused) X(AttentionGrad, Fused)                                            \
+  X(Attention, Fused) X(AttentionGrad, Fused) X(LayerNormParamGrad, Fused)              \
   /* made by the compiler's fusion pass */                                               \
   X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
   X(Random, Source)
@@ -114,6 +114,9 @@ struct OneHotAttrs {
 };
 struct NormAttrs {  // LayerNorm over the last axis
   double eps;
+  // LayerNormGrad only: its last input is added to the result (the residual
+  // stream's gradient; made by the compiler's fuse_layer_norm_residual).
+  bool residual = false;
   bool operator==(const NormAttrs&) const = default;
 };
 // Softmax attention over a packed [B, T, 3, H, D] query/key/value array

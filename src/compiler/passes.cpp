@@ -425,6 +425,43 @@ Graph fuse_reductions(const Graph& g) {
   });
 }
 
+Graph fuse_layer_norm_residual(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> users(n, 0);
+  std::vector<bool> is_output(n, false);
+  for (const auto& node : g.nodes)
+    for (int k : node.inputs) ++users[k];
+  for (int o : g.outputs) is_output[o] = true;
+  std::vector<int> absorbed_by(n, -1), residual(n, -1);  // per LayerNormGrad / per Add
+  for (int a = 0; a < n; ++a) {
+    const Node& add = g.nodes[a];
+    if (add.is_input() || add.prim->op() != Op::Add || add.dtype != DType::f32) continue;
+    for (int side = 0; side < 2; ++side) {
+      int l = add.inputs[side], r = add.inputs[1 - side];
+      const Node& lng = g.nodes[l];
+      if (lng.is_input() || lng.prim->op() != Op::LayerNormGrad || lng.dtype != DType::f32 ||
+          lng.prim->attrs<NormAttrs>().residual || users[l] != 1 || is_output[l] ||
+          absorbed_by[l] >= 0 || g.nodes[r].shape != add.shape || lng.shape != add.shape ||
+          g.nodes[r].dtype != DType::f32)
+        continue;
+      absorbed_by[l] = a;
+      residual[a] = r;
+      break;
+    }
+  }
+  return rewrite(g, [&](int i) -> Emit {
+    if (absorbed_by[i] >= 0) return {Emit::Drop};  // emitted in its Add's place
+    if (residual[i] < 0) return {};
+    const Node& add = g.nodes[i];
+    int l = add.inputs[0] == residual[i] ? add.inputs[1] : add.inputs[0];
+    NormAttrs attrs = g.nodes[l].prim->attrs<NormAttrs>();
+    attrs.residual = true;
+    std::vector<int> ins = g.nodes[l].inputs;
+    ins.push_back(residual[i]);
+    return {Emit::Replace, std::make_shared<Primitive>(Op::LayerNormGrad, attrs), ins};
+  });
+}
+
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
@@ -480,7 +517,8 @@ PassOptions PassOptions::from_env() {
       {"no_dce", &PassOptions::dce},           {"no_cse", &PassOptions::cse},
       {"no_simplify", &PassOptions::simplify}, {"no_fuse", &PassOptions::fuse},
       {"no_epilogue", &PassOptions::epilogue}, {"no_reduce", &PassOptions::reduce},
-      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace}};
+      {"no_norm", &PassOptions::norm},         {"no_plan", &PassOptions::plan},
+      {"no_inplace", &PassOptions::inplace}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

@@ -30,6 +30,12 @@ Graph fuse_matmul_epilogue(const Graph& g);
 // FusedReduce: the summed values are never stored. Run after fuse_elementwise.
 Graph fuse_reductions(const Graph& g);
 
+// Folds the residual stream's gradient into LayerNorm's backward: an f32
+// Add(r, LayerNormGrad(...)) (either order, same shapes) whose LayerNormGrad
+// is read by that Add only becomes one LayerNormGrad{residual} that adds r
+// while it writes dx: one pass over memory less per LayerNorm.
+Graph fuse_layer_norm_residual(const Graph& g);
+
 // True for ops that read operand element i only to write output element i.
 bool is_pointwise(Op op);
 
@@ -38,11 +44,11 @@ bool is_pointwise(Op op);
 // write in place. Only ops no other op reads are moved.
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
-// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,no_plan
-// turns some off (for bisecting a bug).
+// Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,
+// no_norm,no_plan,no_inplace turns some off (for bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
-       plan = true, inplace = true;
+       norm = true, plan = true, inplace = true;
   static PassOptions from_env();
 };
 

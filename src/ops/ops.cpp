@@ -541,6 +541,14 @@ Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, doubl
                     x.dtype());
 }
 
+Array layer_norm_param_grad(const Array& x, const Array& dy, double eps) {
+  if (x.ndim() == 0 || dy.shape() != x.shape() || dy.dtype() != x.dtype())
+    fail("layer_norm_param_grad",
+         "gradient " + str(dy.shape()) + " does not match input " + str(x.shape()));
+  return make_array(Primitive(Op::LayerNormParamGrad, NormAttrs{eps}), {x, dy},
+                    {2, x.shape().back()}, x.dtype());
+}
+
 Array softmax_cross_entropy(const Array& logits, const Array& labels) {
   require_float(logits, "softmax_cross_entropy");
   require_valid(labels, "softmax_cross_entropy");

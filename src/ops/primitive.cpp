@@ -78,7 +78,7 @@ size_t Primitive::hash() const {
         } else if constexpr (std::is_same_v<A, OneHotAttrs>) {
           h = mix(mix(h, a.depth), static_cast<size_t>(a.dtype));
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
-          h = mix(h, std::hash<double>{}(a.eps));
+          h = mix(mix(h, std::hash<double>{}(a.eps)), a.residual);
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           h = mix(h, std::hash<double>{}(a.scale));
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {
@@ -139,6 +139,7 @@ std::string Primitive::str() const {
           os << "depth=" << a.depth << ",dtype=" << name_of(a.dtype);
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           os << "eps=" << a.eps;
+          if (a.residual) os << ",residual";
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           os << "scale=" << a.scale;
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {

@@ -194,11 +194,11 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
       double eps = p.attrs<NormAttrs>().eps;
       bool affine = in.size() == 3;
       if (want(0)) ct[0] = layer_norm_grad(in[0], affine ? in[1] : Array(), g, eps);
-      if (affine) {
-        std::vector<int> lead(in[0].ndim() - 1);
-        std::iota(lead.begin(), lead.end(), 0);
-        if (want(1)) ct[1] = sum(g * layer_norm(in[0], eps), lead);
-        if (want(2)) ct[2] = sum(g, lead);
+      if (affine && (want(1) || want(2))) {
+        int64_t c = in[0].shape().back();
+        Array both = layer_norm_param_grad(in[0], g, eps);  // [sum(g * x̂); sum(g)]
+        if (want(1)) ct[1] = reshape(slice(both, {0, 0}, {1, c}), {c});
+        if (want(2)) ct[2] = reshape(slice(both, {1, 0}, {2, c}), {c});
       }
       break;
     }
@@ -209,6 +209,7 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
       if (want(0)) ct[0] = attention_grad(in[0], g, p.attrs<AttentionAttrs>().scale);
       break;
     case Op::LayerNormGrad:
+    case Op::LayerNormParamGrad:
     case Op::AttentionGrad:
     case Op::SoftmaxCrossEntropyGrad: no_second_order(p);
     case Op::FusedElementwise:

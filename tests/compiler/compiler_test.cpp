@@ -224,11 +224,40 @@ TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
   }
 }
 
+TEST(Passes, LayerNormBackwardAbsorbsTheResidualAdd) {
+  // r + LayerNormGrad(...) in either order fuses; a LayerNormGrad also read
+  // elsewhere, and an add with a broadcast operand, stay as they are.
+  auto f = [](const std::vector<Array>& x) {
+    Array g1 = x[2] + layer_norm_grad(x[0], x[1], x[3], 1e-12);
+    Array g2 = layer_norm_grad(x[0], Array(), x[2], 1e-5) + x[3];
+    Array shared = layer_norm_grad(x[3], x[1], x[2], 1e-12);
+    Array g3 = shared + x[0];
+    Array g4 = layer_norm_grad(x[2], x[1], x[0], 1e-12) + x[1];  // x[1] is a row
+    return std::vector<Array>{g1, g2, g3, shared, g4};
+  };
+  std::vector<Shape> shapes{{6, 40}, {40}, {6, 40}, {6, 40}};
+  Graph g = compiler::fuse_layer_norm_residual(trace(f, shapes));
+  int fused = 0;
+  for (auto& n : g.nodes)
+    if (n.prim && n.prim->op() == Op::LayerNormGrad && n.prim->attrs<NormAttrs>().residual) ++fused;
+  EXPECT_EQ(fused, 2);
+  EXPECT_EQ(count_ops(g, Op::LayerNormGrad), 4);
+  EXPECT_EQ(count_ops(g, Op::Add), 2);
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(30 + i), shapes[i]));
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
+}
+
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
-  setenv("KILN_COMPILE", "no_cse,no_dce", 1);
+  setenv("KILN_COMPILE", "no_cse,no_dce,no_norm", 1);
   auto o = compiler::PassOptions::from_env();
   EXPECT_FALSE(o.cse);
   EXPECT_FALSE(o.dce);
+  EXPECT_FALSE(o.norm);
   EXPECT_TRUE(o.simplify);
   setenv("KILN_COMPILE", "no_fusion_please", 1);
   EXPECT_THROW(compiler::PassOptions::from_env(), Error);

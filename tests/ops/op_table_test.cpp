@@ -102,6 +102,19 @@ Host ref_attention(const Host& qkv, double scale) {
   return o;
 }
 
+// [sum over rows of dy * x̂; sum over rows of dy] for x, dy [rows, C].
+Host ref_layer_norm_param_grad(const Host& x, const Host& dy, double eps) {
+  Host xh = ref_layer_norm(x, nullptr, nullptr, eps);
+  int64_t c = x.shape.back(), rows = x.size() / c;
+  Host o{{2, c}, std::vector<double>(2 * c, 0)};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < c; ++k) {
+      o.v[k] += dy.v[r * c + k] * xh.v[r * c + k];
+      o.v[c + k] += dy.v[r * c + k];
+    }
+  return o;
+}
+
 Host binary_ref(const std::vector<Host>& h, double (*f)(double, double)) {
   return ref_map(h, [f](const double* a) { return f(a[0], a[1]); });
 }
@@ -399,6 +412,12 @@ std::vector<Case> cases() {
                [](auto& x) { return layer_norm(x[0], 1e-12); },
                [](auto& h) { return ref_layer_norm(h[0], nullptr, nullptr, 1e-12); },
                1e-5});
+  c.push_back({"layer_norm_param_grad",
+               {F({2, 3, 8}), F({2, 3, 8})},
+               [](auto& x) { return layer_norm_param_grad(x[0], x[1], 1e-5); },
+               [](auto& h) { return ref_layer_norm_param_grad(h[0], h[1], 1e-5); },
+               1e-5,
+               false});  // a backward-only primitive: checked through layer_norm's VJP
   c.push_back({"softmax_cross_entropy",
                {F({4, 6}), I({4}, 0, 6)},
                [](auto& x) { return softmax_cross_entropy(x[0], x[1]); },
@@ -502,6 +521,11 @@ std::vector<Case> cases() {
          {F({3, 50, 3, 4, 16})},
          [](auto& x) { return attention(x[0], 0.25); },
          [](auto& h) { return ref_attention(h[0], 0.25); },
+         1e-5});
+  large({"large_layer_norm_param_grad",
+         {F({1000, 96}), F({1000, 96})},
+         [](auto& x) { return layer_norm_param_grad(x[0], x[1], 1e-12); },
+         [](auto& h) { return ref_layer_norm_param_grad(h[0], h[1], 1e-12); },
          1e-5});
   large({"large_transpose",
          {F({1000, 1500})},

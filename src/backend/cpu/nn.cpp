@@ -119,11 +119,14 @@ void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
 }
 
 // dx = rstd * (dŷ - mean(dŷ) - x̂ * mean(dŷ * x̂)), with dŷ = dy * gamma.
+// With NormAttrs::residual, the last input r is added: dx + r.
 void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   double eps = p.attrs<NormAttrs>().eps;
-  bool affine = in.size() == 3;
+  const bool residual = p.attrs<NormAttrs>().residual;
+  const size_t n_in = in.size() - (residual ? 1 : 0);
+  bool affine = n_in == 3;
   const Array& x = in[0];
-  const Array& dy = in.back();
+  const Array& dy = in[n_in - 1];
   int64_t c = x.shape().back(), rows = c ? x.size() / c : 0;
   dispatch_float(x.dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
@@ -131,6 +134,7 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
     const T* xs0 = x.data<T>();
     const T* g = affine ? in[1].data<T>() : nullptr;
     const T* dys0 = dy.data<T>();
+    const T* res0 = residual ? in.back().data<T>() : nullptr;
     T* dx0 = static_cast<T*>(alloc_output(out));
     parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
       std::vector<A> dyh(c);
@@ -159,8 +163,60 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
 #pragma omp simd
         for (int64_t k = 0; k < c; ++k)
           dx[k] = st<T>(rstd * (dyh[k] - s1 - (ld(xs[k]) - mean) * rstd * s2));
+        if (res0) {  // added to the stored dx while the row is in cache: as the unfused Add
+          const T* rs = res0 + r * c;
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) dx[k] = st<T>(ld(rs[k]) + ld(dx[k]));
+        }
       }
     });
+  });
+}
+
+// [2, C]: sum over rows of dy * x̂ and of dy, in f64 partial sums per block
+// of kRows rows (each row's statistics computed while it is in cache), the
+// blocks then added in order: the result does not depend on the thread count.
+void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& in,
+                                  ArrayNode& out) {
+  double eps = p.attrs<NormAttrs>().eps;
+  const Array &x = in[0], &dy = in[1];
+  int64_t c = x.shape().back(), rows = c ? x.size() / c : 0;
+  dispatch_float(x.dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* xs = x.data<T>();
+    const T* dys = dy.data<T>();
+    T* y = static_cast<T*>(alloc_output(out));
+    constexpr int64_t kRows = 128;
+    const int64_t blocks = (rows + kRows - 1) / kRows;
+    std::vector<double> part(blocks * 2 * c, 0.0);
+    parallel_for(blocks, kRows * c * 6, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        double* pg = part.data() + b * 2 * c;
+        double* pb = pg + c;
+        for (int64_t r = b * kRows; r < std::min(rows, (b + 1) * kRows); ++r) {
+          const T* xr = xs + r * c;
+          const T* dr = dys + r * c;
+          A mean, rstd;
+          row_stats(xr, c, eps, mean, rstd);
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) {
+            A d = ld(dr[k]);
+            pg[k] += static_cast<double>(d * ((ld(xr[k]) - mean) * rstd));
+            pb[k] += static_cast<double>(d);
+          }
+        }
+      }
+    });
+    for (int64_t k = 0; k < c; ++k) {
+      double g = 0, bsum = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        g += part[b * 2 * c + k];
+        bsum += part[b * 2 * c + c + k];
+      }
+      y[k] = st<T>(static_cast<A>(g));
+      y[c + k] = st<T>(static_cast<A>(bsum));
+    }
   });
 }
 
@@ -237,6 +293,7 @@ void register_nn(KernelTable& t) {
   t.kernels[static_cast<int>(Op::LogSoftmax)] = softmax_kernel;
   t.kernels[static_cast<int>(Op::LayerNorm)] = layer_norm_kernel;
   t.kernels[static_cast<int>(Op::LayerNormGrad)] = layer_norm_grad_kernel;
+  t.kernels[static_cast<int>(Op::LayerNormParamGrad)] = layer_norm_param_grad_kernel;
   t.kernels[static_cast<int>(Op::SoftmaxCrossEntropy)] = sce_kernel;
   t.kernels[static_cast<int>(Op::SoftmaxCrossEntropyGrad)] = sce_grad_kernel;
 }
