@@ -52,6 +52,8 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    p.add_argument("--tag", default="", help="appended to the output files' names (-TAG), to keep "
+                   "an earlier run of the same day and model")
     p.add_argument("--skip", default="", help="comma-separated row names to leave out")
     p.add_argument("--python", default=VENV_PY, help="the Python that runs the peers")
     p.add_argument("--reuse", default="", help="build the report from the logs in this folder of an "
@@ -121,13 +123,15 @@ def main():
     date = datetime.date.today().isoformat()
     # Rotated multi-round runs get their own files beside single-round ones.
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}"
-                        + (f"-rotated{args.rounds}" if args.rounds > 1 else ""))
+                        + (f"-rotated{args.rounds}" if args.rounds > 1 else "")
+                        + (f"-{args.tag}" if args.tag else ""))
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
             "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "machine": cpu_model(),
             "cpus": os.cpu_count(),
             "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
                        f"--warmup {args.warmup} --device {args.device}"
-                       + (f" --rounds {args.rounds}" if args.rounds > 1 else ""),
+                       + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+                       + (f" --tag {args.tag}" if args.tag else ""),
             "logs": tmp,
             "peak_gflops": peak, "rows": rows}
     os.makedirs(args.out, exist_ok=True)
