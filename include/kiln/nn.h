@@ -50,7 +50,8 @@ struct ApplyOptions {
   Array dropout_key_array;
   // The matmuls' input precision: f32, or bf16 (mixed precision: parameters,
   // LayerNorm, softmax, the loss and every accumulation stay f32; the
-  // operands of each matmul are rounded to bf16 and the products summed in f32).
+  // operands of each matmul are rounded to bf16 and the products summed in f32;
+  // the fused attention kernel computes in f32).
   DType matmul_dtype = DType::f32;
   // Self-attention as one fused primitive (kiln::attention) on the output of
   // one query/key/value GEMM against the three weights concatenated; when

@@ -52,6 +52,13 @@ TEST(Errors, NameTheOpAndBothShapes) {
               concatenate({zeros({2, 3}), zeros({3, 3})}, 1);
             }),
             "[concatenate] shapes (2,3) and (3,3) differ outside axis 1");
+  EXPECT_EQ(error_of([] { attention(zeros({2, 5, 4, 8}), 0.125); }),
+            "[attention] qkv must be [batch, tokens, 3, heads, head_dim], got (2,5,4,8)");
+  EXPECT_EQ(error_of([] { attention(zeros({2, 5, 2, 4, 8}), 0.125); }),
+            "[attention] qkv must be [batch, tokens, 3, heads, head_dim], got (2,5,2,4,8)");
+  EXPECT_EQ(error_of([] { attention(zeros({2, 5, 3, 4, 8}, DType::bf16), 0.125); }),
+            "[attention] needs f32 or f64 (the matmuls of bf16 mixed precision stay outside "
+            "it), got bf16");
 }
 
 TEST(Errors, BadValuesAreCaughtBeforeAnyKernelRuns) {
