@@ -5,6 +5,7 @@
 // each primitive as it is created; lazy execution and tracing keep the graph
 // and materialize it on eval(). Arrays are contiguous and row-major.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,18 @@ struct ArrayNode {
   std::vector<Array> inputs;             // graph edges, kept while someone may differentiate
   uint64_t id = 0;                       // unique, increasing: creation order
   bool donated = false;                  // its buffer was handed to a compiled function
+  // Eager differentiation frees the buffers of intermediates that no VJP rule
+  // reads once no handle but graph edges refers to them (see make_array):
+  // graph_users counts the other nodes whose `inputs` hold this one;
+  // value_needed is set when a VJP rule will read this value.
+  std::atomic<int32_t> graph_users{0};
+  bool value_needed = false;
+  ArrayNode() = default;
+  ArrayNode(const ArrayNode&) = delete;
+  ArrayNode& operator=(const ArrayNode&) = delete;
+  ~ArrayNode();
+  // Clears `inputs`, keeping the inputs' graph_users in step.
+  void drop_inputs();
 };
 
 class Array {

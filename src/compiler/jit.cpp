@@ -194,7 +194,7 @@ void mark_step(const std::vector<Array>& arrays) {
     n->buffer = outs[i].node()->buffer;
     n->offset = outs[i].node()->offset;
     n->primitive.reset();
-    n->inputs.clear();
+    n->drop_inputs();
   }
 }
 

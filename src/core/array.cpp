@@ -6,6 +6,16 @@
 
 namespace kiln {
 
+ArrayNode::~ArrayNode() {
+  drop_inputs();
+}
+
+void ArrayNode::drop_inputs() {
+  for (auto& in : inputs)
+    if (in.node()) in.node()->graph_users.fetch_sub(1, std::memory_order_relaxed);
+  inputs.clear();
+}
+
 uint64_t next_array_id() {
   static std::atomic<uint64_t> counter{1};
   return counter.fetch_add(1, std::memory_order_relaxed);

@@ -1,6 +1,8 @@
 // kiln ops: kernel dispatch and array construction.
 #include "ops/dispatch.h"
 
+#include "ops/vjp.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -120,8 +122,39 @@ ExecState& exec_state() {
 
 void detach(ArrayNode& node) {
   node.primitive.reset();
-  node.inputs.clear();
+  node.drop_inputs();
 }
+
+namespace {
+
+// Eager differentiation (a function traced by vjp/grad while it runs): the
+// intermediates whose values no VJP rule reads, waiting for their last
+// handle outside the graph to go. Then only graph edges refer to them, no new
+// consumer can appear, and their buffers are freed (PyTorch's autograd keeps
+// only the tensors its backward saved, likewise). A freed value read anyway
+// would be recomputed by eval() from its inputs.
+std::vector<std::weak_ptr<ArrayNode>>& release_candidates() {
+  thread_local std::vector<std::weak_ptr<ArrayNode>> c;
+  return c;
+}
+
+void release_unneeded() {
+  auto& c = release_candidates();
+  size_t kept = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    std::shared_ptr<ArrayNode> n = c[i].lock();
+    if (!n || n->value_needed || !n->buffer || !n->primitive) continue;
+    // use_count counts `n` here, the graph edges and any other handles.
+    if (n.use_count() - 1 == n->graph_users.load(std::memory_order_relaxed)) {
+      n->buffer.reset();
+      continue;
+    }
+    c[kept++] = c[i];
+  }
+  c.resize(kept);
+}
+
+}  // namespace
 
 Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype) {
   auto node = std::make_shared<ArrayNode>();
@@ -134,12 +167,22 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
            "inputs on different devices: " + node->device.str() + " and " + in.device().str());
   node->primitive = std::make_shared<Primitive>(std::move(prim));
   node->inputs = std::move(inputs);
+  for (auto& in : node->inputs) in.node()->graph_users.fetch_add(1, std::memory_order_relaxed);
   node->id = next_array_id();
   ExecState& st = exec_state();
   if (!st.lazy) {
     for (auto& in : node->inputs) in.eval();
     run_kernel(*node);
-    if (st.keep_graph == 0) detach(*node);
+    if (st.keep_graph == 0) {
+      detach(*node);
+    } else {
+      const VjpReads reads = vjp_reads(node->primitive->op());
+      for (size_t i = 0; i < node->inputs.size(); ++i)
+        if (reads.input(i)) node->inputs[i].node()->value_needed = true;
+      if (reads.output) node->value_needed = true;
+      release_unneeded();
+      if (!node->value_needed) release_candidates().push_back(node);
+    }
   }
   return Array(std::move(node));
 }
