@@ -27,6 +27,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.simplify) step("simplify", simplify);
   if (opt.cse) step("cse", common_subexpression_elimination);
   if (opt.dce) step("dce", dead_code_elimination);
+  if (opt.remat) step("rematerialize", [](const Graph& x) { return rematerialize(x); });
   if (opt.fuse && opt.norm) step("fuse_layer_norm_residual", fuse_layer_norm_residual);
   if (opt.fuse && opt.epilogue) step("fuse_epilogue", fuse_matmul_epilogue);
   if (opt.fuse) step("fuse", fuse_elementwise);

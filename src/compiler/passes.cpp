@@ -462,6 +462,59 @@ Graph fuse_layer_norm_residual(const Graph& g) {
   });
 }
 
+Graph rematerialize(const Graph& g, int gap) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> first_use(n, n), last_use(n, -1);
+  std::vector<bool> is_output(n, false);
+  for (int i = 0; i < n; ++i)
+    for (int k : g.nodes[i].inputs) {
+      first_use[k] = std::min(first_use[k], i);
+      last_use[k] = std::max(last_use[k], i);
+    }
+  for (int o : g.outputs) is_output[o] = true;
+  // late[c] = the values op c reads that are recomputed right before it.
+  std::vector<std::vector<int>> late(n);
+  for (int v = 0; v < n; ++v) {
+    const Node& node = g.nodes[v];
+    if (node.is_input() || is_output[v]) continue;
+    const OpKind kind = op_kind(node.prim->op());
+    if (kind != OpKind::Unary && kind != OpKind::Convert && node.prim->op() != Op::LayerNorm)
+      continue;
+    for (int c = first_use[v] + gap; c < n; ++c) {  // the reads far after the first
+      const auto& ins = g.nodes[c].inputs;
+      if (std::find(ins.begin(), ins.end(), v) == ins.end()) continue;
+      // Only where the inputs are live at c anyway (else recomputing would
+      // keep them alive instead); graph inputs always are.
+      bool live = true;
+      for (int u : node.inputs)
+        live = live && (g.nodes[u].is_input() || last_use[u] >= c || is_output[u]);
+      if (live) late[c].push_back(v);
+    }
+  }
+  Graph out;
+  std::vector<int> id(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    std::vector<int> ins;
+    for (int k : node.inputs) ins.push_back(id[k]);
+    for (int v : late[i]) {
+      const Node& vn = g.nodes[v];
+      std::vector<int> vins;
+      for (int u : vn.inputs) vins.push_back(id[u]);
+      int copy = out.add_op(vn.prim, vins, vn.shape, vn.dtype);
+      for (size_t j = 0; j < node.inputs.size(); ++j)
+        if (node.inputs[j] == v) ins[j] = copy;
+    }
+    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
@@ -517,8 +570,8 @@ PassOptions PassOptions::from_env() {
       {"no_dce", &PassOptions::dce},           {"no_cse", &PassOptions::cse},
       {"no_simplify", &PassOptions::simplify}, {"no_fuse", &PassOptions::fuse},
       {"no_epilogue", &PassOptions::epilogue}, {"no_reduce", &PassOptions::reduce},
-      {"no_norm", &PassOptions::norm},         {"no_plan", &PassOptions::plan},
-      {"no_inplace", &PassOptions::inplace}};
+      {"no_norm", &PassOptions::norm},         {"no_remat", &PassOptions::remat},
+      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

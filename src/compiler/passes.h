@@ -36,6 +36,16 @@ Graph fuse_reductions(const Graph& g);
 // while it writes dx: one pass over memory less per LayerNorm.
 Graph fuse_layer_norm_residual(const Graph& g);
 
+// Rematerialization: a cheap op (unary elementwise such as GELU, a cast, a
+// LayerNorm) whose output is read again long after it was made (`gap` or
+// more ops later: in a training graph, by the backward pass) while its inputs
+// stay live until then anyway is recomputed just before that late read
+// instead of being kept: its buffer no longer spans the forward-backward
+// boundary (in a ViT: GELU's MLP-sized output and the LayerNorm outputs the
+// weight gradients read). Costs one pass over memory per late read. Run after
+// CSE, which would merge the copies back.
+Graph rematerialize(const Graph& g, int gap = 64);
+
 // True for ops that read operand element i only to write output element i.
 bool is_pointwise(Op op);
 
@@ -45,10 +55,10 @@ bool is_pointwise(Op op);
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
 // Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,
-// no_norm,no_plan,no_inplace turns some off (for bisecting a bug).
+// no_norm,no_remat,no_plan,no_inplace turns some off (for bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
-       norm = true, plan = true, inplace = true;
+       norm = true, remat = true, plan = true, inplace = true;
   static PassOptions from_env();
 };
 

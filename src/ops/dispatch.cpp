@@ -156,7 +156,13 @@ void release_unneeded() {
 
 }  // namespace
 
+void forget_release_candidates() {
+  release_candidates().clear();
+}
+
 Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype) {
+  for (auto& in : inputs)
+    if (!in.valid()) fail(prim.name(), "use of an empty Array handle as an input");
   auto node = std::make_shared<ArrayNode>();
   node->shape = std::move(shape);
   node->dtype = dtype;

@@ -55,4 +55,8 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
 // Drops a materialized node's graph edges (its producer and inputs).
 void detach(ArrayNode& node);
 
+// Ends eager differentiation's watch over intermediates whose buffers it may
+// free (see make_array); called when the outermost vjp returns.
+void forget_release_candidates();
+
 }  // namespace kiln

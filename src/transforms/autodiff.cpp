@@ -14,7 +14,9 @@ namespace {
 // backwards.
 struct KeepGraph {
   KeepGraph() { ++exec_state().keep_graph; }
-  ~KeepGraph() { --exec_state().keep_graph; }
+  ~KeepGraph() {
+    if (--exec_state().keep_graph == 0) forget_release_candidates();
+  }
 };
 
 // A fresh node standing for a primal: an identity (an aliasing reshape) whose

@@ -252,12 +252,47 @@ TEST(Passes, LayerNormBackwardAbsorbsTheResidualAdd) {
     EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
 }
 
+TEST(Passes, RematerializationRecomputesCheapValuesReadLate) {
+  // gelu(x) is read at once and again 80 ops later, where x is still live
+  // (a graph input): the late read gets its own recomputed copy. gelu(t),
+  // whose input t dies early, is kept instead (recomputing would keep t).
+  auto f = [](const std::vector<Array>& x) {
+    Array y = gelu(x[0]);
+    Array t = x[0] * 3.0;
+    Array kept = gelu(t);
+    Array z = matmul(y, x[1]) + matmul(kept, x[1]);
+    for (int i = 0; i < 40; ++i) z = exp(z * 0.01);
+    Array late = matmul(y, x[2], {true, false, std::nullopt}) + matmul(kept, x[2]);
+    return std::vector<Array>{z, late};
+  };
+  std::vector<Shape> shapes{{8, 8}, {8, 8}, {8, 8}};
+  Graph g = trace(f, shapes);
+  Graph r = compiler::rematerialize(g);
+  EXPECT_EQ(count_ops(g, Op::Gelu), 2);
+  EXPECT_EQ(count_ops(r, Op::Gelu), 3);
+  EXPECT_EQ(count_ops(compiler::common_subexpression_elimination(r), Op::Gelu), 2);
+  // The copy sits right before its reader, so y's first life ends early.
+  for (size_t i = 0; i < r.nodes.size(); ++i)
+    if (r.nodes[i].prim && r.nodes[i].prim->op() == Op::Gelu && i > 60) {
+      ASSERT_LT(i + 1, r.nodes.size());
+      EXPECT_EQ(r.nodes[i + 1].prim->op(), Op::Matmul);
+    }
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(40 + i), shapes[i]));
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
+}
+
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
-  setenv("KILN_COMPILE", "no_cse,no_dce,no_norm", 1);
+  setenv("KILN_COMPILE", "no_cse,no_dce,no_norm,no_remat", 1);
   auto o = compiler::PassOptions::from_env();
   EXPECT_FALSE(o.cse);
   EXPECT_FALSE(o.dce);
   EXPECT_FALSE(o.norm);
+  EXPECT_FALSE(o.remat);
   EXPECT_TRUE(o.simplify);
   setenv("KILN_COMPILE", "no_fusion_please", 1);
   EXPECT_THROW(compiler::PassOptions::from_env(), Error);
