@@ -40,6 +40,18 @@ std::vector<int> identity_forward(const Graph& g) {
   return f;
 }
 
+// Per node: read by exactly one op and not a graph output (a value a fused
+// kernel may keep to itself).
+std::vector<bool> single_reader(const Graph& g) {
+  std::vector<int> users(g.nodes.size(), 0);
+  for (const auto& node : g.nodes)
+    for (int k : node.inputs) ++users[k];
+  std::vector<bool> sole(g.nodes.size());
+  for (size_t i = 0; i < sole.size(); ++i) sole[i] = users[i] == 1;
+  for (int o : g.outputs) sole[o] = false;
+  return sole;
+}
+
 // What a fusing pass does with one op: keep it, drop it (it lives on inside a
 // fused op emitted elsewhere), or replace it with a new primitive over other
 // operands (ids in the old graph).
@@ -213,11 +225,7 @@ bool read_mode(const Shape& in, const Shape& out, FusedRead& mode) {
 
 Graph fuse_elementwise(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> users(n, 0);
-  std::vector<bool> is_output(n, false);
-  for (const auto& node : g.nodes)
-    for (int k : node.inputs) ++users[k];
-  for (int o : g.outputs) is_output[o] = true;
+  const std::vector<bool> sole = single_reader(g);
   auto fusable = [&](int i) {
     const Node& node = g.nodes[i];
     if (node.is_input() || node.dtype != DType::f32 || !fusable_op(node.prim->op())) return false;
@@ -235,7 +243,7 @@ Graph fuse_elementwise(const Graph& g) {
     group[i] = i;
     members[i] = {i};
     for (int k : g.nodes[i].inputs) {
-      if (group[k] < 0 || group[k] == i || users[k] != 1 || is_output[k] ||
+      if (group[k] < 0 || group[k] == i || !sole[k] ||
           g.nodes[k].shape != g.nodes[i].shape)
         continue;
       int from = group[k];
@@ -378,11 +386,7 @@ Graph fuse_matmul_epilogue(const Graph& g) {
 
 Graph fuse_reductions(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> users(n, 0);
-  std::vector<bool> is_output(n, false);
-  for (const auto& node : g.nodes)
-    for (int k : node.inputs) ++users[k];
-  for (int o : g.outputs) is_output[o] = true;
+  const std::vector<bool> sole = single_reader(g);
   // absorbed_by[p] = the Sum that absorbs producer p.
   std::vector<int> absorbed_by(n, -1);
   std::vector<FusedReduceAttrs> attrs(n);
@@ -391,7 +395,7 @@ Graph fuse_reductions(const Graph& g) {
     if (sum.is_input() || sum.prim->op() != Op::Sum || sum.dtype != DType::f32) continue;
     int p = sum.inputs[0];
     const Node& prod = g.nodes[p];
-    if (prod.is_input() || users[p] != 1 || is_output[p] || prod.dtype != DType::f32) continue;
+    if (prod.is_input() || !sole[p] || prod.dtype != DType::f32) continue;
     const auto& ra = sum.prim->attrs<ReduceAttrs>();
     if (ra.axes.empty()) continue;
     bool contiguous = true;
@@ -427,11 +431,7 @@ Graph fuse_reductions(const Graph& g) {
 
 Graph fuse_layer_norm_residual(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> users(n, 0);
-  std::vector<bool> is_output(n, false);
-  for (const auto& node : g.nodes)
-    for (int k : node.inputs) ++users[k];
-  for (int o : g.outputs) is_output[o] = true;
+  const std::vector<bool> sole = single_reader(g);
   std::vector<int> absorbed_by(n, -1), residual(n, -1);  // per LayerNormGrad / per Add
   for (int a = 0; a < n; ++a) {
     const Node& add = g.nodes[a];
@@ -440,7 +440,7 @@ Graph fuse_layer_norm_residual(const Graph& g) {
       int l = add.inputs[side], r = add.inputs[1 - side];
       const Node& lng = g.nodes[l];
       if (lng.is_input() || lng.prim->op() != Op::LayerNormGrad || lng.dtype != DType::f32 ||
-          lng.prim->attrs<NormAttrs>().residual || users[l] != 1 || is_output[l] ||
+          lng.prim->attrs<NormAttrs>().residual || !sole[l] ||
           absorbed_by[l] >= 0 || g.nodes[r].shape != add.shape || lng.shape != add.shape ||
           g.nodes[r].dtype != DType::f32)
         continue;
