@@ -28,6 +28,19 @@ Graph trace(const VectorFn& f, const std::vector<Shape>& shapes) {
   return compiler::capture(outs, leaves);
 }
 
+// jit(f) gives bit-identical results to eager f on random inputs of `shapes`.
+void expect_compiled_bit_identical(const VectorFn& f, const std::vector<Shape>& shapes,
+                                   uint32_t seed) {
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(seed + i), shapes[i]));
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  ASSERT_EQ(eager.size(), compiled.size());
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
+}
+
 int count_ops(const Graph& g, Op op) {
   int n = 0;
   for (auto& node : g.nodes) n += node.prim && node.prim->op() == op;
@@ -212,16 +225,7 @@ TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
   Graph g = compiler::fuse_reductions(compiler::fuse_elementwise(trace(f, shapes)));
   EXPECT_EQ(count_ops(g, Op::FusedReduce), 3);
   EXPECT_EQ(count_ops(g, Op::Sum), 2);
-  std::vector<Array> args;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    args.push_back(random::normal(random::Key(20 + i), shapes[i]));
-  auto eager = f(args);
-  auto compiled = jit(f)(args);
-  for (size_t i = 0; i < eager.size(); ++i) {
-    auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
-    ASSERT_EQ(e.size(), c.size());
-    EXPECT_EQ(c, e) << "output " << i;  // the fused sums add in the Sum kernel's order
-  }
+  expect_compiled_bit_identical(f, shapes, 20);  // the fused sums add in the Sum kernel's order
 }
 
 TEST(Passes, LayerNormBackwardAbsorbsTheResidualAdd) {
@@ -243,13 +247,7 @@ TEST(Passes, LayerNormBackwardAbsorbsTheResidualAdd) {
   EXPECT_EQ(fused, 2);
   EXPECT_EQ(count_ops(g, Op::LayerNormGrad), 4);
   EXPECT_EQ(count_ops(g, Op::Add), 2);
-  std::vector<Array> args;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    args.push_back(random::normal(random::Key(30 + i), shapes[i]));
-  auto eager = f(args);
-  auto compiled = jit(f)(args);
-  for (size_t i = 0; i < eager.size(); ++i)
-    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
+  expect_compiled_bit_identical(f, shapes, 30);
 }
 
 TEST(Passes, RematerializationRecomputesCheapValuesReadLate) {
@@ -277,13 +275,7 @@ TEST(Passes, RematerializationRecomputesCheapValuesReadLate) {
       ASSERT_LT(i + 1, r.nodes.size());
       EXPECT_EQ(r.nodes[i + 1].prim->op(), Op::Matmul);
     }
-  std::vector<Array> args;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    args.push_back(random::normal(random::Key(40 + i), shapes[i]));
-  auto eager = f(args);
-  auto compiled = jit(f)(args);
-  for (size_t i = 0; i < eager.size(); ++i)
-    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
+  expect_compiled_bit_identical(f, shapes, 40);
 }
 
 TEST(Passes, CanBeSwitchedOffByEnvironment) {

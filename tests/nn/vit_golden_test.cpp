@@ -36,6 +36,10 @@ struct Golden {
   // shared by a whole row), so PyTorch's ~1e-8 is rounding noise and a ratio
   // to it is meaningless: norms below 0.1% of the whole gradient's norm are
   // compared against that floor instead. Every other gradient is above it.
+  Array pixels(nn::Layout layout) const {
+    return batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  }
+
   double gradient_floor() const {
     double total = 0;
     for (auto& [name, e] : expected)
@@ -49,7 +53,7 @@ class VitGolden : public ::testing::TestWithParam<nn::Layout> {};
 TEST_P(VitGolden, LogitsLossAndGradientsMatchTransformers) {
   Golden g;
   nn::Layout layout = GetParam();
-  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array pixels = g.pixels(layout);
   auto r = train::forward_backward(g.cfg, g.weights, pixels, g.batch.at("labels"), layout);
   EXPECT_LT(relative_error(r.logits, g.expected.at("logits")), 1e-5);
   EXPECT_NEAR(r.loss.item<double>(), g.expected.at("loss").item<double>(),
@@ -65,7 +69,7 @@ TEST_P(VitGolden, LogitsLossAndGradientsMatchTransformers) {
 TEST_P(VitGolden, UnfusedAttentionMatchesTransformersToo) {
   Golden g;
   nn::Layout layout = GetParam();
-  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array pixels = g.pixels(layout);
   Array labels = g.batch.at("labels");
   nn::ViTForImageClassification model(g.cfg);
   nn::ApplyOptions opt{.layout = layout};
@@ -86,7 +90,7 @@ TEST_P(VitGolden, UnfusedAttentionMatchesTransformersToo) {
 TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
   Golden g;
   nn::Layout layout = GetParam();
-  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array pixels = g.pixels(layout);
   auto r =
       train::forward_backward(g.cfg, g.weights, pixels, g.batch.at("labels"), layout, DType::bf16);
   double logits_err = relative_error(r.logits, g.expected.at("logits"));
@@ -104,7 +108,7 @@ TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
 TEST_P(VitGolden, FiveSgdStepsMatchTorchOptimSgd) {
   Golden g;
   nn::Layout layout = GetParam();
-  Array pixels = g.batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
+  Array pixels = g.pixels(layout);
   Array labels = g.batch.at("labels");
   nn::ViTForImageClassification model(g.cfg);
   optim::SGD sgd({.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4});
