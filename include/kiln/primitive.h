@@ -176,11 +176,16 @@ struct EpilogueAttrs {
 // A sum over a contiguous group of axes of an f32 elementwise program's
 // result (a reduction with its prologue fused): `body` runs over `shape`
 // exactly as FusedElementwise would, and its values are summed over `axes`
-// without being stored.
+// without being stored. An optional `epilogue` (a program with at least one
+// instruction) then runs over the sums, in the output's shape, before they
+// are stored: its register `epilogue_sum` holds the sums (no node input),
+// its other input registers are the node's inputs after the body's, in order.
 struct FusedReduceAttrs {
   FusedAttrs body;
   Shape shape;
   ReduceAttrs reduce;
+  FusedAttrs epilogue = {};
+  int epilogue_sum = -1;
   bool operator==(const FusedReduceAttrs&) const = default;
 };
 

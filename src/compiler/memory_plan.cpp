@@ -17,10 +17,25 @@ bool is_alias_op(Op op) {
   return op == Op::Reshape || op == Op::StopGradient;
 }
 
-// Ops whose kernel reads element i of a same-shaped operand only before
-// writing element i of the output (safe to run in place).
-bool elementwise_inplace_ok(Op op) {
+// Whether node's kernel reads element i of its same-shaped input `j` only
+// before writing element i of the output (safe to run in place). root: each
+// value's buffer owner.
+bool inplace_input_ok(const Node& node, size_t j, const std::vector<int>& root) {
+  const Op op = node.prim->op();
   if (op == Op::FusedElementwise) return true;  // chunks are read before they are written
+  if (op == Op::FusedReduce) {
+    // An epilogue operand read whole, whose buffer is read nowhere else: the
+    // epilogue reads each chunk before it stores the chunk's sums.
+    const auto& a = node.prim->attrs<FusedReduceAttrs>();
+    const size_t nbody = a.body.reads.size();
+    if (a.epilogue.program.empty() || j < nbody) return false;
+    size_t r = j - nbody;
+    if (static_cast<int>(r) >= a.epilogue_sum) ++r;
+    if (a.epilogue.reads[r] != FusedRead::Whole) return false;
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (k != j && root[node.inputs[k]] == root[node.inputs[j]]) return false;
+    return true;
+  }
   switch (op_kind(op)) {
     case OpKind::Unary:
     case OpKind::Binary:
@@ -115,11 +130,10 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, 
     }
     // An operand that dies here, of this op's exact shape and size.
     auto dying_operand = [&](auto accept) {
-      if (!elementwise_inplace_ok(node.prim->op())) return -1;
-      for (int k : node.inputs) {
-        int r = root[k];
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        int k = node.inputs[j], r = root[k];
         if (last_use[r] == i && g.nodes[k].shape == node.shape &&
-            plan.slots[r].bytes == slot.bytes && accept(r))
+            plan.slots[r].bytes == slot.bytes && inplace_input_ok(node, j, root) && accept(r))
           return r;
       }
       return -1;

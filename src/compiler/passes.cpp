@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -59,11 +60,14 @@ struct Emit {
   enum Kind { Keep, Drop, Replace } kind = Keep;
   std::shared_ptr<const Primitive> prim = nullptr;
   std::vector<int> inputs = {};
+  std::optional<Shape> shape = std::nullopt;  // a replacement's, when not the op's
 };
 
 // Rebuilds g in order, asking `decide` about every op; a replacement takes
-// the op's place, shape and dtype.
-Graph rewrite(const Graph& g, const std::function<Emit(int)>& decide) {
+// the op's place, shape and dtype. A dropped op i with value_of[i] != i is
+// read as the (earlier) op value_of[i] from then on.
+Graph rewrite(const Graph& g, const std::function<Emit(int)>& decide,
+              const std::vector<int>& value_of = {}) {
   Graph out;
   std::vector<int> id(g.nodes.size(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -73,11 +77,15 @@ Graph rewrite(const Graph& g, const std::function<Emit(int)>& decide) {
       continue;
     }
     Emit e = decide(static_cast<int>(i));
-    if (e.kind == Emit::Drop) continue;
+    if (e.kind == Emit::Drop) {
+      if (!value_of.empty() && value_of[i] != static_cast<int>(i)) id[i] = id[value_of[i]];
+      continue;
+    }
     const auto& from = e.kind == Emit::Replace ? e.inputs : node.inputs;
     std::vector<int> ins;
     for (int k : from) ins.push_back(id[k]);
-    id[i] = out.add_op(e.kind == Emit::Replace ? e.prim : node.prim, ins, node.shape, node.dtype);
+    id[i] = out.add_op(e.kind == Emit::Replace ? e.prim : node.prim, ins,
+                       e.shape ? *e.shape : node.shape, node.dtype);
   }
   for (int o : g.outputs) out.outputs.push_back(id[o]);
   return out;
@@ -384,49 +392,125 @@ Graph fuse_matmul_epilogue(const Graph& g) {
   });
 }
 
+namespace {
+
+// An f32 op as a FusedAttrs program over its inputs (a FusedElementwise as it
+// is, a fusable op as a one-instruction program); false when it is neither.
+bool as_program(const Graph& g, int i, FusedAttrs& out) {
+  const Node& node = g.nodes[i];
+  if (node.is_input() || node.dtype != DType::f32) return false;
+  if (node.prim->op() == Op::FusedElementwise) {
+    out = node.prim->attrs<FusedAttrs>();
+    return true;
+  }
+  if (!fusable_op(node.prim->op())) return false;
+  out = {};
+  for (size_t j = 0; j < node.inputs.size(); ++j) {
+    const int k = node.inputs[j];
+    FusedRead mode;
+    if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode))
+      return false;
+    if (j == 0 || k != node.inputs[0]) out.reads.push_back(mode);  // x * x reads x once
+  }
+  const int b = node.inputs.size() < 2 ? -1 : node.inputs[1] == node.inputs[0] ? 0 : 1;
+  out.program.push_back({node.prim->op(), 0, b});
+  return true;
+}
+
+// The operands of op i as as_program numbers its input registers.
+std::vector<int> program_inputs(const Graph& g, int i) {
+  std::vector<int> ins = g.nodes[i].inputs;
+  if (g.nodes[i].prim->op() != Op::FusedElementwise && ins.size() == 2 && ins[0] == ins[1])
+    ins.pop_back();
+  return ins;
+}
+
+}  // namespace
+
 Graph fuse_reductions(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  const std::vector<bool> sole = single_reader(g);
-  // absorbed_by[p] = the Sum that absorbs producer p.
+  // Per value: its only reader (one op, perhaps reading it twice), else -1.
+  std::vector<int> user(n, -1), readers(n, 0);
+  for (int i = 0; i < n; ++i)
+    for (int k : g.nodes[i].inputs)
+      if (user[k] != i) user[k] = i, ++readers[k];
+  for (int k = 0; k < n; ++k)
+    if (readers[k] != 1) user[k] = -1;
+  for (int o : g.outputs) user[o] = -1;
+  // absorbed_by[p] = the Sum that absorbs producer p (its prologue) or
+  // consumer p (its epilogue).
   std::vector<int> absorbed_by(n, -1);
   std::vector<FusedReduceAttrs> attrs(n);
+  std::vector<std::vector<int>> inputs(n);
+  std::vector<bool> fused(n, false);
+  std::vector<std::optional<Shape>> out_shape(n);  // when an epilogue read the sum reshaped
   for (int s = 0; s < n; ++s) {
     const Node& sum = g.nodes[s];
     if (sum.is_input() || sum.prim->op() != Op::Sum || sum.dtype != DType::f32) continue;
-    int p = sum.inputs[0];
-    const Node& prod = g.nodes[p];
-    if (prod.is_input() || !sole[p] || prod.dtype != DType::f32) continue;
     const auto& ra = sum.prim->attrs<ReduceAttrs>();
     if (ra.axes.empty()) continue;
     bool contiguous = true;
     for (size_t i = 1; i < ra.axes.size(); ++i) contiguous &= ra.axes[i] == ra.axes[i - 1] + 1;
     if (!contiguous) continue;
-    FusedAttrs body;
-    if (prod.prim->op() == Op::FusedElementwise) {
-      body = prod.prim->attrs<FusedAttrs>();
-    } else if (fusable_op(prod.prim->op())) {
-      bool ok = true;
-      for (int k : prod.inputs) {
-        FusedRead mode;
-        ok &= g.nodes[k].dtype == DType::f32 && read_mode(g.nodes[k].shape, prod.shape, mode);
-        if (ok) body.reads.push_back(mode);
-      }
-      if (!ok) continue;
-      int ni = static_cast<int>(prod.inputs.size());
-      body.program.push_back({prod.prim->op(), 0, ni > 1 ? 1 : -1});
+    int p = sum.inputs[0];
+    const Node& prod = g.nodes[p];
+    FusedReduceAttrs fr{{}, prod.shape, ra};
+    if (user[p] == s && absorbed_by[p] < 0 && as_program(g, p, fr.body)) {
+      inputs[s] = program_inputs(g, p);
+      absorbed_by[p] = s;
     } else {
-      continue;
+      if (prod.dtype != DType::f32) continue;
+      fr.body = FusedAttrs{{FusedRead::Whole}, {}};  // the operand itself
+      inputs[s] = {p};
     }
-    attrs[s] = FusedReduceAttrs{std::move(body), prod.shape, ra};
-    absorbed_by[p] = s;
+    // The epilogue: the Sum's only reader, elementwise in the Sum's shape
+    // (or reading it through a reshape that only it reads, as a bias
+    // gradient summed with keepdims is), whose other operands all exist
+    // before the Sum (the fused op is emitted in the Sum's place, so the
+    // prologue's operands die no later).
+    int c = user[s], via = -1;
+    if (c >= 0 && !g.nodes[c].is_input() && g.nodes[c].prim->op() == Op::Reshape &&
+        user[c] >= 0) {
+      via = c;
+      c = user[via];
+    }
+    FusedAttrs epi;
+    if (c >= 0 && g.nodes[c].shape == g.nodes[via >= 0 ? via : s].shape && as_program(g, c, epi)) {
+      const int v = via >= 0 ? via : s;  // the value the epilogue reads
+      const std::vector<int> cin = program_inputs(g, c);
+      int sum_reg = static_cast<int>(std::find(cin.begin(), cin.end(), v) - cin.begin());
+      bool ready = epi.reads[sum_reg] == FusedRead::Whole;
+      for (int k : cin) ready &= k == v || k < s;
+      if (ready) {
+        fr.epilogue = std::move(epi);
+        fr.epilogue_sum = sum_reg;
+        for (int k : cin)
+          if (k != v) inputs[s].push_back(k);
+        absorbed_by[c] = s;
+        if (via >= 0) {
+          absorbed_by[via] = s;
+          out_shape[s] = g.nodes[c].shape;
+        }
+      }
+    }
+    if (fr.body.program.empty() && fr.epilogue.program.empty()) continue;  // a plain Sum
+    attrs[s] = std::move(fr);
+    fused[s] = true;
   }
-  return rewrite(g, [&](int i) -> Emit {
-    if (absorbed_by[i] >= 0) return {Emit::Drop};  // emitted inside its Sum
-    const Node& node = g.nodes[i];
-    if (node.prim->op() != Op::Sum || absorbed_by[node.inputs[0]] != i) return {};
-    return {Emit::Replace, std::make_shared<Primitive>(Op::FusedReduce, attrs[i]),
-            g.nodes[node.inputs[0]].inputs};
-  });
+  // The consumer an epilogue absorbed is now the fused op's value.
+  std::vector<int> value_of(n);
+  for (int i = 0; i < n; ++i) value_of[i] = i;
+  for (int i = 0; i < n; ++i)
+    if (absorbed_by[i] >= 0 && i > absorbed_by[i]) value_of[i] = absorbed_by[i];
+  return rewrite(
+      g,
+      [&](int i) -> Emit {
+        if (absorbed_by[i] >= 0) return {Emit::Drop};  // emitted inside its Sum
+        if (!fused[i]) return {};
+        return {Emit::Replace, std::make_shared<Primitive>(Op::FusedReduce, attrs[i]), inputs[i],
+                out_shape[i]};
+      },
+      value_of);
 }
 
 Graph fuse_layer_norm_residual(const Graph& g) {

@@ -27,7 +27,11 @@ Graph fuse_matmul_epilogue(const Graph& g);
 
 // Fuses a Sum over a contiguous group of axes with the f32 elementwise op or
 // FusedElementwise that produces its operand (read by the Sum only) into one
-// FusedReduce: the summed values are never stored. Run after fuse_elementwise.
+// FusedReduce: the summed values are never stored. The elementwise op that
+// alone reads the Sum in its shape (directly, or through a Reshape only it
+// reads) joins as the epilogue when its other operands precede the Sum; the
+// FusedReduce takes the Sum's place and the epilogue op's value. Run after
+// fuse_elementwise.
 Graph fuse_reductions(const Graph& g);
 
 // Folds the residual stream's gradient into LayerNorm's backward: an f32

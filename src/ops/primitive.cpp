@@ -33,6 +33,16 @@ void print_list(std::ostream& os, const char* key, const auto& v) {
   os << ")";
 }
 
+// "r2=Mul(r0,r1); r3=Exp(r2)": registers 0..reads-1 are the inputs.
+void print_program(std::ostream& os, const FusedAttrs& f) {
+  for (size_t i = 0; i < f.program.size(); ++i) {
+    const auto& in = f.program[i];
+    os << (i ? "; " : "") << "r" << f.reads.size() + i << "=" << op_name(in.op) << "(r" << in.a;
+    if (in.b >= 0) os << ",r" << in.b;
+    os << ")";
+  }
+}
+
 }  // namespace
 
 const char* op_name(Op op) {
@@ -92,6 +102,10 @@ size_t Primitive::hash() const {
           h = mix_shape(h, a.shape);
           for (int x : a.reduce.axes) h = mix(h, x);
           h = mix(h, a.reduce.keepdims);
+          for (auto r : a.epilogue.reads) h = mix(h, static_cast<size_t>(r));
+          for (auto& in : a.epilogue.program)
+            h = mix(mix(mix(h, static_cast<size_t>(in.op)), in.a), static_cast<size_t>(in.b + 1));
+          h = mix(h, static_cast<size_t>(a.epilogue_sum + 1));
         } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
           h = mix(mix(mix(h, a.mm.transpose_a), a.mm.transpose_b), static_cast<size_t>(a.mm.out));
           for (auto& st : a.steps)
@@ -143,22 +157,15 @@ std::string Primitive::str() const {
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           os << "scale=" << a.scale;
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {
-          for (size_t i = 0; i < a.program.size(); ++i) {
-            const auto& in = a.program[i];
-            os << (i ? "; " : "") << "r" << a.reads.size() + i << "=" << op_name(in.op) << "(r"
-               << in.a;
-            if (in.b >= 0) os << ",r" << in.b;
-            os << ")";
-          }
+          print_program(os, a);
         } else if constexpr (std::is_same_v<A, FusedReduceAttrs>) {
           print_list(os, "sum axes", a.reduce.axes);
-          os << " of";
-          for (size_t i = 0; i < a.body.program.size(); ++i) {
-            const auto& in = a.body.program[i];
-            os << (i ? "; " : " ") << "r" << a.body.reads.size() + i << "=" << op_name(in.op)
-               << "(r" << in.a;
-            if (in.b >= 0) os << ",r" << in.b;
-            os << ")";
+          os << " of ";
+          if (a.body.program.empty()) os << "r0";
+          print_program(os, a.body);
+          if (!a.epilogue.program.empty()) {
+            os << " then r" << a.epilogue_sum << "=sum: ";
+            print_program(os, a.epilogue);
           }
         } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
           os << "ta=" << a.mm.transpose_a << ",tb=" << a.mm.transpose_b;

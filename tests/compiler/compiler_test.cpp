@@ -228,6 +228,62 @@ TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
   expect_compiled_bit_identical(f, shapes, 20);  // the fused sums add in the Sum kernel's order
 }
 
+TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
+  // The elementwise op that alone reads a sum, in the sum's shape, runs on
+  // the sums before they are stored: a mean plus a bias (prologue and
+  // epilogue), an SGD step on a bias gradient (a plain column sum with an
+  // epilogue; also summed with keepdims and reshaped), a norm of norms (an epilogue whose result is the next sum's
+  // operand), a sum squared (read twice by one op). A broadcast reader
+  // (softmax's division), an epilogue operand made after the sum (a
+  // reshape), and a sum read by two ops, stay as they are.
+  auto f = [](const std::vector<Array>& x) {
+    Array mean = sum(x[0] * x[1], {-1}) * (1.0 / 300) + x[3];
+    Array step = x[4] - sum(x[1], {0, 1}) * 0.1;
+    Array kept = x[4] - reshape(sum(x[0], {0, 1}, true), {300}) * 0.1;  // through a reshape
+    Array norms = sum(sqrt(sum(x[0] * x[0], {2})), {1});
+    Array square = sum(x[1], {2});
+    square = square * square;
+    Array e = exp(x[0]);
+    Array softmax = e / sum(e, {-1}, true);
+    Array early = sum(x[1], {2});
+    Array after = early * reshape(x[5], {3, 5});
+    Array twice = sum(x[0], {2});
+    Array a = twice * 2.0, b = twice + 1.0;
+    return std::vector<Array>{mean, step, kept, norms, square, softmax, after, a, b};
+  };
+  std::vector<Shape> shapes{{3, 5, 300}, {3, 5, 300}, {300}, {3, 5}, {300}, {15}};
+  Graph g = compiler::fuse_reductions(compiler::fuse_elementwise(trace(f, shapes)));
+  int with_epilogue = 0;
+  for (auto& n : g.nodes)
+    if (n.prim && n.prim->op() == Op::FusedReduce)
+      with_epilogue += !n.prim->attrs<FusedReduceAttrs>().epilogue.program.empty();
+  EXPECT_EQ(with_epilogue, 5) << g.str();  // mean, step, kept, the inner sum of norms, square
+  // Plain: the outer sum of norms (its operand is the inner sum's fused op),
+  // the softmax's (exp(x) is read twice), early's and twice's.
+  EXPECT_EQ(count_ops(g, Op::FusedReduce), 5) << g.str();
+  EXPECT_EQ(count_ops(g, Op::Sum), 4) << g.str();
+  EXPECT_EQ(count_ops(g, Op::Reshape), 1) << g.str();  // after's
+  expect_compiled_bit_identical(f, shapes, 40);
+}
+
+// A parameter updated by an epilogue (p - lr * sum(g)) is written in place
+// into its donated buffer.
+TEST(Passes, AnEpilogueUpdatesADonatedParameterInPlace) {
+  Jitted step = jit(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{x[0] - sum(x[1], {0}) * 0.5};
+      },
+      {.donate = {0}});
+  Array p = ones({300});
+  void* address = p.raw();
+  for (int i = 0; i < 2; ++i) {
+    p = step({p, ones({4, 300})})[0];
+    EXPECT_EQ(p.raw(), address) << "step " << i;
+  }
+  EXPECT_FLOAT_EQ(p.to_vector<float>()[7], 1.0f - 2 * 4 * 0.5f);
+  EXPECT_EQ(step.last_compile().donated, 1);
+}
+
 TEST(Passes, LayerNormBackwardAbsorbsTheResidualAdd) {
   // r + LayerNormGrad(...) in either order fuses; a LayerNormGrad also read
   // elsewhere, and an add with a broadcast operand, stay as they are.

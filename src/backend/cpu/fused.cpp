@@ -1,6 +1,8 @@
 // kiln cpu backend: FusedElementwise — a chain of f32 elementwise ops run as
 // one pass over memory. The output is processed in chunks small enough that
 // every intermediate register stays in L1.
+#include <algorithm>
+
 #include "backend/cpu/kernels.h"
 
 namespace kiln::cpu {
@@ -55,19 +57,39 @@ struct BodyEval {
   std::vector<const float*> src;
   std::vector<int64_t> row;
   int ni, nregs;
-  BodyEval(const FusedAttrs& b, const std::vector<Array>& in)
-      : body(b), ni(static_cast<int>(in.size())), nregs(ni + static_cast<int>(b.program.size())) {
-    for (const auto& a : in) {
+  int given = -1;  // an input register whose chunk the caller passes to run()
+  // The inputs are in[first, first + count); with given >= 0 that register
+  // takes no array (count is one short of the body's inputs).
+  BodyEval(const FusedAttrs& b, const std::vector<Array>& in, size_t first, size_t count,
+           int given_reg = -1)
+      : body(b),
+        ni(static_cast<int>(b.reads.size())),
+        nregs(ni + static_cast<int>(b.program.size())),
+        given(given_reg) {
+    for (int k = 0; k < ni; ++k) {
+      if (k == given) {
+        src.push_back(nullptr);
+        row.push_back(0);
+        continue;
+      }
+      if (first >= in.size() || count == 0) fail("FusedReduce", "too few inputs for its programs");
+      const Array& a = in[first++];
+      --count;
       src.push_back(a.data<float>());
       row.push_back(a.size());
     }
   }
+  BodyEval(const FusedAttrs& b, const std::vector<Array>& in) : BodyEval(b, in, 0, in.size()) {}
   // Returns a pointer to the n values: in `last_dst` when given, else in
-  // scratch.
+  // scratch. `chunk` holds the given register's n values.
   const float* run(int64_t base, int64_t n, float* scratch, std::vector<const float*>& reg,
-                   float* last_dst = nullptr) const {
+                   float* last_dst = nullptr, const float* chunk = nullptr) const {
     for (int k = 0; k < ni; ++k) {
       float* buf = scratch + k * kChunk;
+      if (k == given) {
+        reg[k] = chunk;
+        continue;
+      }
       switch (body.reads[k]) {
         case FusedRead::Whole: reg[k] = src[k] + base; break;
         case FusedRead::Scalar:
@@ -121,31 +143,55 @@ void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, Array
   const auto& axes = attrs.reduce.axes;
   for (size_t i = 1; i < axes.size(); ++i)
     if (axes[i] != axes[i - 1] + 1) fail("FusedReduce", "the summed axes must be contiguous");
-  BodyEval body(attrs.body, in);
+  const size_t nbody = attrs.body.reads.size();
+  BodyEval body(attrs.body, in, 0, nbody);
+  const bool has_epilogue = !attrs.epilogue.program.empty();
+  if (has_epilogue &&
+      (attrs.epilogue_sum < 0 || attrs.epilogue_sum >= static_cast<int>(attrs.epilogue.reads.size())))
+    fail("FusedReduce", "the epilogue's sum register is out of range");
+  if (!has_epilogue && in.size() != nbody)
+    fail("FusedReduce", "expected " + std::to_string(nbody) + " inputs, got " +
+                            std::to_string(in.size()));
+  BodyEval epi(attrs.epilogue, in, nbody, in.size() - nbody, has_epilogue ? attrs.epilogue_sum : -1);
   int64_t outer, reduced, inner;
   reduce_dims(attrs.shape, axes, outer, reduced, inner);
   float* y = static_cast<float*>(alloc_output(out));
+  // Stores n sums for output positions [base, base + n), through the
+  // epilogue when there is one.
+  auto store = [&](int64_t base, int64_t n, const float* sums, float* scratch,
+                   std::vector<const float*>& reg) {
+    if (has_epilogue)
+      epi.run(base, n, scratch, reg, y + base, sums);
+    else
+      std::copy_n(sums, n, y + base);
+  };
+  const size_t scratch_regs = std::max(body.nregs, epi.nregs);
   if (inner == 1) {
     // Row sums: the body runs along each row in chunks; the sum uses the Sum
     // kernel's order (eight interleaved float accumulators, the tail into the
-    // first), so fusing does not change a bit.
+    // first), so fusing does not change a bit. Up to kChunk sums are kept
+    // before they are stored.
     const int64_t main = reduced - reduced % 8;
     parallel_for(outer, reduced * body.nregs, [&](int64_t b, int64_t e) {
-      std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
-      std::vector<const float*> reg(body.nregs);
-      for (int64_t o = b; o < e; ++o) {
-        float acc[8] = {};
-        for (int64_t r0 = 0; r0 < reduced; r0 += kChunk) {
-          int64_t n = std::min(kChunk, reduced - r0);
-          const float* v = body.run(o * reduced + r0, n, scratch.data(), reg);
-          for (int64_t i = 0; i < n; ++i) {
-            int64_t r = r0 + i;
-            acc[r < main ? r % 8 : 0] += v[i];
+      std::vector<float> scratch(scratch_regs * kChunk), sums(kChunk);
+      std::vector<const float*> reg(scratch_regs);
+      for (int64_t o0 = b; o0 < e; o0 += kChunk) {
+        const int64_t count = std::min(kChunk, e - o0);
+        for (int64_t o = o0; o < o0 + count; ++o) {
+          float acc[8] = {};
+          for (int64_t r0 = 0; r0 < reduced; r0 += kChunk) {
+            int64_t n = std::min(kChunk, reduced - r0);
+            const float* v = body.run(o * reduced + r0, n, scratch.data(), reg);
+            for (int64_t i = 0; i < n; ++i) {
+              int64_t r = r0 + i;
+              acc[r < main ? r % 8 : 0] += v[i];
+            }
           }
+          float total = 0;
+          for (float a : acc) total += a;
+          sums[o - o0] = total;
         }
-        float total = 0;
-        for (float a : acc) total += a;
-        y[o] = total;
+        store(o0, count, sums.data(), scratch.data(), reg);
       }
     });
     return;
@@ -154,8 +200,8 @@ void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, Array
   // reduced axis (float accumulators, in the Sum kernel's order).
   const int64_t blocks = (inner + kChunk - 1) / kChunk;
   parallel_for(outer * blocks, reduced * kChunk * body.nregs, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
-    std::vector<const float*> reg(body.nregs);
+    std::vector<float> scratch(scratch_regs * kChunk);
+    std::vector<const float*> reg(scratch_regs);
     std::vector<float> acc(kChunk);
     for (int64_t job = b; job < e; ++job) {
       int64_t o = job / blocks, i0 = (job % blocks) * kChunk, n = std::min(kChunk, inner - i0);
@@ -164,7 +210,7 @@ void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, Array
         const float* v = body.run((o * reduced + r) * inner + i0, n, scratch.data(), reg);
         for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
       }
-      for (int64_t i = 0; i < n; ++i) y[o * inner + i0 + i] = acc[i];
+      store(o * inner + i0, n, acc.data(), scratch.data(), reg);
     }
   });
 }
