@@ -7,6 +7,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
+
 #include "kiln/kiln.h"
 
 namespace {
@@ -233,6 +235,21 @@ void BM_transpose_heads(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
 }
 
+// ---- a bias's gradient and SGD step, compiled: p - lr · sum(dy, rows) ----
+// fused: one FusedReduce with the update as its epilogue (the default passes);
+// unfused: KILN_COMPILE=no_reduce, a Sum and then the update's own pass. dy is
+// ViT-S's fc1 output gradient [32, 197, 1536]; GB/s over dy read once.
+void BM_bias_step(benchmark::State& state, bool fused) {
+  Array dy = random::normal(random::Key(1), {32, 197, 1536}), p = zeros({1536});
+  if (!fused) setenv("KILN_COMPILE", "no_reduce", 1);
+  Jitted step([](const std::vector<Array>& x) { return std::vector<Array>{x[0] - sum(x[1], {0, 1}) * 0.01}; },
+              {});
+  step({p, dy});  // compiles with the switches of now
+  unsetenv("KILN_COMPILE");
+  for (auto _ : state) benchmark::DoNotOptimize(step({p, dy})[0].raw());
+  state.SetBytesProcessed(state.iterations() * dy.nbytes());
+}
+
 // ---- dispatch: one eager op on one element ----
 void BM_dispatch_add_1elem(benchmark::State& state) {
   Array a = ones({1}), b = ones({1});
@@ -301,6 +318,10 @@ int register_all() {
   benchmark::RegisterBenchmark("attention_f32/forward/unfused", BM_attention_unfused)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  for (bool fused : {true, false})
+    benchmark::RegisterBenchmark(fused ? "bias_step/fused" : "bias_step/unfused", BM_bias_step, fused)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   return 0;
 }
 const int registered = register_all();
