@@ -46,8 +46,11 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
   struct Case {
     std::string args, message;
   } cases[] = {
-      {"train --batch-size 0", "--batch-size"},
-      {"train --batch-size abc", "--batch-size"},
+      {"train --batch-size 0", "--batch-size: expected an integer above 0, got 0"},
+      {"train --batch-size abc", "--batch-size: expected an integer, got 'abc'"},
+      {"train --steps 2.5", "--steps: expected an integer, got '2.5'"},
+      {"train --lr -1", "--lr: expected a number of 0 or more, got -1"},
+      {"train --clip-norm 1e-3x", "--clip-norm: expected a number, got '1e-3x'"},
       {"train --model vit-huge", "--model"},
       {"train --layout xyz", "--layout"},
       {"train --mode jax --compile-model", "--compile-model goes with --mode eager"},

@@ -349,6 +349,30 @@ int run_grad(const GradFlags& f) {
   return 0;
 }
 
+// Number checks whose errors say what was expected and what was found
+// (CLI11's own print the whole range of a double).
+CLI::Validator number_check(bool zero_ok, bool integer) {
+  const std::string kind = integer ? "an integer" : "a number";
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = integer ? static_cast<double>(std::stoll(s, &used)) : std::stod(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size()) return "expected " + kind + ", got '" + s + "'";
+        if (v > 0 || (zero_ok && v == 0)) return "";
+        return "expected " + kind + (zero_ok ? " of 0 or more" : " above 0") + ", got " + s;
+      },
+      zero_ok ? "NONNEGATIVE" : "POSITIVE", zero_ok ? "nonnegative" : "positive");
+}
+const CLI::Validator kPositive = number_check(false, false);
+const CLI::Validator kNonNegative = number_check(true, false);
+const CLI::Validator kPositiveInt = number_check(false, true);
+const CLI::Validator kNonNegativeInt = number_check(true, true);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -356,18 +380,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   DemoOptions demo;
   auto* d = app.add_subcommand("demo", "train a small classifier with grad and SGD");
-  d->add_option("--steps", demo.steps, "training steps")->check(CLI::PositiveNumber);
-  d->add_option("--lr", demo.lr, "SGD learning rate")->check(CLI::PositiveNumber);
+  d->add_option("--steps", demo.steps, "training steps")->check(kPositiveInt);
+  d->add_option("--lr", demo.lr, "SGD learning rate")->check(kPositive);
   d->add_option("--mode", demo.mode, "execution mode")->check(CLI::IsMember({"eager", "lazy"}));
   d->add_option("--seed", demo.seed, "random seed");
   d->add_option("--threads", demo.threads, "CPU threads (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags tf;
   auto* t = app.add_subcommand("train",
                                "train a ViT (default: the reference experiment on random images)");
-  t->add_option("--batch-size", tf.batch_size, "images per step")->check(CLI::PositiveNumber);
+  t->add_option("--batch-size", tf.batch_size, "images per step")->check(kPositiveInt);
   t->add_option("--mode", tf.mode, "eager (alias pytorch), lazy (torch_xla) or jit (jax)")
       ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
   t->add_flag("--compile-model", tf.compile_model,
@@ -381,14 +405,14 @@ int main(int argc, char** argv) {
   t->add_option(
        "--steps", tf.steps,
        "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
   t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeInt);
   t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
-  t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(CLI::PositiveNumber);
+  t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
   t->add_option("--log-json", tf.log_json,
                 "write one JSON object per step (and per evaluation) to this file");
   t->add_option("--data", tf.data,
@@ -406,25 +430,25 @@ int main(int argc, char** argv) {
               "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
   t->add_option("--optimizer", tf.optimizer, "sgd or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  t->add_option("--momentum", tf.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
+  t->add_option("--momentum", tf.momentum, "SGD momentum")->check(kNonNegative);
   t->add_option("--weight-decay", tf.weight_decay, "weight decay (AdamW: decoupled)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   t->add_option("--schedule", tf.schedule, "learning rate: constant or cosine (after --lr-warmup)")
       ->check(CLI::IsMember({"constant", "cosine"}));
   t->add_option("--lr-warmup", tf.lr_warmup, "steps of linear learning-rate warm-up")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeInt);
   t->add_option("--clip-norm", tf.clip_norm, "clip gradients to this global L2 norm (0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   t->add_option("--eval-every", tf.eval_every,
                 "evaluate on the test split every N steps (always at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeInt);
   t->add_option("--save", tf.save,
                 "checkpoint directory (transformers-loadable), written at the end");
   t->add_option("--save-every", tf.save_every, "also save every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeInt);
   t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
   t->add_option("--precision", tf.precision,
@@ -436,7 +460,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fused", "unfused"}));
   t->add_option("--print-every", tf.print_every,
                 "without a terminal: print every N steps (default: steps / 50)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
 
   EvalFlags ef;
   auto* e = app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
@@ -447,7 +471,7 @@ int main(int argc, char** argv) {
   e->add_option("--split", ef.split,
                 "test (fashion-mnist's test split, an image folder's held-out files) or train")
       ->check(CLI::IsMember({"test", "train"}));
-  e->add_option("--batch-size", ef.batch_size, "images per batch")->check(CLI::PositiveNumber);
+  e->add_option("--batch-size", ef.batch_size, "images per batch")->check(kPositiveInt);
   e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
 
