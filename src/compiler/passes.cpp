@@ -475,7 +475,8 @@ Graph fuse_reductions(const Graph& g) {
       c = user[via];
     }
     FusedAttrs epi;
-    if (c >= 0 && g.nodes[c].shape == g.nodes[via >= 0 ? via : s].shape && as_program(g, c, epi)) {
+    if (c >= 0 && absorbed_by[c] < 0 && g.nodes[c].shape == g.nodes[via >= 0 ? via : s].shape &&
+        as_program(g, c, epi)) {
       const int v = via >= 0 ? via : s;  // the value the epilogue reads
       const std::vector<int> cin = program_inputs(g, c);
       int sum_reg = static_cast<int>(std::find(cin.begin(), cin.end(), v) - cin.begin());

@@ -242,6 +242,8 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
     Array kept = x[4] - reshape(sum(x[0], {0, 1}, true), {300}) * 0.1;  // through a reshape
     Array rowed = exp(sum(x[0] - x[1], {2}) * x[6]);  // an operand read as a row per sum row
     Array many = sum(x[7], {1}) * 0.5 + x[8];  // more rows than one block of sums
+    Array first = sum(x[0], {2});
+    Array pair = first + sum(x[1] * 3.0, {2});  // the later sum takes the add
     Array norms = sum(sqrt(sum(x[0] * x[0], {2})), {1});
     Array square = sum(x[1], {2});
     square = square * square;
@@ -251,7 +253,7 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
     Array after = early * reshape(x[5], {3, 5});
     Array twice = sum(x[0], {2});
     Array a = twice * 2.0, b = twice + 1.0;
-    return std::vector<Array>{mean, step, kept, rowed, many, norms, square, softmax, after, a, b};
+    return std::vector<Array>{mean, step, kept, rowed, many, pair, norms, square, softmax, after, a, b};
   };
   std::vector<Shape> shapes{{3, 5, 300}, {3, 5, 300}, {300}, {3, 5}, {300}, {15}, {5}, {1000, 40},
                             {1000}};
@@ -260,11 +262,11 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
   for (auto& n : g.nodes)
     if (n.prim && n.prim->op() == Op::FusedReduce)
       with_epilogue += !n.prim->attrs<FusedReduceAttrs>().epilogue.program.empty();
-  EXPECT_EQ(with_epilogue, 7) << g.str();  // mean, step, kept, rowed, many, inner norms, square
+  EXPECT_EQ(with_epilogue, 8) << g.str();  // mean, step, kept, rowed, many, pair, norms, square
   // Plain: the outer sum of norms (its operand is the inner sum's fused op),
-  // the softmax's (exp(x) is read twice), early's and twice's.
-  EXPECT_EQ(count_ops(g, Op::FusedReduce), 7) << g.str();
-  EXPECT_EQ(count_ops(g, Op::Sum), 4) << g.str();
+  // pair's first sum, the softmax's (exp(x) is read twice), early's, twice's.
+  EXPECT_EQ(count_ops(g, Op::FusedReduce), 8) << g.str();
+  EXPECT_EQ(count_ops(g, Op::Sum), 5) << g.str();
   EXPECT_EQ(count_ops(g, Op::Reshape), 1) << g.str();  // after's
   expect_compiled_bit_identical(f, shapes, 40);
 }
