@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include "compiler/graph.h"
 #include "reference.h"
 
 namespace kiln::testing {
@@ -378,6 +380,26 @@ std::vector<Case> cases() {
                    }
                  return o;
                }});
+  // The VJPs of slice and take, differentiable themselves.
+  c.push_back({"slice_grad_step",
+               {F({2, 2})},
+               [](auto& x) { return slice_grad(x[0], SliceAttrs{{1, 0}, {5, 6}, {2, 3}, {5, 6}}); },
+               [](auto& h) {
+                 Host o{{5, 6}, std::vector<double>(30, 0.0)};
+                 int k = 0;
+                 for (int i = 1; i < 5; i += 2)
+                   for (int j = 0; j < 6; j += 3) o.v[i * 6 + j] = h[0].v[k++];
+                 return o;
+               }});
+  c.push_back({"scatter_add_rows",
+               {I({4}, 0, 5), F({4, 3})},
+               [](auto& x) { return scatter_add(x[0], x[1], 0, {5, 3}); },
+               [](auto& h) {
+                 Host o{{5, 3}, std::vector<double>(15, 0.0)};
+                 for (int r = 0; r < 4; ++r)
+                   for (int j = 0; j < 3; ++j) o.v[int(h[0].v[r]) * 3 + j] += h[1].v[r * 3 + j];
+                 return o;
+               }});
   c.push_back({"one_hot",
                {I({2, 3}, 0, 4)},
                [](auto& x) { return one_hot(x[0], 4); },
@@ -617,6 +639,72 @@ TEST_P(OpTableGrad, VjpMatchesFiniteDifferences) {
       double numeric = (objective(plus) - objective(minus)) / (2 * eps);
       EXPECT_NEAR(g.v[i], numeric, 1e-6 + 1e-5 * std::fabs(numeric))
           << c.name << ": d/d input " << k << " at flat index " << i;
+    }
+  }
+}
+
+// The ops a case's function runs, and those its gradient runs (traced, not
+// run; the gradient only for differentiable cases).
+std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
+  std::mt19937 rng(5);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  auto ins = arrays(c, hs, DType::f64);
+  auto ops_in = [](const std::vector<Array>& outs) {
+    std::vector<Array> leaves;
+    std::set<Op> ops;
+    for (const auto& n : compiler::capture(outs, leaves).nodes)
+      if (n.prim) ops.insert(n.prim->op());
+    return ops;
+  };
+  LazyScope scope;
+  Array out = c.fn(ins);
+  std::set<Op> forward = ops_in({out}), backward;
+  if (c.grad) {
+    auto [outs, grads] = vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; },
+                             ins, {ones_like(out)});
+    std::vector<Array> defined;
+    for (auto& g : grads)
+      if (g.valid()) defined.push_back(g);
+    if (!defined.empty()) backward = ops_in(defined);
+  }
+  return {forward, backward};
+}
+
+// Every primitive's values are checked by the table: against the reference
+// (a case runs it) or against finite differences (an FD-checked case's
+// gradient runs it, as the VJP of LayerNorm runs LayerNormGrad). And every
+// primitive with a VJP rule is differentiated by a finite-difference case. A
+// new primitive without cases fails here. Exempt: the fusion passes' ops
+// (made by the compiler after differentiation, checked against the unfused
+// graph in the compiler tests) and the random source; from the gradient
+// check, ops without a gradient (comparisons, argmax, one-hot), the
+// backward-only ops (no second order), and Cast and StopGradient, whose VJPs
+// finite differences cannot check (an f32 round trip swamps the step; a
+// stopped gradient is zero by definition): tests/transforms/autodiff_test.cpp
+// checks those two.
+TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
+  const std::set<Op> no_grad_check{
+      Op::Equal,        Op::NotEqual,   Op::Less,           Op::LessEqual,     Op::Greater,
+      Op::GreaterEqual, Op::Argmax,     Op::OneHot,         Op::Cast,          Op::StopGradient,
+      Op::GeluGrad,     Op::GeluTanhGrad, Op::LayerNormGrad, Op::LayerNormParamGrad,
+      Op::AttentionGrad, Op::SoftmaxCrossEntropyGrad};
+  const std::set<Op> compiler_made{Op::FusedElementwise, Op::MatmulEpilogue, Op::FusedReduce};
+  std::set<Op> checked, differentiated;
+  for (const Case& c : cases()) {
+    auto [forward, backward] = ops_of(c);
+    checked.insert(forward.begin(), forward.end());
+    if (!c.grad) continue;
+    differentiated.insert(forward.begin(), forward.end());
+    checked.insert(backward.begin(), backward.end());
+  }
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (compiler_made.count(op) || op == Op::Random) continue;
+    EXPECT_TRUE(checked.count(op)) << op_name(op) << " is checked by no case of the op table";
+    if (!no_grad_check.count(op)) {
+      EXPECT_TRUE(differentiated.count(op))
+          << op_name(op) << " has no finite-difference gradient case";
     }
   }
 }
