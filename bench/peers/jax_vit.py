@@ -27,6 +27,9 @@ def main():
     import flax_vit
 
     if args.device == "cuda":
+        if jax.devices()[0].platform != "gpu":
+            common.fail(f"jax_vit: --device cuda but JAX runs on {jax.devices()[0].platform} "
+                        "(is jax installed with CUDA support?)")
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")  # the reference's tf32
     model = flax_vit.ViTForImageClassification(**common.PRESETS[args.model], num_labels=1000)
     n = args.batch_size
