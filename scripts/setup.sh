@@ -2,7 +2,7 @@
 # Installs what kiln needs to build and test on Debian 12 (root, or sudo).
 set -euo pipefail
 packages=(g++ cmake ninja-build libdnnl-dev libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-          zlib1g-dev libpng-dev libturbojpeg0-dev dataset-fashion-mnist)
+          zlib1g-dev libpng-dev libturbojpeg0-dev libcairo2-dev pkg-config dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -145,7 +145,8 @@ GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, con
                             DType matmul_dtype = DType::f32);
 
 // Draws the loss (training steps and evaluations) and the test accuracy of a
-// `kiln train --log-json` file as an SVG image, written atomically to `out`.
+// `kiln train --log-json` file as a PNG or SVG image (by `out`'s extension),
+// written atomically to `out`.
 void plot_log(const std::string& log, const std::string& out);
 
 }  // namespace kiln::train

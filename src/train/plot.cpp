@@ -1,4 +1,8 @@
-// kiln train: loss and accuracy curves of a --log-json file, as SVG.
+// kiln train: loss and accuracy curves of a --log-json file, as PNG or SVG
+// (drawn with cairo).
+#include <cairo-svg.h>
+#include <cairo.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -29,20 +33,57 @@ std::vector<double> ticks(double lo, double hi, int target = 5) {
       break;
     }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(v);
+  // Multiples of step (no accumulated rounding: 0 stays 0, not -1e-17).
+  for (double k = std::ceil(lo / step); k * step <= hi + step * 1e-9; k += 1) t.push_back(k * step);
   return t;
 }
 
 std::string num(double v) {
+  if (v == 0) v = 0;  // no "-0"
   std::ostringstream os;
   os << std::setprecision(4) << v;
   return os.str();
 }
 
+struct Rgb {
+  double r, g, b;
+};
+Rgb rgb(const std::string& hex) {  // "#rrggbb"
+  auto byte = [&](int i) { return std::stoi(hex.substr(1 + 2 * i, 2), nullptr, 16) / 255.0; };
+  return {byte(0), byte(1), byte(2)};
+}
+
+enum class Align { Left, Center, Right };
+
+// Text whose baseline starts, centres or ends at (x, y), rotated by `angle`.
+void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align,
+          const std::string& color = "#000000", double angle = 0) {
+  cairo_save(cr);
+  cairo_set_font_size(cr, size);
+  cairo_text_extents_t e;
+  cairo_text_extents(cr, s.c_str(), &e);
+  const Rgb c = rgb(color);
+  cairo_set_source_rgb(cr, c.r, c.g, c.b);
+  cairo_translate(cr, x, y);
+  cairo_rotate(cr, angle);
+  double dx = align == Align::Left ? 0 : align == Align::Center ? -e.x_advance / 2 : -e.x_advance;
+  cairo_move_to(cr, dx, 0);
+  cairo_show_text(cr, s.c_str());
+  cairo_restore(cr);
+}
+
+void line(cairo_t* cr, double x1, double y1, double x2, double y2, const std::string& color) {
+  const Rgb c = rgb(color);
+  cairo_set_source_rgb(cr, c.r, c.g, c.b);
+  cairo_set_line_width(cr, 1);
+  cairo_move_to(cr, x1, y1);
+  cairo_line_to(cr, x2, y2);
+  cairo_stroke(cr);
+}
+
 // One panel at (x0, y0) of size w x h.
-void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
-           const std::string& title, const std::string& ylabel, const std::vector<Series>& series,
-           double xmax) {
+void panel(cairo_t* cr, double x0, double y0, double w, double h, const std::string& title,
+           const std::string& ylabel, const std::vector<Series>& series, double xmax) {
   double ylo = INFINITY, yhi = -INFINITY;
   for (auto& s : series)
     for (double v : s.y) ylo = std::min(ylo, v), yhi = std::max(yhi, v);
@@ -53,46 +94,54 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
   const double l = x0 + 60, r = x0 + w - 15, t = y0 + 30, b = y0 + h - 45;
   auto px = [&](double x) { return l + (r - l) * x / std::max(xmax, 1.0); };
   auto py = [&](double y) { return b - (b - t) * (y - ylo) / (yhi - ylo); };
-  svg << "<text x='" << (l + r) / 2 << "' y='" << y0 + 18
-      << "' text-anchor='middle' font-size='14'>" << title << "</text>\n";
-  svg << "<rect x='" << l << "' y='" << t << "' width='" << r - l << "' height='" << b - t
-      << "' fill='none' stroke='#888'/>\n";
+  text(cr, (l + r) / 2, y0 + 18, title, 14, Align::Center);
   for (double v : ticks(ylo, yhi)) {
-    svg << "<line x1='" << l << "' x2='" << r << "' y1='" << py(v) << "' y2='" << py(v)
-        << "' stroke='#eee'/>";
-    svg << "<text x='" << l - 5 << "' y='" << py(v) + 4 << "' text-anchor='end' font-size='11'>"
-        << num(v) << "</text>\n";
+    line(cr, l, py(v), r, py(v), "#eeeeee");
+    text(cr, l - 5, py(v) + 4, num(v), 11, Align::Right);
   }
-  for (double v : ticks(0, xmax)) {
-    svg << "<text x='" << px(v) << "' y='" << b + 15 << "' text-anchor='middle' font-size='11'>"
-        << num(v) << "</text>\n";
-  }
-  svg << "<text x='" << (l + r) / 2 << "' y='" << b + 32
-      << "' text-anchor='middle' font-size='12'>step</text>\n";
-  svg << "<text x='" << x0 + 14 << "' y='" << (t + b) / 2 << "' font-size='12' "
-      << "text-anchor='middle' transform='rotate(-90 " << x0 + 14 << " " << (t + b) / 2 << ")'>"
-      << ylabel << "</text>\n";
+  for (double v : ticks(0, xmax)) text(cr, px(v), b + 15, num(v), 11, Align::Center);
+  cairo_set_source_rgb(cr, 0.53, 0.53, 0.53);
+  cairo_set_line_width(cr, 1);
+  cairo_rectangle(cr, l, t, r - l, b - t);
+  cairo_stroke(cr);
+  text(cr, (l + r) / 2, b + 32, "step", 12, Align::Center);
+  text(cr, x0 + 18, (t + b) / 2, ylabel, 12, Align::Center, "#000000", -M_PI / 2);
   double ly = t + 14;
   for (auto& s : series) {
     if (s.x.empty()) continue;
-    svg << "<polyline fill='none' stroke='" << s.color << "' stroke-width='1.5' points='";
-    for (size_t i = 0; i < s.x.size(); ++i) svg << px(s.x[i]) << "," << py(s.y[i]) << " ";
-    svg << "'/>\n";
+    const Rgb c = rgb(s.color);
+    cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    cairo_set_line_width(cr, 1.5);
+    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+    cairo_new_path(cr);  // text leaves a current point behind
+    for (size_t i = 0; i < s.x.size(); ++i) cairo_line_to(cr, px(s.x[i]), py(s.y[i]));
+    cairo_stroke(cr);
     if (s.markers)
-      for (size_t i = 0; i < s.x.size(); ++i)
-        svg << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='3' fill='" << s.color
-            << "'/>";
-    svg << "<text x='" << r - 8 << "' y='" << ly << "' text-anchor='end' font-size='12' fill='"
-        << s.color << "'>" << s.label << "</text>\n";
+      for (size_t i = 0; i < s.x.size(); ++i) {
+        cairo_new_sub_path(cr);
+        cairo_arc(cr, px(s.x[i]), py(s.y[i]), 3, 0, 2 * M_PI);
+        cairo_fill(cr);
+      }
+    text(cr, r - 8, ly, s.label, 12, Align::Right, s.color);
     ly += 16;
   }
+}
+
+cairo_status_t append(void* closure, const unsigned char* data, unsigned int length) {
+  static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+  return CAIRO_STATUS_SUCCESS;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 }  // namespace
 
 void plot_log(const std::string& log, const std::string& out) {
-  if (out.size() < 4 || out.compare(out.size() - 4, 4, ".svg") != 0)
-    fail("plot", "-o " + out + ": kiln plot writes SVG; give a file name ending in .svg");
+  const bool png = ends_with(out, ".png");
+  if (!png && !ends_with(out, ".svg"))
+    fail("plot", "-o " + out + ": kiln plot writes PNG or SVG; give a file name ending in .png or .svg");
   std::istringstream in(io::read_file(log, "plot"));
   Series train{{}, {}, "#1f77b4", "training loss"}, smooth{{}, {}, "#0b3d66", "moving average"};
   Series eval_loss{{}, {}, "#d62728", "test loss", true};
@@ -136,14 +185,32 @@ void plot_log(const std::string& log, const std::string& out) {
     }
   }
   if (win == 1) smooth.x.clear();
-  std::ostringstream svg;
-  svg << std::fixed << std::setprecision(1);
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='360' "
-      << "font-family='sans-serif'>\n<rect width='960' height='360' fill='white'/>\n";
-  panel(svg, 0, 0, 480, 360, "loss", "cross-entropy", {train, smooth, eval_loss}, xmax);
-  panel(svg, 480, 0, 480, 360, "test accuracy", "top-1 (%)", {eval_acc}, xmax);
-  svg << "</svg>\n";
-  io::write_file_atomic(out, svg.str());
+  // Drawn with cairo in 960 x 360 units: a PNG at twice that in pixels, or
+  // an SVG; written atomically.
+  constexpr double kW = 960, kH = 360, kPngScale = 2;
+  std::string bytes;
+  cairo_surface_t* surface =
+      png ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(kW * kPngScale),
+                                       static_cast<int>(kH * kPngScale))
+          : cairo_svg_surface_create_for_stream(append, &bytes, kW, kH);
+  cairo_t* cr = cairo_create(surface);
+  if (png) cairo_scale(cr, kPngScale, kPngScale);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  panel(cr, 0, 0, 480, 360, "loss", "cross-entropy", {train, smooth, eval_loss}, xmax);
+  panel(cr, 480, 0, 480, 360, "test accuracy", "top-1 (%)", {eval_acc}, xmax);
+  cairo_status_t status = cairo_status(cr);
+  cairo_destroy(cr);
+  if (png && status == CAIRO_STATUS_SUCCESS)
+    status = cairo_surface_write_to_png_stream(surface, append, &bytes);
+  cairo_surface_finish(surface);
+  if (status == CAIRO_STATUS_SUCCESS) status = cairo_surface_status(surface);
+  cairo_surface_destroy(surface);
+  if (status != CAIRO_STATUS_SUCCESS)
+    fail("plot", "-o " + out + ": cairo could not draw the plot (" +
+                     cairo_status_to_string(status) + ")");
+  io::write_file_atomic(out, bytes);
 }
 
 }  // namespace kiln::train

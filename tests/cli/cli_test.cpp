@@ -1,6 +1,7 @@
 // The kiln command as a user runs it: good runs, and bad flags that get a
 // clear error and a non-zero exit.
 #include <gtest/gtest.h>
+#include <png.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,7 +73,8 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --resume /nonexistent-checkpoint", "--resume"},
       {"eval --checkpoint /nonexistent-checkpoint", "no such checkpoint directory"},
       {"plot /nonexistent.jsonl -o x.svg", "log"},
-      {"plot " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json -o x.png", "SVG"},
+      {"plot " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json -o x.jpg",
+       "kiln plot writes PNG or SVG"},
       {"frobnicate", "unknown command 'frobnicate'"},
       {"", "subcommand"},
   };
@@ -185,7 +187,7 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   std::string cfg = temp_path("fm.json"), log = temp_path("fm.jsonl"), ckpt = temp_path("fm-ckpt"),
-              svg = temp_path("fm.svg");
+              svg = temp_path("fm.svg"), png = temp_path("fm.png");
   nn::ViTConfig c = nn::ViTConfig::preset("vit-fmnist");
   c.hidden_size = 16, c.num_attention_heads = 2, c.intermediate_size = 32, c.num_hidden_layers = 1;
   c.patch_size = 7;
@@ -214,10 +216,30 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   ASSERT_EQ(p.status, 0) << p.output;
   std::ifstream in(svg);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(text.rfind("<svg", 0), 0u);
-  EXPECT_NE(text.find("test accuracy"), std::string::npos);
-  EXPECT_NE(text.find("<polyline"), std::string::npos);
-  for (auto& f : {cfg, log, svg}) std::filesystem::remove(f);
+  EXPECT_EQ(text.rfind("<?xml", 0), 0u);
+  EXPECT_NE(text.find("<svg"), std::string::npos);
+  EXPECT_NE(text.find("<path"), std::string::npos);
+  // The PNG: 1920 x 720 pixels, with the training loss's blue and the test
+  // accuracy's green on white.
+  p = kiln_cli("plot " + log + " -o " + png);
+  ASSERT_EQ(p.status, 0) << p.output;
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  ASSERT_TRUE(png_image_begin_read_from_file(&image, png.c_str())) << image.message;
+  image.format = PNG_FORMAT_RGB;
+  std::vector<unsigned char> px(PNG_IMAGE_SIZE(image));
+  ASSERT_TRUE(png_image_finish_read(&image, nullptr, px.data(), 0, nullptr)) << image.message;
+  EXPECT_EQ(image.width, 1920u);
+  EXPECT_EQ(image.height, 720u);
+  auto count = [&](int r, int g, int b) {
+    int64_t n = 0;
+    for (size_t i = 0; i + 2 < px.size(); i += 3) n += px[i] == r && px[i + 1] == g && px[i + 2] == b;
+    return n;
+  };
+  EXPECT_GT(count(255, 255, 255), int64_t(px.size() / 3 / 2));  // mostly background
+  EXPECT_GT(count(0x1f, 0x77, 0xb4), 100);                      // training loss
+  EXPECT_GT(count(0x2c, 0xa0, 0x2c), 100);                      // test accuracy
+  for (auto& f : {cfg, log, svg, png}) std::filesystem::remove(f);
   std::filesystem::remove_all(ckpt);
 }
 

@@ -2,7 +2,7 @@
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
 //   kiln eval --checkpoint DIR [--data fashion-mnist]
-//   kiln plot LOG.jsonl -o curves.svg
+//   kiln plot LOG.jsonl -o curves.png (or .svg)
 //   kiln grad --config C.json --weights W.safetensors --batch B.safetensors --out O.safetensors
 //   kiln info
 #include <unistd.h>
@@ -480,7 +480,7 @@ int main(int argc, char** argv) {
   pl->add_option("log", plot_log, "the JSON-lines log of kiln train --log-json")
       ->required()
       ->check(CLI::ExistingFile);
-  pl->add_option("-o,--out", plot_out, "output .svg file")->required();
+  pl->add_option("-o,--out", plot_out, "output .png or .svg file")->required();
 
   GradFlags gf;
   auto* g = app.add_subcommand("grad",
