@@ -106,7 +106,6 @@ void panel(cairo_t* cr, double x0, double y0, double w, double h, const std::str
   cairo_stroke(cr);
   text(cr, (l + r) / 2, b + 32, "step", 12, Align::Center);
   text(cr, x0 + 18, (t + b) / 2, ylabel, 12, Align::Center, "#000000", -M_PI / 2);
-  double ly = t + 14;
   for (auto& s : series) {
     if (s.x.empty()) continue;
     const Rgb c = rgb(s.color);
@@ -122,6 +121,18 @@ void panel(cairo_t* cr, double x0, double y0, double w, double h, const std::str
         cairo_arc(cr, px(s.x[i]), py(s.y[i]), 3, 0, 2 * M_PI);
         cairo_fill(cr);
       }
+  }
+  // The legend, on a translucent white box so that it stays readable over
+  // the curves.
+  double ly = t + 14;
+  for (auto& s : series) {
+    if (s.x.empty()) continue;
+    cairo_set_font_size(cr, 12);
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, s.label.c_str(), &e);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.8);
+    cairo_rectangle(cr, r - 8 - e.x_advance - 3, ly - 12, e.x_advance + 6, 16);
+    cairo_fill(cr);
     text(cr, r - 8, ly, s.label, 12, Align::Right, s.color);
     ly += 16;
   }
