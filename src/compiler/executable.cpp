@@ -24,6 +24,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
     if (debug_level() >= 2)
       std::fprintf(stderr, "[compile] after %s:\n%s", name, out.str().c_str());
   };
+  if (opt.fuse && opt.attention) step("fuse_attention", fuse_attention);
   if (opt.simplify) step("simplify", simplify);
   if (opt.cse) step("cse", common_subexpression_elimination);
   if (opt.dce) step("dce", dead_code_elimination);

@@ -2,6 +2,7 @@
 #include "compiler/passes.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -514,6 +515,197 @@ Graph fuse_reductions(const Graph& g) {
       value_of);
 }
 
+namespace {
+
+// One hand-written attention found by fuse_attention (old node ids; -1 where
+// the graph has no such node).
+struct AttentionMatch {
+  int q = -1, k = -1, v = -1, c = -1, s0 = -1, s = -1, p = -1, o = -1;  // forward
+  int g = -1, dp = -1, dv = -1, t1 = -1, t2 = -1, t3 = -1, ds1 = -1, ds0 = -1, dq = -1, dk = -1;
+  bool backward() const { return dv >= 0; }
+};
+
+}  // namespace
+
+Graph fuse_attention(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> users(n);
+  std::vector<bool> is_output(n, false);
+  for (int i = 0; i < n; ++i)
+    for (int k : g.nodes[i].inputs) users[k].push_back(i);
+  for (int o : g.outputs) is_output[o] = true;
+  auto op_is = [&](int i, Op op) {
+    return i >= 0 && !g.nodes[i].is_input() && g.nodes[i].prim->op() == op &&
+           g.nodes[i].dtype == DType::f32;
+  };
+  auto mm = [&](int i, bool ta, bool tb) {
+    if (!op_is(i, Op::Matmul)) return false;
+    const auto& m = g.nodes[i].prim->attrs<MatmulAttrs>();
+    return m.transpose_a == ta && m.transpose_b == tb;
+  };
+  auto in = [&](int i, size_t j) { return g.nodes[i].inputs[j]; };
+  // The other operand of binary op i, one of whose operands is x.
+  auto other = [&](int i, int x) {
+    const auto& ins = g.nodes[i].inputs;
+    if (ins.size() != 2) return -1;
+    return ins[0] == x ? ins[1] : ins[1] == x ? ins[0] : -1;
+  };
+  // i is read only by the ops in `allowed` (and is not an output).
+  auto read_only_by = [&](int i, std::initializer_list<int> allowed) {
+    if (is_output[i]) return false;
+    for (int u : users[i])
+      if (std::find(allowed.begin(), allowed.end(), u) == allowed.end()) return false;
+    return true;
+  };
+  std::vector<AttentionMatch> matches;
+  for (int o = 0; o < n; ++o) {
+    if (!mm(o, false, false) || g.nodes[o].shape.size() != 4) continue;
+    AttentionMatch m;
+    m.o = o, m.p = in(o, 0), m.v = in(o, 1);
+    if (!op_is(m.p, Op::Softmax) || g.nodes[m.p].prim->attrs<AxisAttrs>().axis != 3) continue;
+    m.s = in(m.p, 0);
+    if (!op_is(m.s, Op::Mul)) continue;
+    for (int side = 0; side < 2; ++side) {
+      int x = in(m.s, side);
+      if (m.c < 0 && numel(g.nodes[x].shape) == 1 && g.nodes[x].dtype == DType::f32)
+        m.c = x, m.s0 = in(m.s, 1 - side);
+    }
+    if (m.c < 0 || !mm(m.s0, false, true) || g.nodes[m.s].shape != g.nodes[m.s0].shape) continue;
+    m.q = in(m.s0, 0), m.k = in(m.s0, 1);
+    const Shape& qs = g.nodes[m.q].shape;
+    bool ok = qs.size() == 4 && g.nodes[m.k].shape == qs && g.nodes[m.v].shape == qs;
+    for (int x : {m.q, m.k, m.v}) ok &= g.nodes[x].dtype == DType::f32;
+    if (!ok || !read_only_by(m.s0, {m.s}) || !read_only_by(m.s, {m.p}) || is_output[m.p]) continue;
+    // The backward, as autodiff writes it: every other reader of the
+    // probabilities must be one of its three ops.
+    for (int u : users[m.p]) {
+      if (u == o) continue;
+      int x = op_is(u, Op::Mul) ? other(u, m.p) : -1;
+      if (mm(u, true, false) && in(u, 0) == m.p && m.dv < 0) {
+        m.dv = u, m.g = in(u, 1);  // dV = Pᵀ G
+      } else if (x >= 0 && op_is(x, Op::Sub) && m.ds1 < 0) {
+        m.ds1 = u, m.t3 = x;  // P ⊙ (dP - rowsum)
+      } else if (x >= 0 && mm(x, false, true) && m.t1 < 0) {
+        m.t1 = u, m.dp = x;  // dP ⊙ P
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) continue;
+    if (m.dv >= 0 || m.t1 >= 0 || m.ds1 >= 0) {
+      ok = m.dv >= 0 && m.t1 >= 0 && m.ds1 >= 0 && in(m.dp, 0) == m.g && in(m.dp, 1) == m.v &&
+           users[m.t1].size() == 1 && !is_output[m.t1];
+      if (ok) {
+        m.t2 = users[m.t1][0];
+        ok = op_is(m.t2, Op::Sum) && g.nodes[m.t2].prim->attrs<ReduceAttrs>().axes == std::vector<int>{3} &&
+             g.nodes[m.t2].prim->attrs<ReduceAttrs>().keepdims && in(m.t3, 0) == m.dp &&
+             in(m.t3, 1) == m.t2 && read_only_by(m.dp, {m.t1, m.t3}) &&
+             read_only_by(m.t2, {m.t3}) && read_only_by(m.t3, {m.ds1}) && users[m.ds1].size() == 1 &&
+             !is_output[m.ds1];
+      }
+      if (ok) {
+        m.ds0 = users[m.ds1][0];
+        ok = op_is(m.ds0, Op::Mul) && other(m.ds0, m.ds1) == m.c &&
+             g.nodes[m.ds0].shape == g.nodes[m.s0].shape && !is_output[m.ds0];
+      }
+      if (ok)
+        for (int u : users[m.ds0]) {
+          if (mm(u, false, false) && in(u, 0) == m.ds0 && in(u, 1) == m.k && m.dq < 0)
+            m.dq = u;  // dQ = dS k
+          else if (mm(u, true, false) && in(u, 0) == m.ds0 && in(u, 1) == m.q && m.dk < 0)
+            m.dk = u;  // dK = dSᵀ q
+          else
+            ok = false;
+        }
+      if (!ok) continue;
+    }
+    matches.push_back(m);
+  }
+  if (matches.empty()) return g;
+
+  // Rebuild: the matched ops' values come from the fused kernels, emitted
+  // where the old ops stood; the scores, probabilities and softmax backward
+  // are not emitted.
+  enum Action { Forward, Backward, DV, DQ, DK };
+  std::vector<std::vector<std::pair<Action, int>>> at(n);
+  std::vector<bool> skip(n, false);
+  for (int mi = 0; mi < static_cast<int>(matches.size()); ++mi) {
+    const AttentionMatch& m = matches[mi];
+    at[m.o].push_back({Forward, mi});
+    for (int x : {m.s0, m.s, m.p}) skip[x] = true;
+    if (!m.backward()) continue;
+    at[std::min(m.dv, m.dp)].push_back({Backward, mi});
+    at[m.dv].push_back({DV, mi});
+    if (m.dq >= 0) at[m.dq].push_back({DQ, mi});
+    if (m.dk >= 0) at[m.dk].push_back({DK, mi});
+    for (int x : {m.dp, m.t1, m.t2, m.t3, m.ds1, m.ds0}) skip[x] = true;
+  }
+  Graph out;
+  std::vector<int> id(n, -1);
+  std::vector<int> qkv(matches.size(), -1);
+  std::vector<std::array<int, 3>> grads(matches.size());  // d(q·c), dk, dv as [B, T, H, D]
+  auto add = [&](Primitive prim, std::vector<int> ins, Shape shape) {
+    return out.add_op(std::make_shared<Primitive>(std::move(prim)), std::move(ins), std::move(shape),
+                      DType::f32);
+  };
+  const std::vector<int> heads_tokens{0, 2, 1, 3};  // [B, H, T, D] <-> [B, T, H, D]
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input()) {
+      id[i] = out.add_input(node.shape, node.dtype);
+      continue;
+    }
+    bool replaced = false;
+    for (auto [action, mi] : at[i]) {
+      const AttentionMatch& m = matches[mi];
+      const Shape& bhtd = g.nodes[m.q].shape;
+      const Shape bthd{bhtd[0], bhtd[2], bhtd[1], bhtd[3]};
+      const Shape bt1hd{bthd[0], bthd[1], 1, bthd[2], bthd[3]};
+      const Shape bt3hd{bthd[0], bthd[1], 3, bthd[2], bthd[3]};
+      auto to_bthd = [&](int x) { return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bthd); };
+      auto to_bhtd = [&](int x) { return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bhtd); };
+      switch (action) {
+        case Forward: {
+          // scale · q kᵀ = (q · scale) kᵀ: the scale goes into q, so that the
+          // kernel needs no constant the graph does not know.
+          int qc = add(Primitive(Op::Mul), {to_bthd(id[m.q]), id[m.c]}, bthd);
+          std::vector<int> parts;
+          for (int x : {qc, to_bthd(id[m.k]), to_bthd(id[m.v])})
+            parts.push_back(add(Primitive(Op::Reshape, ShapeAttrs{bt1hd}), {x}, bt1hd));
+          qkv[mi] = add(Primitive(Op::Concatenate, AxisAttrs{2}), parts, bt3hd);
+          int a = add(Primitive(Op::Attention, AttentionAttrs{1.0}), {qkv[mi]}, bthd);
+          id[i] = to_bhtd(a);
+          replaced = true;
+          break;
+        }
+        case Backward: {
+          int d = add(Primitive(Op::AttentionGrad, AttentionAttrs{1.0}), {qkv[mi], to_bthd(id[m.g])},
+                      bt3hd);
+          for (int j = 0; j < 3; ++j) {
+            Shape start{0, 0, j, 0, 0}, stop = bt3hd;
+            stop[2] = j + 1;
+            int part = add(Primitive(Op::Slice, SliceAttrs{start, stop, Shape(5, 1), bt3hd}), {d},
+                           bt1hd);
+            grads[mi][j] = add(Primitive(Op::Reshape, ShapeAttrs{bthd}), {part}, bthd);
+          }
+          break;
+        }
+        case DV: id[i] = to_bhtd(grads[mi][2]), replaced = true; break;
+        case DQ:  // d(q · c) · c
+          id[i] = to_bhtd(add(Primitive(Op::Mul), {grads[mi][0], id[m.c]}, bthd)), replaced = true;
+          break;
+        case DK: id[i] = to_bhtd(grads[mi][1]), replaced = true; break;
+      }
+    }
+    if (replaced || skip[i]) continue;
+    std::vector<int> ins;
+    for (int k : node.inputs) ins.push_back(id[k]);
+    id[i] = out.add_op(node.prim, ins, node.shape, node.dtype);
+  }
+  for (int o : g.outputs) out.outputs.push_back(id[o]);
+  return out;
+}
+
 Graph fuse_layer_norm_residual(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
   const std::vector<bool> sole = single_reader(g);
@@ -656,7 +848,8 @@ PassOptions PassOptions::from_env() {
       {"no_simplify", &PassOptions::simplify}, {"no_fuse", &PassOptions::fuse},
       {"no_epilogue", &PassOptions::epilogue}, {"no_reduce", &PassOptions::reduce},
       {"no_norm", &PassOptions::norm},         {"no_remat", &PassOptions::remat},
-      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace}};
+      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace},
+      {"no_attention", &PassOptions::attention}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

@@ -40,6 +40,18 @@ Graph fuse_reductions(const Graph& g);
 // while it writes dx: one pass over memory less per LayerNorm.
 Graph fuse_layer_norm_residual(const Graph& g);
 
+// Recognizes softmax attention written out by hand (or transformers' eager
+// attention) and maps it to the fused kernels: with q, k, v f32 [B, H, T, D],
+// o = Matmul(Softmax(Matmul(q, kᵀ) · c, last axis), v) for a scalar c becomes
+// a transpose of Attention(qkv) on the packed [B, T, 3, H, D] of q·c, k, v;
+// where the graph also holds the backward autodiff made of it (dP = G vᵀ,
+// dV = Pᵀ G, the softmax VJP, the scale, dQ = dS k, dK = dSᵀ q), those
+// become one AttentionGrad and slices of it. The scores and probabilities
+// are then never stored. A match whose intermediates are read by anything
+// else (an output, a dropout on the probabilities) is left alone. Run before
+// simplify, which folds the transposes it adds into the ones around it.
+Graph fuse_attention(const Graph& g);
+
 // Rematerialization: a cheap op (unary elementwise such as GELU, a cast, a
 // LayerNorm) whose output is read again long after it was made (`gap` or
 // more ops later: in a training graph, by the backward pass) while its inputs
@@ -62,7 +74,7 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inp
 // no_norm,no_remat,no_plan,no_inplace turns some off (for bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
-       norm = true, remat = true, plan = true, inplace = true;
+       norm = true, remat = true, plan = true, inplace = true, attention = true;
   static PassOptions from_env();
 };
 
