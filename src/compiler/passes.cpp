@@ -520,6 +520,7 @@ namespace {
 // One hand-written attention found by fuse_attention (old node ids; -1 where
 // the graph has no such node).
 struct AttentionMatch {
+  Op scale = Op::Count;  // Mul or Div by the scalar c, or Count: none (s = s0)
   int q = -1, k = -1, v = -1, c = -1, s0 = -1, s = -1, p = -1, o = -1;  // forward
   int g = -1, dp = -1, dv = -1, t1 = -1, t2 = -1, t3 = -1, ds1 = -1, ds0 = -1, dq = -1, dk = -1;
   bool backward() const { return dv >= 0; }
@@ -563,19 +564,27 @@ Graph fuse_attention(const Graph& g) {
     AttentionMatch m;
     m.o = o, m.p = in(o, 0), m.v = in(o, 1);
     if (!op_is(m.p, Op::Softmax) || g.nodes[m.p].prim->attrs<AxisAttrs>().axis != 3) continue;
+    // The scores: q kᵀ, times or divided by a scalar, or as they are.
     m.s = in(m.p, 0);
-    if (!op_is(m.s, Op::Mul)) continue;
-    for (int side = 0; side < 2; ++side) {
-      int x = in(m.s, side);
-      if (m.c < 0 && numel(g.nodes[x].shape) == 1 && g.nodes[x].dtype == DType::f32)
-        m.c = x, m.s0 = in(m.s, 1 - side);
+    auto scalar = [&](int x) { return numel(g.nodes[x].shape) == 1 && g.nodes[x].dtype == DType::f32; };
+    if (op_is(m.s, Op::Mul)) {
+      m.scale = Op::Mul;
+      for (int side = 0; side < 2; ++side)
+        if (m.c < 0 && scalar(in(m.s, side))) m.c = in(m.s, side), m.s0 = in(m.s, 1 - side);
+    } else if (op_is(m.s, Op::Div) && scalar(in(m.s, 1))) {
+      m.scale = Op::Div, m.c = in(m.s, 1), m.s0 = in(m.s, 0);
+    } else {
+      m.s0 = m.s;
     }
-    if (m.c < 0 || !mm(m.s0, false, true) || g.nodes[m.s].shape != g.nodes[m.s0].shape) continue;
+    if (m.scale != Op::Count && m.c < 0) continue;
+    if (!mm(m.s0, false, true) || g.nodes[m.s].shape != g.nodes[m.s0].shape) continue;
     m.q = in(m.s0, 0), m.k = in(m.s0, 1);
     const Shape& qs = g.nodes[m.q].shape;
     bool ok = qs.size() == 4 && g.nodes[m.k].shape == qs && g.nodes[m.v].shape == qs;
     for (int x : {m.q, m.k, m.v}) ok &= g.nodes[x].dtype == DType::f32;
-    if (!ok || !read_only_by(m.s0, {m.s}) || !read_only_by(m.s, {m.p}) || is_output[m.p]) continue;
+    if (!ok || (m.s0 != m.s && !read_only_by(m.s0, {m.s})) || !read_only_by(m.s, {m.p}) ||
+        is_output[m.p])
+      continue;
     // The backward, as autodiff writes it: every other reader of the
     // probabilities must be one of its three ops.
     for (int u : users[m.p]) {
@@ -597,15 +606,20 @@ Graph fuse_attention(const Graph& g) {
            users[m.t1].size() == 1 && !is_output[m.t1];
       if (ok) {
         m.t2 = users[m.t1][0];
-        ok = op_is(m.t2, Op::Sum) && g.nodes[m.t2].prim->attrs<ReduceAttrs>().axes == std::vector<int>{3} &&
-             g.nodes[m.t2].prim->attrs<ReduceAttrs>().keepdims && in(m.t3, 0) == m.dp &&
+        ok = op_is(m.t2, Op::Sum) &&
+             g.nodes[m.t2].prim->attrs<ReduceAttrs>() == ReduceAttrs{{3}, true} &&
+             in(m.t3, 0) == m.dp &&
              in(m.t3, 1) == m.t2 && read_only_by(m.dp, {m.t1, m.t3}) &&
-             read_only_by(m.t2, {m.t3}) && read_only_by(m.t3, {m.ds1}) && users[m.ds1].size() == 1 &&
-             !is_output[m.ds1];
+             read_only_by(m.t2, {m.t3}) && read_only_by(m.t3, {m.ds1}) &&
+             (m.scale == Op::Count || users[m.ds1].size() == 1) && !is_output[m.ds1];
       }
-      if (ok) {
+      if (ok && m.scale == Op::Count) {
+        m.ds0 = m.ds1;  // no scale: the softmax VJP feeds the matmul VJPs
+      } else if (ok) {
         m.ds0 = users[m.ds1][0];
-        ok = op_is(m.ds0, Op::Mul) && other(m.ds0, m.ds1) == m.c &&
+        ok = (m.scale == Op::Mul ? op_is(m.ds0, Op::Mul) && other(m.ds0, m.ds1) == m.c
+                                 : op_is(m.ds0, Op::Div) && in(m.ds0, 0) == m.ds1 &&
+                                       in(m.ds0, 1) == m.c) &&
              g.nodes[m.ds0].shape == g.nodes[m.s0].shape && !is_output[m.ds0];
       }
       if (ok)
@@ -632,7 +646,7 @@ Graph fuse_attention(const Graph& g) {
   for (int mi = 0; mi < static_cast<int>(matches.size()); ++mi) {
     const AttentionMatch& m = matches[mi];
     at[m.o].push_back({Forward, mi});
-    for (int x : {m.s0, m.s, m.p}) skip[x] = true;
+    for (int x : {m.s0, m.s, m.p}) skip[x] = true;  // (s0 == s without a scale)
     if (!m.backward()) continue;
     at[std::min(m.dv, m.dp)].push_back({Backward, mi});
     at[m.dv].push_back({DV, mi});
@@ -666,9 +680,10 @@ Graph fuse_attention(const Graph& g) {
       auto to_bhtd = [&](int x) { return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bhtd); };
       switch (action) {
         case Forward: {
-          // scale · q kᵀ = (q · scale) kᵀ: the scale goes into q, so that the
-          // kernel needs no constant the graph does not know.
-          int qc = add(Primitive(Op::Mul), {to_bthd(id[m.q]), id[m.c]}, bthd);
+          // (q kᵀ) ∘ c = (q ∘ c) kᵀ for ∘ = · or /: the scale goes into q, so
+          // that the kernel needs no constant the graph does not know.
+          int qc = to_bthd(id[m.q]);
+          if (m.scale != Op::Count) qc = add(Primitive(m.scale), {qc, id[m.c]}, bthd);
           std::vector<int> parts;
           for (int x : {qc, to_bthd(id[m.k]), to_bthd(id[m.v])})
             parts.push_back(add(Primitive(Op::Reshape, ShapeAttrs{bt1hd}), {x}, bt1hd));
@@ -691,9 +706,12 @@ Graph fuse_attention(const Graph& g) {
           break;
         }
         case DV: id[i] = to_bhtd(grads[mi][2]), replaced = true; break;
-        case DQ:  // d(q · c) · c
-          id[i] = to_bhtd(add(Primitive(Op::Mul), {grads[mi][0], id[m.c]}, bthd)), replaced = true;
+        case DQ: {  // d(q ∘ c) ∘ c
+          int d = grads[mi][0];
+          if (m.scale != Op::Count) d = add(Primitive(m.scale), {d, id[m.c]}, bthd);
+          id[i] = to_bhtd(d), replaced = true;
           break;
+        }
         case DK: id[i] = to_bhtd(grads[mi][1]), replaced = true; break;
       }
     }

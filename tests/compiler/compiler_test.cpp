@@ -289,13 +289,15 @@ TEST(Passes, AnEpilogueUpdatesADonatedParameterInPlace) {
   EXPECT_EQ(step.last_compile().donated, 1);
 }
 
-// softmax(q kᵀ · c) v written out by hand on heads split from [B, T, H·D]
-// activations, with its gradients: q, k and v of each call.
-std::vector<Array> hand_written_attention(const std::vector<Array>& x, bool backward) {
+// softmax(q kᵀ ∘ c) v written out by hand on heads split from [B, T, H·D]
+// activations (∘: '*' times 0.25, '/' divided by 4, ' ' no scale), with
+// its gradients with respect to q, k and v.
+std::vector<Array> hand_written_attention(const std::vector<Array>& x, bool backward, char scale) {
   auto heads = [](const Array& y) { return transpose(reshape(y, {2, 7, 3, 16}), {0, 2, 1, 3}); };
-  auto attend = [](const std::vector<Array>& a) {
-    Array p = softmax(matmul(a[0], a[1], {.transpose_b = true}) * 0.25, -1);
-    return std::vector<Array>{matmul(p, a[2])};
+  auto attend = [scale](const std::vector<Array>& a) {
+    Array s = matmul(a[0], a[1], {.transpose_b = true});
+    s = scale == '*' ? s * 0.25 : scale == '/' ? s / 4.0 : s;
+    return std::vector<Array>{matmul(softmax(s, -1), a[2])};
   };
   std::vector<Array> qkv{heads(x[0]), heads(x[1]), heads(x[2])};
   if (!backward) return attend(qkv);
@@ -305,9 +307,10 @@ std::vector<Array> hand_written_attention(const std::vector<Array>& x, bool back
 
 TEST(Passes, HandWrittenAttentionBecomesTheFusedKernels) {
   const std::vector<Shape> shapes{{2, 7, 48}, {2, 7, 48}, {2, 7, 48}, {2, 3, 7, 16}};
-  for (bool backward : {false, true}) {
-    SCOPED_TRACE(backward ? "with the backward" : "forward only");
-    auto f = [&](const std::vector<Array>& x) { return hand_written_attention(x, backward); };
+  for (auto [backward, scale] : {std::pair{false, '*'}, {true, '*'}, {true, '/'}, {true, ' '}}) {
+    SCOPED_TRACE(std::string(backward ? "with the backward" : "forward only") + ", scale '" +
+                 scale + "'");
+    auto f = [&](const std::vector<Array>& x) { return hand_written_attention(x, backward, scale); };
     Graph g = compiler::fuse_attention(trace(f, shapes));
     EXPECT_EQ(count_ops(g, Op::Attention), 1) << g.str();
     EXPECT_EQ(count_ops(g, Op::AttentionGrad), backward ? 1 : 0) << g.str();
