@@ -250,6 +250,13 @@ void BM_bias_step(benchmark::State& state, bool fused) {
   state.SetBytesProcessed(state.iterations() * dy.nbytes());
 }
 
+// ---- a bias gradient alone: sum over the rows of [32·197, width] ----
+void BM_sum_rows(benchmark::State& state) {
+  Array dy = random::normal(random::Key(1), {M, state.range(0)});
+  for (auto _ : state) benchmark::DoNotOptimize(sum(dy, {0}).raw());
+  state.SetBytesProcessed(state.iterations() * dy.nbytes());
+}
+
 // ---- dispatch: one eager op on one element ----
 void BM_dispatch_add_1elem(benchmark::State& state) {
   Array a = ones({1}), b = ones({1});
@@ -337,6 +344,7 @@ BENCHMARK(BM_softmax_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_transpose_heads)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_sum_rows)->Arg(192)->Arg(576)->Arg(768)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_dispatch_add_1elem);
 BENCHMARK(BM_dispatch_exp_1elem);
 BENCHMARK_MAIN();

@@ -643,6 +643,25 @@ TEST_P(OpTableGrad, VjpMatchesFiniteDifferences) {
   }
 }
 
+// Column sums (bias gradients) split their columns by the thread count;
+// each column is still summed in row order, so the bits do not change with
+// it, in the Sum kernel and in a fused reduction with prologue and epilogue.
+TEST(Reduce, ColumnSumsDoNotDependOnTheThreadCount) {
+  Array x = random::normal(random::Key(3), {1000, 200}), b = random::normal(random::Key(4), {200});
+  auto f = [](const std::vector<Array>& a) {
+    return std::vector<Array>{sum(a[0], {0}), a[1] - sum(a[0] * 2.0, {0}) * 0.5};
+  };
+  const int saved = num_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (const Array& r : f({x, b})) runs.push_back(r.to_vector<float>());
+    for (const Array& r : jit(f)({x, b})) runs.push_back(r.to_vector<float>());
+  }
+  set_num_threads(saved);
+  for (size_t i = 4; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 4]) << "run " << i;
+}
+
 // The ops a case's function runs, and those its gradient runs (traced, not
 // run; the gradient only for differentiable cases).
 std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -91,6 +92,19 @@ void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
     int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     if (begin < end) f(begin, end);
   }
+}
+
+// The width of the column blocks a column reduction over [outer, reduced,
+// inner] gives each job: at most `widest`; with one outer slice (a bias
+// gradient) the columns are cut into a multiple of the thread count of equal
+// blocks (multiples of 16), so that no thread idles while another sums. The
+// block width never changes the order in which a column is summed.
+inline int64_t column_block(int64_t outer, int64_t inner, int64_t widest) {
+  if (outer != 1) return widest;
+  const int64_t nt = omp_get_max_threads();
+  const int64_t blocks = nt * ((inner + widest * nt - 1) / (widest * nt));
+  const int64_t width = ((inner + blocks - 1) / blocks + 15) / 16 * 16;
+  return std::clamp<int64_t>(width, 16, widest);
 }
 
 // ---- float math that the compiler can vectorize (within ~2 ulp) ----

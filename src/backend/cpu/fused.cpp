@@ -198,13 +198,14 @@ void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, Array
   }
   // Column sums: each job owns a block of up to kChunk outputs and walks the
   // reduced axis (float accumulators, in the Sum kernel's order).
-  const int64_t blocks = (inner + kChunk - 1) / kChunk;
-  parallel_for(outer * blocks, reduced * kChunk * body.nregs, [&](int64_t b, int64_t e) {
+  const int64_t width = column_block(outer, inner, kChunk);
+  const int64_t blocks = (inner + width - 1) / width;
+  parallel_for(outer * blocks, reduced * width * body.nregs, [&](int64_t b, int64_t e) {
     std::vector<float> scratch(scratch_regs * kChunk);
     std::vector<const float*> reg(scratch_regs);
     std::vector<float> acc(kChunk);
     for (int64_t job = b; job < e; ++job) {
-      int64_t o = job / blocks, i0 = (job % blocks) * kChunk, n = std::min(kChunk, inner - i0);
+      int64_t o = job / blocks, i0 = (job % blocks) * width, n = std::min(width, inner - i0);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t r = 0; r < reduced; ++r) {
         const float* v = body.run((o * reduced + r) * inner + i0, n, scratch.data(), reg);

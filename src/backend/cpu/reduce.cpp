@@ -66,12 +66,13 @@ void reduce_typed(const T* x, T* y, const ReduceView& v) {
   }
   // Column reduction: accumulate whole inner rows, vectorized over inner.
   constexpr int64_t kTile = 512;
-  int64_t tiles = (v.inner + kTile - 1) / kTile;
-  parallel_for(v.outer * tiles, v.reduced * kTile, [&](int64_t b, int64_t e) {
+  const int64_t tile = column_block(v.outer, v.inner, kTile);
+  int64_t tiles = (v.inner + tile - 1) / tile;
+  parallel_for(v.outer * tiles, v.reduced * tile, [&](int64_t b, int64_t e) {
     A acc[kTile];
     for (int64_t job = b; job < e; ++job) {
-      int64_t o = job / tiles, i0 = (job % tiles) * kTile;
-      int64_t n = std::min(kTile, v.inner - i0);
+      int64_t o = job / tiles, i0 = (job % tiles) * tile;
+      int64_t n = std::min(tile, v.inner - i0);
       for (int64_t i = 0; i < n; ++i) acc[i] = init;
       for (int64_t r = 0; r < v.reduced; ++r) {
         const T* row = x + (o * v.reduced + r) * v.inner + i0;
