@@ -104,17 +104,19 @@ struct BatchedGemm {
 };
 constexpr int64_t kHeads = 32 * 6, kT = 197, kD = 64;
 const BatchedGemm kAttnGemms[] = {
-    {"scores", kT, kD, kT, false, true},   // Q·Kᵀ
+    {"scores", kT, kD, kT, false, true},    // Q·Kᵀ
     {"context", kT, kT, kD, false, false},  // P·V
-    {"d_probs", kT, kD, kT, false, true},  // dO·Vᵀ
+    {"d_probs", kT, kD, kT, false, true},   // dO·Vᵀ
     {"d_v", kT, kT, kD, true, false},       // Pᵀ·dO
     {"d_q", kT, kT, kD, false, false},      // dS·K
     {"d_k", kT, kT, kD, true, false},       // dSᵀ·Q
 };
 
 void BM_kiln_batched(benchmark::State& state, BatchedGemm g) {
-  Array a = random::normal(random::Key(1), g.ta ? Shape{kHeads, g.k, g.m} : Shape{kHeads, g.m, g.k});
-  Array b = random::normal(random::Key(2), g.tb ? Shape{kHeads, g.n, g.k} : Shape{kHeads, g.k, g.n});
+  Array a =
+      random::normal(random::Key(1), g.ta ? Shape{kHeads, g.k, g.m} : Shape{kHeads, g.m, g.k});
+  Array b =
+      random::normal(random::Key(2), g.tb ? Shape{kHeads, g.n, g.k} : Shape{kHeads, g.k, g.n});
   MatmulOptions opt{g.ta, g.tb, DType::f32};
   for (auto _ : state) benchmark::DoNotOptimize(matmul(a, b, opt).raw());
   set_flops(state, 2.0 * kHeads * g.m * g.n * g.k);
@@ -242,8 +244,11 @@ void BM_transpose_heads(benchmark::State& state) {
 void BM_bias_step(benchmark::State& state, bool fused) {
   Array dy = random::normal(random::Key(1), {32, 197, 1536}), p = zeros({1536});
   if (!fused) setenv("KILN_COMPILE", "no_reduce", 1);
-  Jitted step([](const std::vector<Array>& x) { return std::vector<Array>{x[0] - sum(x[1], {0, 1}) * 0.01}; },
-              {});
+  Jitted step(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{x[0] - sum(x[1], {0, 1}) * 0.01};
+      },
+      {});
   step({p, dy});  // compiles with the switches of now
   unsetenv("KILN_COMPILE");
   for (auto _ : state) benchmark::DoNotOptimize(step({p, dy})[0].raw());
@@ -326,7 +331,8 @@ int register_all() {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
   for (bool fused : {true, false})
-    benchmark::RegisterBenchmark(fused ? "bias_step/fused" : "bias_step/unfused", BM_bias_step, fused)
+    benchmark::RegisterBenchmark(fused ? "bias_step/fused" : "bias_step/unfused", BM_bias_step,
+                                 fused)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   return 0;

@@ -75,7 +75,8 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
                  "[compile] %zu -> %zu ops; arena %.1f MiB (peak live %.1f MiB) vs %.1f MiB of "
                  "intermediates; %d in place, %d donated; %.1f ms\n",
                  stats_.nodes_traced, stats_.nodes_compiled, plan_.arena_bytes / 1048576.0,
-                 plan_.peak_live_bytes / 1048576.0, plan_.naive_bytes / 1048576.0, plan_.inplace, plan_.donated, stats_.compile_ms);
+                 plan_.peak_live_bytes / 1048576.0, plan_.naive_bytes / 1048576.0, plan_.inplace,
+                 plan_.donated, stats_.compile_ms);
   if (debug_level() >= 3)
     std::fprintf(stderr, "[compile] memory plan:\n%s", plan_.str(graph_).c_str());
 }

@@ -252,8 +252,7 @@ Graph fuse_elementwise(const Graph& g) {
     group[i] = i;
     members[i] = {i};
     for (int k : g.nodes[i].inputs) {
-      if (group[k] < 0 || group[k] == i || !sole[k] ||
-          g.nodes[k].shape != g.nodes[i].shape)
+      if (group[k] < 0 || group[k] == i || !sole[k] || g.nodes[k].shape != g.nodes[i].shape)
         continue;
       int from = group[k];
       for (int m : members[from]) group[m] = i;
@@ -470,8 +469,7 @@ Graph fuse_reductions(const Graph& g) {
     // before the Sum (the fused op is emitted in the Sum's place, so the
     // prologue's operands die no later).
     int c = user[s], via = -1;
-    if (c >= 0 && !g.nodes[c].is_input() && g.nodes[c].prim->op() == Op::Reshape &&
-        user[c] >= 0) {
+    if (c >= 0 && !g.nodes[c].is_input() && g.nodes[c].prim->op() == Op::Reshape && user[c] >= 0) {
       via = c;
       c = user[via];
     }
@@ -566,7 +564,9 @@ Graph fuse_attention(const Graph& g) {
     if (!op_is(m.p, Op::Softmax) || g.nodes[m.p].prim->attrs<AxisAttrs>().axis != 3) continue;
     // The scores: q kᵀ, times or divided by a scalar, or as they are.
     m.s = in(m.p, 0);
-    auto scalar = [&](int x) { return numel(g.nodes[x].shape) == 1 && g.nodes[x].dtype == DType::f32; };
+    auto scalar = [&](int x) {
+      return numel(g.nodes[x].shape) == 1 && g.nodes[x].dtype == DType::f32;
+    };
     if (op_is(m.s, Op::Mul)) {
       m.scale = Op::Mul;
       for (int side = 0; side < 2; ++side)
@@ -608,8 +608,7 @@ Graph fuse_attention(const Graph& g) {
         m.t2 = users[m.t1][0];
         ok = op_is(m.t2, Op::Sum) &&
              g.nodes[m.t2].prim->attrs<ReduceAttrs>() == ReduceAttrs{{3}, true} &&
-             in(m.t3, 0) == m.dp &&
-             in(m.t3, 1) == m.t2 && read_only_by(m.dp, {m.t1, m.t3}) &&
+             in(m.t3, 0) == m.dp && in(m.t3, 1) == m.t2 && read_only_by(m.dp, {m.t1, m.t3}) &&
              read_only_by(m.t2, {m.t3}) && read_only_by(m.t3, {m.ds1}) &&
              (m.scale == Op::Count || users[m.ds1].size() == 1) && !is_output[m.ds1];
       }
@@ -617,9 +616,9 @@ Graph fuse_attention(const Graph& g) {
         m.ds0 = m.ds1;  // no scale: the softmax VJP feeds the matmul VJPs
       } else if (ok) {
         m.ds0 = users[m.ds1][0];
-        ok = (m.scale == Op::Mul ? op_is(m.ds0, Op::Mul) && other(m.ds0, m.ds1) == m.c
-                                 : op_is(m.ds0, Op::Div) && in(m.ds0, 0) == m.ds1 &&
-                                       in(m.ds0, 1) == m.c) &&
+        ok = (m.scale == Op::Mul
+                  ? op_is(m.ds0, Op::Mul) && other(m.ds0, m.ds1) == m.c
+                  : op_is(m.ds0, Op::Div) && in(m.ds0, 0) == m.ds1 && in(m.ds0, 1) == m.c) &&
              g.nodes[m.ds0].shape == g.nodes[m.s0].shape && !is_output[m.ds0];
       }
       if (ok)
@@ -659,8 +658,8 @@ Graph fuse_attention(const Graph& g) {
   std::vector<int> qkv(matches.size(), -1);
   std::vector<std::array<int, 3>> grads(matches.size());  // d(q·c), dk, dv as [B, T, H, D]
   auto add = [&](Primitive prim, std::vector<int> ins, Shape shape) {
-    return out.add_op(std::make_shared<Primitive>(std::move(prim)), std::move(ins), std::move(shape),
-                      DType::f32);
+    return out.add_op(std::make_shared<Primitive>(std::move(prim)), std::move(ins),
+                      std::move(shape), DType::f32);
   };
   const std::vector<int> heads_tokens{0, 2, 1, 3};  // [B, H, T, D] <-> [B, T, H, D]
   for (int i = 0; i < n; ++i) {
@@ -676,8 +675,12 @@ Graph fuse_attention(const Graph& g) {
       const Shape bthd{bhtd[0], bhtd[2], bhtd[1], bhtd[3]};
       const Shape bt1hd{bthd[0], bthd[1], 1, bthd[2], bthd[3]};
       const Shape bt3hd{bthd[0], bthd[1], 3, bthd[2], bthd[3]};
-      auto to_bthd = [&](int x) { return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bthd); };
-      auto to_bhtd = [&](int x) { return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bhtd); };
+      auto to_bthd = [&](int x) {
+        return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bthd);
+      };
+      auto to_bhtd = [&](int x) {
+        return add(Primitive(Op::Transpose, PermAttrs{heads_tokens}), {x}, bhtd);
+      };
       switch (action) {
         case Forward: {
           // (q kᵀ) ∘ c = (q ∘ c) kᵀ for ∘ = · or /: the scale goes into q, so
@@ -694,13 +697,13 @@ Graph fuse_attention(const Graph& g) {
           break;
         }
         case Backward: {
-          int d = add(Primitive(Op::AttentionGrad, AttentionAttrs{1.0}), {qkv[mi], to_bthd(id[m.g])},
-                      bt3hd);
+          int d = add(Primitive(Op::AttentionGrad, AttentionAttrs{1.0}),
+                      {qkv[mi], to_bthd(id[m.g])}, bt3hd);
           for (int j = 0; j < 3; ++j) {
             Shape start{0, 0, j, 0, 0}, stop = bt3hd;
             stop[2] = j + 1;
-            int part = add(Primitive(Op::Slice, SliceAttrs{start, stop, Shape(5, 1), bt3hd}), {d},
-                           bt1hd);
+            int part =
+                add(Primitive(Op::Slice, SliceAttrs{start, stop, Shape(5, 1), bt3hd}), {d}, bt1hd);
             grads[mi][j] = add(Primitive(Op::Reshape, ShapeAttrs{bthd}), {part}, bthd);
           }
           break;
@@ -735,9 +738,8 @@ Graph fuse_layer_norm_residual(const Graph& g) {
       int l = add.inputs[side], r = add.inputs[1 - side];
       const Node& lng = g.nodes[l];
       if (lng.is_input() || lng.prim->op() != Op::LayerNormGrad || lng.dtype != DType::f32 ||
-          lng.prim->attrs<NormAttrs>().residual || !sole[l] ||
-          absorbed_by[l] >= 0 || g.nodes[r].shape != add.shape || lng.shape != add.shape ||
-          g.nodes[r].dtype != DType::f32)
+          lng.prim->attrs<NormAttrs>().residual || !sole[l] || absorbed_by[l] >= 0 ||
+          g.nodes[r].shape != add.shape || lng.shape != add.shape || g.nodes[r].dtype != DType::f32)
         continue;
       absorbed_by[l] = a;
       residual[a] = r;
@@ -862,11 +864,16 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
 
 PassOptions PassOptions::from_env() {
   static const std::pair<const char*, bool PassOptions::*> kSwitches[] = {
-      {"no_dce", &PassOptions::dce},           {"no_cse", &PassOptions::cse},
-      {"no_simplify", &PassOptions::simplify}, {"no_fuse", &PassOptions::fuse},
-      {"no_epilogue", &PassOptions::epilogue}, {"no_reduce", &PassOptions::reduce},
-      {"no_norm", &PassOptions::norm},         {"no_remat", &PassOptions::remat},
-      {"no_plan", &PassOptions::plan},         {"no_inplace", &PassOptions::inplace},
+      {"no_dce", &PassOptions::dce},
+      {"no_cse", &PassOptions::cse},
+      {"no_simplify", &PassOptions::simplify},
+      {"no_fuse", &PassOptions::fuse},
+      {"no_epilogue", &PassOptions::epilogue},
+      {"no_reduce", &PassOptions::reduce},
+      {"no_norm", &PassOptions::norm},
+      {"no_remat", &PassOptions::remat},
+      {"no_plan", &PassOptions::plan},
+      {"no_inplace", &PassOptions::inplace},
       {"no_attention", &PassOptions::attention}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");

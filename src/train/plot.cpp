@@ -152,7 +152,8 @@ bool ends_with(const std::string& s, const std::string& tail) {
 void plot_log(const std::string& log, const std::string& out) {
   const bool png = ends_with(out, ".png");
   if (!png && !ends_with(out, ".svg"))
-    fail("plot", "-o " + out + ": kiln plot writes PNG or SVG; give a file name ending in .png or .svg");
+    fail("plot",
+         "-o " + out + ": kiln plot writes PNG or SVG; give a file name ending in .png or .svg");
   std::istringstream in(io::read_file(log, "plot"));
   Series train{{}, {}, "#1f77b4", "training loss"}, smooth{{}, {}, "#0b3d66", "moving average"};
   Series eval_loss{{}, {}, "#d62728", "test loss", true};
@@ -219,8 +220,8 @@ void plot_log(const std::string& log, const std::string& out) {
   if (status == CAIRO_STATUS_SUCCESS) status = cairo_surface_status(surface);
   cairo_surface_destroy(surface);
   if (status != CAIRO_STATUS_SUCCESS)
-    fail("plot", "-o " + out + ": cairo could not draw the plot (" +
-                     cairo_status_to_string(status) + ")");
+    fail("plot",
+         "-o " + out + ": cairo could not draw the plot (" + cairo_status_to_string(status) + ")");
   io::write_file_atomic(out, bytes);
 }
 

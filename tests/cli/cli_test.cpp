@@ -233,7 +233,8 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   EXPECT_EQ(image.height, 720u);
   auto count = [&](int r, int g, int b) {
     int64_t n = 0;
-    for (size_t i = 0; i + 2 < px.size(); i += 3) n += px[i] == r && px[i + 1] == g && px[i + 2] == b;
+    for (size_t i = 0; i + 2 < px.size(); i += 3)
+      n += px[i] == r && px[i + 1] == g && px[i + 2] == b;
     return n;
   };
   EXPECT_GT(count(255, 255, 255), int64_t(px.size() / 3 / 2));  // mostly background

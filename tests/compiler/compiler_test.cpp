@@ -232,16 +232,16 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
   // The elementwise op that alone reads a sum, in the sum's shape, runs on
   // the sums before they are stored: a mean plus a bias (prologue and
   // epilogue), an SGD step on a bias gradient (a plain column sum with an
-  // epilogue; also summed with keepdims and reshaped), a norm of norms (an epilogue whose result is the next sum's
-  // operand), a sum squared (read twice by one op). A broadcast reader
-  // (softmax's division), an epilogue operand made after the sum (a
-  // reshape), and a sum read by two ops, stay as they are.
+  // epilogue; also summed with keepdims and reshaped), a norm of norms (an epilogue whose result is
+  // the next sum's operand), a sum squared (read twice by one op). A broadcast reader (softmax's
+  // division), an epilogue operand made after the sum (a reshape), and a sum read by two ops, stay
+  // as they are.
   auto f = [](const std::vector<Array>& x) {
     Array mean = sum(x[0] * x[1], {-1}) * (1.0 / 300) + x[3];
     Array step = x[4] - sum(x[1], {0, 1}) * 0.1;
     Array kept = x[4] - reshape(sum(x[0], {0, 1}, true), {300}) * 0.1;  // through a reshape
     Array rowed = exp(sum(x[0] - x[1], {2}) * x[6]);  // an operand read as a row per sum row
-    Array many = sum(x[7], {1}) * 0.5 + x[8];  // more rows than one block of sums
+    Array many = sum(x[7], {1}) * 0.5 + x[8];         // more rows than one block of sums
     Array first = sum(x[0], {2});
     Array pair = first + sum(x[1] * 3.0, {2});  // the later sum takes the add
     Array norms = sum(sqrt(sum(x[0] * x[0], {2})), {1});
@@ -253,10 +253,11 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
     Array after = early * reshape(x[5], {3, 5});
     Array twice = sum(x[0], {2});
     Array a = twice * 2.0, b = twice + 1.0;
-    return std::vector<Array>{mean, step, kept, rowed, many, pair, norms, square, softmax, after, a, b};
+    return std::vector<Array>{mean,  step,   kept,    rowed, many, pair,
+                              norms, square, softmax, after, a,    b};
   };
-  std::vector<Shape> shapes{{3, 5, 300}, {3, 5, 300}, {300}, {3, 5}, {300}, {15}, {5}, {1000, 40},
-                            {1000}};
+  std::vector<Shape> shapes{{3, 5, 300}, {3, 5, 300}, {300},      {3, 5}, {300},
+                            {15},        {5},         {1000, 40}, {1000}};
   Graph g = compiler::fuse_reductions(compiler::fuse_elementwise(trace(f, shapes)));
   int with_epilogue = 0;
   for (auto& n : g.nodes)
@@ -275,9 +276,7 @@ TEST(Passes, ReductionsFuseWithTheirElementwiseEpilogue) {
 // into its donated buffer.
 TEST(Passes, AnEpilogueUpdatesADonatedParameterInPlace) {
   Jitted step = jit(
-      [](const std::vector<Array>& x) {
-        return std::vector<Array>{x[0] - sum(x[1], {0}) * 0.5};
-      },
+      [](const std::vector<Array>& x) { return std::vector<Array>{x[0] - sum(x[1], {0}) * 0.5}; },
       {.donate = {0}});
   Array p = ones({300});
   void* address = p.raw();
@@ -310,7 +309,9 @@ TEST(Passes, HandWrittenAttentionBecomesTheFusedKernels) {
   for (auto [backward, scale] : {std::pair{false, '*'}, {true, '*'}, {true, '/'}, {true, ' '}}) {
     SCOPED_TRACE(std::string(backward ? "with the backward" : "forward only") + ", scale '" +
                  scale + "'");
-    auto f = [&](const std::vector<Array>& x) { return hand_written_attention(x, backward, scale); };
+    auto f = [&](const std::vector<Array>& x) {
+      return hand_written_attention(x, backward, scale);
+    };
     Graph g = compiler::fuse_attention(trace(f, shapes));
     EXPECT_EQ(count_ops(g, Op::Attention), 1) << g.str();
     EXPECT_EQ(count_ops(g, Op::AttentionGrad), backward ? 1 : 0) << g.str();
@@ -433,9 +434,8 @@ VitStep vit_step(double lr = 0.05, bool fused_attention = true) {
     const Array& y = args[names.size() + 1];
     nn::ApplyOptions opt;
     opt.fused_attention = fused_attention;
-    auto [loss, grads] = value_and_grad([&](const Params& q) {
-      return mean(softmax_cross_entropy(model.apply(q, x, opt), y));
-    })(p);
+    auto [loss, grads] = value_and_grad(
+        [&](const Params& q) { return mean(softmax_cross_entropy(model.apply(q, x, opt), y)); })(p);
     optim::SGD sgd({.lr = lr});
     auto [next, state] = sgd.update(grads, sgd.init(p), p);
     std::vector<Array> out = flatten(next);
@@ -477,7 +477,8 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
       // peak of live bytes) and below half of all values side by side.
       EXPECT_LE(plan.arena_bytes, peak + peak * 15 / 100) << "peak live bytes " << peak;
       EXPECT_LT(plan.arena_bytes, plan.naive_bytes / 2) << "reuse should at least halve the memory";
-      EXPECT_EQ(plan.donated, static_cast<int>(s.names.size())) << "every parameter updated in place";
+      EXPECT_EQ(plan.donated, static_cast<int>(s.names.size()))
+          << "every parameter updated in place";
       if (inplace) {
         EXPECT_GT(plan.inplace, 0);
       }

@@ -383,7 +383,9 @@ std::vector<Case> cases() {
   // The VJPs of slice and take, differentiable themselves.
   c.push_back({"slice_grad_step",
                {F({2, 2})},
-               [](auto& x) { return slice_grad(x[0], SliceAttrs{{1, 0}, {5, 6}, {2, 3}, {5, 6}}); },
+               [](auto& x) {
+                 return slice_grad(x[0], SliceAttrs{{1, 0}, {5, 6}, {2, 3}, {5, 6}});
+               },
                [](auto& h) {
                  Host o{{5, 6}, std::vector<double>(30, 0.0)};
                  int k = 0;
@@ -393,7 +395,9 @@ std::vector<Case> cases() {
                }});
   c.push_back({"scatter_add_rows",
                {I({4}, 0, 5), F({4, 3})},
-               [](auto& x) { return scatter_add(x[0], x[1], 0, {5, 3}); },
+               [](auto& x) {
+                 return scatter_add(x[0], x[1], 0, {5, 3});
+               },
                [](auto& h) {
                  Host o{{5, 3}, std::vector<double>(15, 0.0)};
                  for (int r = 0; r < 4; ++r)
@@ -680,8 +684,9 @@ std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
   Array out = c.fn(ins);
   std::set<Op> forward = ops_in({out}), backward;
   if (c.grad) {
-    auto [outs, grads] = vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; },
-                             ins, {ones_like(out)});
+    auto [outs, grads] =
+        vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; }, ins,
+            {ones_like(out)});
     std::vector<Array> defined;
     for (auto& g : grads)
       if (g.valid()) defined.push_back(g);
@@ -704,10 +709,10 @@ std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
 // checks those two.
 TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
   const std::set<Op> no_grad_check{
-      Op::Equal,        Op::NotEqual,   Op::Less,           Op::LessEqual,     Op::Greater,
-      Op::GreaterEqual, Op::Argmax,     Op::OneHot,         Op::Cast,          Op::StopGradient,
-      Op::GeluGrad,     Op::GeluTanhGrad, Op::LayerNormGrad, Op::LayerNormParamGrad,
-      Op::AttentionGrad, Op::SoftmaxCrossEntropyGrad};
+      Op::Equal,         Op::NotEqual,           Op::Less,          Op::LessEqual,
+      Op::Greater,       Op::GreaterEqual,       Op::Argmax,        Op::OneHot,
+      Op::Cast,          Op::StopGradient,       Op::GeluGrad,      Op::GeluTanhGrad,
+      Op::LayerNormGrad, Op::LayerNormParamGrad, Op::AttentionGrad, Op::SoftmaxCrossEntropyGrad};
   const std::set<Op> compiler_made{Op::FusedElementwise, Op::MatmulEpilogue, Op::FusedReduce};
   std::set<Op> checked, differentiated;
   for (const Case& c : cases()) {

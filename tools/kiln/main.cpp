@@ -384,8 +384,7 @@ int main(int argc, char** argv) {
   d->add_option("--lr", demo.lr, "SGD learning rate")->check(kPositive);
   d->add_option("--mode", demo.mode, "execution mode")->check(CLI::IsMember({"eager", "lazy"}));
   d->add_option("--seed", demo.seed, "random seed");
-  d->add_option("--threads", demo.threads, "CPU threads (default: all)")
-      ->check(kPositiveInt);
+  d->add_option("--threads", demo.threads, "CPU threads (default: all)")->check(kPositiveInt);
   auto* info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags tf;
@@ -408,8 +407,7 @@ int main(int argc, char** argv) {
       ->check(kPositiveInt);
   t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
       ->check(kNonNegativeInt);
-  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")
-      ->check(kNonNegative);
+  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")->check(kNonNegative);
   t->add_option("--seed", tf.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
@@ -447,8 +445,7 @@ int main(int argc, char** argv) {
       ->check(kNonNegativeInt);
   t->add_option("--save", tf.save,
                 "checkpoint directory (transformers-loadable), written at the end");
-  t->add_option("--save-every", tf.save_every, "also save every N steps")
-      ->check(kNonNegativeInt);
+  t->add_option("--save-every", tf.save_every, "also save every N steps")->check(kNonNegativeInt);
   t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
   t->add_option("--precision", tf.precision,

@@ -146,13 +146,14 @@ void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, Array
   const size_t nbody = attrs.body.reads.size();
   BodyEval body(attrs.body, in, 0, nbody);
   const bool has_epilogue = !attrs.epilogue.program.empty();
-  if (has_epilogue &&
-      (attrs.epilogue_sum < 0 || attrs.epilogue_sum >= static_cast<int>(attrs.epilogue.reads.size())))
+  if (has_epilogue && (attrs.epilogue_sum < 0 ||
+                       attrs.epilogue_sum >= static_cast<int>(attrs.epilogue.reads.size())))
     fail("FusedReduce", "the epilogue's sum register is out of range");
   if (!has_epilogue && in.size() != nbody)
-    fail("FusedReduce", "expected " + std::to_string(nbody) + " inputs, got " +
-                            std::to_string(in.size()));
-  BodyEval epi(attrs.epilogue, in, nbody, in.size() - nbody, has_epilogue ? attrs.epilogue_sum : -1);
+    fail("FusedReduce",
+         "expected " + std::to_string(nbody) + " inputs, got " + std::to_string(in.size()));
+  BodyEval epi(attrs.epilogue, in, nbody, in.size() - nbody,
+               has_epilogue ? attrs.epilogue_sum : -1);
   int64_t outer, reduced, inner;
   reduce_dims(attrs.shape, axes, outer, reduced, inner);
   float* y = static_cast<float*>(alloc_output(out));
