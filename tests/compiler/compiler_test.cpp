@@ -467,6 +467,10 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
       for (size_t i = 0; i < s.names.size(); ++i)
         donated[slot] = donated[slot] || leaves[slot].same(ph[i]);
     Graph g = compiler::defer_donated_updates(compiler::optimize(captured, {}), donated);
+    // Either way the step runs the fused attention kernels: transformers'
+    // attention is recognized (fuse_attention).
+    EXPECT_EQ(count_ops(g, Op::AttentionGrad), s.cfg.num_hidden_layers);
+    EXPECT_EQ(count_ops(g, Op::Softmax), 0);
     for (bool inplace : {false, true}) {
       auto plan = compiler::plan_memory(g, donated, inplace);
       std::string why;
@@ -538,15 +542,19 @@ TEST(Jit, DonatedParametersKeepTheirBuffersAndOldHandlesFail) {
 }
 
 // Eager, lazy and jit: the same loss and parameters after 5 SGD steps of the
-// golden ViT, and each matches transformers' losses on its own.
-TEST(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
+// golden ViT, and each matches transformers' losses on its own. With
+// transformers' attention (unfused) eager runs its ops while the compiled
+// modes run the fused kernels fuse_attention maps them to.
+class Modes : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
   const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   Params w = io::load_safetensors(dir + "model.safetensors").tensors;
   Params batch = io::load_safetensors(dir + "batch.safetensors").tensors;
   auto want = io::load_safetensors(dir + "expected.safetensors")
                   .tensors.at("sgd_losses")
                   .to_vector<double>();
-  VitStep s = vit_step(0.05);
+  VitStep s = vit_step(0.05, GetParam());
   std::vector<Array> args0 = flatten(w);
   args0.push_back(batch.at("pixel_values"));
   args0.push_back(batch.at("labels"));
@@ -600,6 +608,10 @@ TEST(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
   }
   EXPECT_GE(lazy_cache_stats().hits, 4u);  // the lazy graph was compiled once and reused
 }
+
+INSTANTIATE_TEST_SUITE_P(Attention, Modes, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "fused" : "unfused";
+});
 
 }  // namespace
 }  // namespace kiln
