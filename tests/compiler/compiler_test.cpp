@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "compiler/executable.h"
 #include "compiler/graph.h"
@@ -349,6 +350,116 @@ TEST(Passes, AttentionWhoseProbabilitiesAreReadElsewhereStays) {
     Graph g = compiler::fuse_attention(trace(f, shapes));
     EXPECT_EQ(count_ops(g, Op::Attention), 0) << g.str();
     EXPECT_EQ(count_ops(g, Op::Softmax), 1) << g.str();
+  }
+}
+
+// A random program over [3, 5, 16] activations: elementwise ops with whole,
+// row ([16]), column ([3, 5, 1]) and scalar operands, sums (to columns and
+// to rows), matmuls with a weight, softmax, LayerNorm, hand-written
+// attention on [1, 3, 5, 16] views. Instructions are drawn first, then run
+// eagerly and under jit, with and without a backward.
+struct RandomProgram {
+  struct Instr {
+    int kind, a, b;
+  };
+  std::vector<Instr> code;
+  std::vector<int> outputs;
+  static constexpr int kInputs = 6;  // x, y [3,5,16]; row [16]; w [16,16]; g, b [16]
+
+  static RandomProgram draw(uint32_t seed) {
+    std::mt19937 rng(seed);
+    RandomProgram p;
+    std::vector<int> big{0, 1}, rows{2, 4, 5}, cols;  // value ids by shape
+    int next = kInputs;
+    auto pick = [&](const std::vector<int>& v) {
+      return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+    };
+    const int n = std::uniform_int_distribution<int>(4, 14)(rng);
+    for (int i = 0; i < n; ++i) {
+      int kind = std::uniform_int_distribution<int>(0, 11)(rng);
+      int a = pick(big), b = -1;
+      if (kind == 4) b = pick(big);                             // binary, whole
+      if (kind == 5) b = pick(rows);                            // binary, row
+      if (kind == 6) b = cols.empty() ? pick(big) : pick(cols);  // binary, column
+      if (kind == 11) b = pick(big);                            // attention: q = a, k = v = b
+      p.code.push_back({kind, a, b});
+      (kind == 8 ? rows : kind == 7 ? cols : big).push_back(next++);
+    }
+    const int outs = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int i = 0; i < outs; ++i)
+      p.outputs.push_back(std::uniform_int_distribution<int>(kInputs, next - 1)(rng));
+    return p;
+  }
+
+  std::vector<Array> run(const std::vector<Array>& in) const {
+    std::vector<Array> v(in.begin(), in.begin() + kInputs);
+    for (const Instr& ins : code) {
+      const Array &a = v[ins.a], &b = ins.b >= 0 ? v[ins.b] : a;
+      Array r;
+      switch (ins.kind) {
+        case 0: r = gelu(a); break;
+        case 1: r = exp(tanh(a)); break;
+        case 2: r = relu(a) - abs(a) * 0.5; break;
+        case 3: r = a * 1.5 + 0.25; break;
+        case 4: r = maximum(a, b) - minimum(a, b) * b; break;
+        case 5: r = a * b + b; break;
+        case 6: r = b.shape() == a.shape() ? a - b : a - b * 2.0; break;
+        case 7: r = sum(a * a, {2}, true) * (1.0 / 16); break;  // a column
+        case 8: r = sum(tanh(a), {0, 1}) - v[2]; break;         // a row
+        case 9: r = matmul(a, v[3], {.transpose_b = true}) + v[2]; break;
+        case 10: r = ins.a % 2 ? softmax(a, -1) : layer_norm(a, v[4], v[5], 1e-5); break;
+        case 11: {
+          Array q = reshape(a, {1, 3, 5, 16}), k = reshape(b, {1, 3, 5, 16});
+          Array att = softmax(matmul(q, k, {.transpose_b = true}) * 0.25, -1);
+          r = reshape(matmul(att, k), {3, 5, 16});
+          break;
+        }
+      }
+      v.push_back(r);
+    }
+    std::vector<Array> out;
+    for (int o : outputs) out.push_back(v[o]);
+    return out;
+  }
+};
+
+TEST(Passes, RandomProgramsCompileToWhatEagerComputes) {
+  const std::vector<Shape> shapes{{3, 5, 16}, {3, 5, 16}, {16}, {16, 16}, {16}, {16}};
+  std::vector<Array> args;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    args.push_back(random::normal(random::Key(70 + i), shapes[i]) * (i == 3 ? 0.25 : 1.0));
+  for (uint32_t seed = 0; seed < 120; ++seed) {
+    RandomProgram prog = RandomProgram::draw(seed);
+    for (bool backward : {false, true}) {
+      VectorFn f = [&](const std::vector<Array>& x) {
+        if (!backward) return prog.run(x);
+        // The outputs and the gradient of their weighted sum by every input.
+        auto [outs, grads] = vjp(
+            [&](const std::vector<Array>& y) {
+              Array total = zeros({});
+              for (const Array& o : prog.run(y)) total = total + sum(o * o) * 0.5;
+              return std::vector<Array>{total};
+            },
+            x, {ones({})});
+        std::vector<Array> r = outs;
+        for (auto& g : grads)
+          if (g.valid()) r.push_back(g);
+        return r;
+      };
+      auto eager = f(args);
+      auto compiled = jit(f)(args);
+      ASSERT_EQ(eager.size(), compiled.size()) << "seed " << seed;
+      for (size_t i = 0; i < eager.size(); ++i) {
+        auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
+        ASSERT_EQ(e.size(), c.size()) << "seed " << seed << " output " << i;
+        float top = 1;
+        for (float x : e) top = std::max(top, std::fabs(x));
+        for (size_t j = 0; j < e.size(); ++j)
+          ASSERT_NEAR(c[j], e[j], 2e-5f * top)
+              << "seed " << seed << (backward ? " with backward" : "") << " output " << i
+              << " at " << j;
+      }
+    }
   }
 }
 
