@@ -433,7 +433,7 @@ TEST(Passes, RandomProgramsCompileToWhatEagerComputes) {
     for (bool backward : {false, true}) {
       VectorFn f = [&](const std::vector<Array>& x) {
         if (!backward) return prog.run(x);
-        // The outputs and the gradient of their weighted sum by every input.
+        // The outputs, and the gradient of their squares' sum by every input.
         auto [outs, grads] = vjp(
             [&](const std::vector<Array>& y) {
               Array total = zeros({});
@@ -441,13 +441,20 @@ TEST(Passes, RandomProgramsCompileToWhatEagerComputes) {
               return std::vector<Array>{total};
             },
             x, {ones({})});
+        // An SGD step on every input, as a training step updates its
+        // (donated) parameters.
         std::vector<Array> r = outs;
-        for (auto& g : grads)
-          if (g.valid()) r.push_back(g);
+        for (size_t i = 0; i < grads.size(); ++i)
+          if (grads[i].valid()) r.push_back(x[i] - grads[i] * 0.01);
         return r;
       };
       auto eager = f(args);
-      auto compiled = jit(f)(args);
+      std::vector<Array> copies;  // donated arguments are consumed
+      for (const Array& a : args) copies.push_back(a * 1.0);
+      std::vector<int> donate;
+      if (backward)
+        for (int i = 0; i < RandomProgram::kInputs; ++i) donate.push_back(i);
+      auto compiled = jit(f, {.donate = donate})(copies);
       ASSERT_EQ(eager.size(), compiled.size()) << "seed " << seed;
       for (size_t i = 0; i < eager.size(); ++i) {
         auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
