@@ -170,17 +170,25 @@ void plot_log(const std::string& log, const std::string& out) {
       fail("plot", log + ":" + std::to_string(line_no) + ": not a JSON object (" + e.what() + ")");
     }
     if (!j.is_object() || !j.contains("step")) continue;  // the summary line
-    double step = j["step"].get<double>();
+    // A field's number; null (how JSON writes a NaN or Inf) is NaN, and the
+    // point is left out.
+    auto number = [&](const char* key) {
+      const auto& v = j[key];
+      if (v.is_null() && std::string(key) != "step") return std::nan("");
+      if (!v.is_number())
+        fail("plot", log + ":" + std::to_string(line_no) + ": field '" + key + "' is " + v.dump() +
+                         ", expected a number");
+      return v.get<double>();
+    };
+    const double step = number("step");
     xmax = std::max(xmax, step);
-    if (j.contains("loss")) {
-      train.x.push_back(step);
-      train.y.push_back(j["loss"].get<double>());
-    }
+    auto point = [&](Series& s, double y) {
+      if (std::isfinite(y)) s.x.push_back(step), s.y.push_back(y);
+    };
+    if (j.contains("loss")) point(train, number("loss"));
     if (j.contains("eval_loss")) {
-      eval_loss.x.push_back(step);
-      eval_loss.y.push_back(j["eval_loss"].get<double>());
-      eval_acc.x.push_back(step);
-      eval_acc.y.push_back(100 * j["eval_accuracy"].get<double>());
+      point(eval_loss, number("eval_loss"));
+      point(eval_acc, 100 * number("eval_accuracy"));
     }
   }
   if (train.x.empty() && eval_loss.x.empty())

@@ -244,6 +244,23 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   std::filesystem::remove_all(ckpt);
 }
 
+// A log line whose fields have the wrong type is an error naming the file,
+// the line and the field (it used to abort); a null loss (a NaN) is skipped.
+TEST(Cli, PlotNamesABadFieldAndSkipsNonFiniteLosses) {
+  std::string log = temp_path("bad.jsonl"), png = temp_path("bad.png");
+  { std::ofstream(log) << "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": \"x\"}\n"; }
+  CliRun r = kiln_cli("plot " + log + " -o " + png);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:2: field 'loss' is \"x\", expected a number"),
+            std::string::npos)
+      << r.output;
+  { std::ofstream(log) << "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": null}\n"; }
+  r = kiln_cli("plot " + log + " -o " + png);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(png));
+  for (auto& f : {log, png}) std::filesystem::remove(f);
+}
+
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   std::string cfg = temp_path("other.json");

@@ -378,10 +378,10 @@ struct RandomProgram {
     for (int i = 0; i < n; ++i) {
       int kind = std::uniform_int_distribution<int>(0, 11)(rng);
       int a = pick(big), b = -1;
-      if (kind == 4) b = pick(big);                             // binary, whole
-      if (kind == 5) b = pick(rows);                            // binary, row
+      if (kind == 4) b = pick(big);                              // binary, whole
+      if (kind == 5) b = pick(rows);                             // binary, row
       if (kind == 6) b = cols.empty() ? pick(big) : pick(cols);  // binary, column
-      if (kind == 11) b = pick(big);                            // attention: q = a, k = v = b
+      if (kind == 11) b = pick(big);                             // attention: q = a, k = v = b
       p.code.push_back({kind, a, b});
       (kind == 8 ? rows : kind == 7 ? cols : big).push_back(next++);
     }
@@ -463,8 +463,8 @@ TEST(Passes, RandomProgramsCompileToWhatEagerComputes) {
         for (float x : e) top = std::max(top, std::fabs(x));
         for (size_t j = 0; j < e.size(); ++j)
           ASSERT_NEAR(c[j], e[j], 2e-5f * top)
-              << "seed " << seed << (backward ? " with backward" : "") << " output " << i
-              << " at " << j;
+              << "seed " << seed << (backward ? " with backward" : "") << " output " << i << " at "
+              << j;
       }
     }
   }
@@ -727,9 +727,8 @@ TEST_P(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
   EXPECT_GE(lazy_cache_stats().hits, 4u);  // the lazy graph was compiled once and reused
 }
 
-INSTANTIATE_TEST_SUITE_P(Attention, Modes, ::testing::Bool(), [](const auto& info) {
-  return info.param ? "fused" : "unfused";
-});
+INSTANTIATE_TEST_SUITE_P(Attention, Modes, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "fused" : "unfused"; });
 
 }  // namespace
 }  // namespace kiln

@@ -523,6 +523,12 @@ int main(int argc, char** argv) {
     if (::isatty(STDOUT_FILENO)) std::printf("\n");
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;
+  } catch (const std::exception& e) {
+    // A library's own exception that no check turned into a kiln error: still
+    // a message and an exit code, not an abort (and a bug to report).
+    if (::isatty(STDOUT_FILENO)) std::printf("\n");
+    std::fprintf(stderr, "kiln: unexpected error (please report): %s\n", e.what());
+    return 1;
   }
   return 0;
 }
