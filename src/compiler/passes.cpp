@@ -54,6 +54,18 @@ std::vector<bool> single_reader(const Graph& g) {
   return sole;
 }
 
+// Per node: the ops that read it (one entry per operand slot), and whether
+// it is a graph output.
+struct Readers {
+  std::vector<std::vector<int>> users;
+  std::vector<bool> is_output;
+  explicit Readers(const Graph& g) : users(g.nodes.size()), is_output(g.nodes.size(), false) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (int k : g.nodes[i].inputs) users[k].push_back(static_cast<int>(i));
+    for (int o : g.outputs) is_output[o] = true;
+  }
+};
+
 // What a fusing pass does with one op: keep it, drop it (it lives on inside a
 // fused op emitted elsewhere), or replace it with a new primitive over other
 // operands (ids in the old graph).
@@ -322,11 +334,9 @@ bool epilogue_op(Op op, bool& binary, bool& commutes) {
 
 Graph fuse_matmul_epilogue(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<std::vector<int>> users(n);
-  std::vector<bool> is_output(n, false);
-  for (int i = 0; i < n; ++i)
-    for (int k : g.nodes[i].inputs) users[k].push_back(i);
-  for (int o : g.outputs) is_output[o] = true;
+  const Readers readers(g);
+  const auto& users = readers.users;
+  const auto& is_output = readers.is_output;
   // For each fused matmul: the chain members after it and the attributes.
   std::vector<int> root_of(n, -1);  // chain member -> the matmul it joins
   std::vector<EpilogueAttrs> attrs(n);
@@ -528,11 +538,9 @@ struct AttentionMatch {
 
 Graph fuse_attention(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<std::vector<int>> users(n);
-  std::vector<bool> is_output(n, false);
-  for (int i = 0; i < n; ++i)
-    for (int k : g.nodes[i].inputs) users[k].push_back(i);
-  for (int o : g.outputs) is_output[o] = true;
+  const Readers readers(g);
+  const auto& users = readers.users;
+  const auto& is_output = readers.is_output;
   auto op_is = [&](int i, Op op) {
     return i >= 0 && !g.nodes[i].is_input() && g.nodes[i].prim->op() == op &&
            g.nodes[i].dtype == DType::f32;

@@ -42,6 +42,20 @@ void expect_compiled_bit_identical(const VectorFn& f, const std::vector<Shape>& 
     EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>()) << "output " << i;
 }
 
+// jit(f) gives eager f's results within `tol` relative to each value (at
+// least 1), on the arguments given.
+void expect_compiled_close(const VectorFn& f, const std::vector<Array>& args, float tol) {
+  auto eager = f(args);
+  auto compiled = jit(f)(args);
+  ASSERT_EQ(eager.size(), compiled.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
+    ASSERT_EQ(e.size(), c.size()) << "output " << i;
+    for (size_t k = 0; k < e.size(); ++k)
+      EXPECT_NEAR(c[k], e[k], tol * std::max(1.0f, std::fabs(e[k]))) << "output " << i;
+  }
+}
+
 int count_ops(const Graph& g, Op op) {
   int n = 0;
   for (auto& node : g.nodes) n += node.prim && node.prim->op() == op;
@@ -199,14 +213,7 @@ TEST(Passes, MatmulEpiloguesFoldIntoTheGemm) {
   std::vector<Array> args;
   for (size_t i = 0; i < shapes.size(); ++i)
     args.push_back(random::normal(random::Key(10 + i), shapes[i]));
-  auto eager = f(args);
-  auto compiled = jit(f)(args);
-  for (size_t i = 0; i < eager.size(); ++i) {
-    auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
-    ASSERT_EQ(e.size(), c.size());
-    for (size_t k = 0; k < e.size(); ++k)
-      EXPECT_NEAR(c[k], e[k], 2e-6f * std::max(1.0f, std::fabs(e[k]))) << "output " << i;
-  }
+  expect_compiled_close(f, args, 2e-6f);
 }
 
 TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
@@ -322,15 +329,7 @@ TEST(Passes, HandWrittenAttentionBecomesTheFusedKernels) {
     std::vector<Array> args;
     for (size_t i = 0; i < shapes.size(); ++i)
       args.push_back(random::normal(random::Key(50 + i), shapes[i]));
-    auto eager = f(args);
-    auto compiled = jit(f)(args);
-    ASSERT_EQ(eager.size(), compiled.size());
-    for (size_t i = 0; i < eager.size(); ++i) {
-      auto e = eager[i].to_vector<float>(), c = compiled[i].to_vector<float>();
-      ASSERT_EQ(e.size(), c.size());
-      for (size_t j = 0; j < e.size(); ++j)
-        EXPECT_NEAR(c[j], e[j], 2e-6 * std::max(1.0f, std::fabs(e[j]))) << "output " << i;
-    }
+    expect_compiled_close(f, args, 2e-6f);
   }
 }
 
