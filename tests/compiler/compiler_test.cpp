@@ -29,12 +29,18 @@ Graph trace(const VectorFn& f, const std::vector<Shape>& shapes) {
   return compiler::capture(outs, leaves);
 }
 
-// jit(f) gives bit-identical results to eager f on random inputs of `shapes`.
-void expect_compiled_bit_identical(const VectorFn& f, const std::vector<Shape>& shapes,
-                                   uint32_t seed) {
+// Standard-normal arguments of `shapes`, from keys seed, seed + 1, ...
+std::vector<Array> random_args(const std::vector<Shape>& shapes, uint32_t seed) {
   std::vector<Array> args;
   for (size_t i = 0; i < shapes.size(); ++i)
     args.push_back(random::normal(random::Key(seed + i), shapes[i]));
+  return args;
+}
+
+// jit(f) gives bit-identical results to eager f on random inputs of `shapes`.
+void expect_compiled_bit_identical(const VectorFn& f, const std::vector<Shape>& shapes,
+                                   uint32_t seed) {
+  std::vector<Array> args = random_args(shapes, seed);
   auto eager = f(args);
   auto compiled = jit(f)(args);
   ASSERT_EQ(eager.size(), compiled.size());
@@ -210,10 +216,7 @@ TEST(Passes, MatmulEpiloguesFoldIntoTheGemm) {
       EXPECT_EQ(steps[1].read, FusedRead::Whole);
     }
   }
-  std::vector<Array> args;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    args.push_back(random::normal(random::Key(10 + i), shapes[i]));
-  expect_compiled_close(f, args, 2e-6f);
+  expect_compiled_close(f, random_args(shapes, 10), 2e-6f);
 }
 
 TEST(Passes, ReductionsFuseWithTheirElementwisePrologue) {
@@ -326,10 +329,7 @@ TEST(Passes, HandWrittenAttentionBecomesTheFusedKernels) {
     EXPECT_EQ(count_ops(g, Op::Softmax), 0) << g.str();
     EXPECT_EQ(count_ops(g, Op::Matmul), 0) << g.str();
     // The compiled function (all passes) against eager's unfused ops.
-    std::vector<Array> args;
-    for (size_t i = 0; i < shapes.size(); ++i)
-      args.push_back(random::normal(random::Key(50 + i), shapes[i]));
-    expect_compiled_close(f, args, 2e-6f);
+    expect_compiled_close(f, random_args(shapes, 50), 2e-6f);
   }
 }
 
