@@ -3,6 +3,7 @@
 #pragma once
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/array.h"
@@ -124,5 +125,8 @@ Array scatter_add(const Array& indices, const Array& updates, int axis, const Sh
 
 void set_num_threads(int n);
 int num_threads();
+// The library that runs f32 GEMMs on the CPU, e.g. "oneMKL 2026.2 (build
+// 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)" (KILN_SGEMM=onemkl|onednn).
+std::string cpu_gemm_library();
 
 }  // namespace kiln

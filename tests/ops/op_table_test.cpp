@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "backend/cpu/sgemm.h"
 #include "compiler/graph.h"
 #include "reference.h"
 
@@ -733,7 +734,67 @@ TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
   }
 }
 
-// The f32 attention kernels (forward and backward, on oneDNN's sgemm)
+// Runs fn once per f32 GEMM library kiln was built with (oneMKL where it
+// is built in, oneDNN's sgemm always), then restores the default.
+template <class F>
+void for_each_sgemm_library(F fn) {
+  const cpu::SgemmLibrary before = cpu::sgemm_library();
+  std::vector<cpu::SgemmLibrary> libs{cpu::SgemmLibrary::onednn};
+  if (cpu::have_onemkl()) libs.push_back(cpu::SgemmLibrary::onemkl);
+  for (cpu::SgemmLibrary lib : libs) {
+    cpu::set_sgemm_library(lib);
+    SCOPED_TRACE(cpu::sgemm_library_name());
+    fn();
+  }
+  cpu::set_sgemm_library(before);
+}
+
+// Both sgemm libraries against the f64 GEMM (plain loops) for every
+// transpose flag, at sizes beyond one block of either library and odd ones,
+// with and without a compiled epilogue (bias + residual, a leading scale as
+// sgemm's alpha).
+TEST(Matmul, F32LibrariesMatchF64) {
+  struct Dims {
+    int64_t m, k, n;
+  };
+  const std::vector<Dims> dims{{67, 45, 129}, {300, 384, 200}, {1, 7, 1}, {513, 1031, 17}};
+  for_each_sgemm_library([&] {
+    uint32_t seed = 300;
+    for (const Dims& d : dims)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          SCOPED_TRACE(std::to_string(d.m) + "x" + std::to_string(d.k) + "x" + std::to_string(d.n) +
+                       (ta ? " Aᵀ" : "") + (tb ? " Bᵀ" : ""));
+          Array a = random::normal(random::Key(seed++), ta ? Shape{d.k, d.m} : Shape{d.m, d.k});
+          Array b = random::normal(random::Key(seed++), tb ? Shape{d.n, d.k} : Shape{d.k, d.n});
+          Array bias = random::normal(random::Key(seed++), {d.n});
+          Array res = random::normal(random::Key(seed++), {d.m, d.n});
+          Array scale = full({}, 0.5, DType::f32);
+          auto plain = [&](const std::vector<Array>& x) {
+            return std::vector<Array>{matmul(x[0], x[1], {ta, tb, x[0].dtype()})};
+          };
+          auto epilogue = [&](const std::vector<Array>& x) {  // one MatmulEpilogue
+            return std::vector<Array>{x[4] * matmul(x[0], x[1], {ta, tb, x[0].dtype()}) + x[2] +
+                                      x[3]};
+          };
+          std::vector<Array> in{a, b, bias, res, scale}, in64;
+          for (const Array& x : in) in64.push_back(astype(x, DType::f64));
+          std::vector<Array> got{plain(in)[0], jit(epilogue)(in)[0]};
+          std::vector<Array> want{plain(in64)[0], epilogue(in64)[0]};
+          for (size_t o = 0; o < got.size(); ++o) {
+            auto g = astype(got[o], DType::f64).to_vector<double>();
+            auto w = want[o].to_vector<double>();
+            ASSERT_EQ(g.size(), w.size());
+            const double tol = 1e-6 * std::sqrt(static_cast<double>(d.k)) * 4;
+            for (size_t i = 0; i < g.size(); ++i)
+              ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, std::fabs(w[i])))
+                  << "output " << o << " at flat index " << i;
+          }
+        }
+  });
+}
+
+// The f32 attention kernels (forward and backward, on each sgemm library)
 // against the f64 ones (plain loops) at ViT's head dim and token count and
 // around them: odd token counts, one token, head dims of 16, 24 and 32. The
 // op table's cases are tiny; this is where the f32 backward is checked at
@@ -741,24 +802,26 @@ TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
 TEST(Attention, F32KernelsMatchF64) {
   const std::vector<Shape> shapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},
                                   {2, 50, 3, 4, 16},  {1, 7, 3, 1, 32},  {2, 21, 3, 2, 24}};
-  uint32_t seed = 100;
-  for (const Shape& s : shapes) {
-    SCOPED_TRACE(str(s));
-    Array qkv = random::normal(random::Key(seed++), s);
-    Array dout = random::normal(random::Key(seed++), {s[0], s[1], s[3], s[4]});
-    const double scale = 1.0 / std::sqrt(static_cast<double>(s[4]));
-    Array q64 = astype(qkv, DType::f64), d64 = astype(dout, DType::f64);
-    auto compare = [](const Array& got, const Array& want, const char* what) {
-      auto g = astype(got, DType::f64).to_vector<double>(), w = want.to_vector<double>();
-      ASSERT_EQ(g.size(), w.size());
-      double top = 0;
-      for (double x : w) top = std::max(top, std::fabs(x));
-      for (size_t i = 0; i < g.size(); ++i)
-        ASSERT_NEAR(g[i], w[i], 2e-6 * std::max(1.0, top)) << what << " at flat index " << i;
-    };
-    compare(attention(qkv, scale), attention(q64, scale), "forward");
-    compare(attention_grad(qkv, dout, scale), attention_grad(q64, d64, scale), "backward");
-  }
+  for_each_sgemm_library([&] {
+    uint32_t seed = 100;
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(str(s));
+      Array qkv = random::normal(random::Key(seed++), s);
+      Array dout = random::normal(random::Key(seed++), {s[0], s[1], s[3], s[4]});
+      const double scale = 1.0 / std::sqrt(static_cast<double>(s[4]));
+      Array q64 = astype(qkv, DType::f64), d64 = astype(dout, DType::f64);
+      auto compare = [](const Array& got, const Array& want, const char* what) {
+        auto g = astype(got, DType::f64).to_vector<double>(), w = want.to_vector<double>();
+        ASSERT_EQ(g.size(), w.size());
+        double top = 0;
+        for (double x : w) top = std::max(top, std::fabs(x));
+        for (size_t i = 0; i < g.size(); ++i)
+          ASSERT_NEAR(g[i], w[i], 2e-6 * std::max(1.0, top)) << what << " at flat index " << i;
+      };
+      compare(attention(qkv, scale), attention(q64, scale), "forward");
+      compare(attention_grad(qkv, dout, scale), attention_grad(q64, d64, scale), "backward");
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPrimitives, OpTable, ::testing::ValuesIn(cases()),

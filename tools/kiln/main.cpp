@@ -95,6 +95,7 @@ int run_info() {
                          : isa == dnnl_cpu_isa_avx512_core_vnni ? "AVX-512 with VNNI"
                                                                 : "older than AVX-512 BF16";
   std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
+  std::printf("f32 GEMM: %s\n", cpu_gemm_library().c_str());
   std::printf("devices:  cpu\n");
   return 0;
 }

@@ -8,10 +8,10 @@
 // (cache-resident at ViT's T = 197) and are never stored: the backward
 // recomputes them, which costs one T×T×D GEMM per job and saves B·H·T² values
 // of memory per layer.
-#include <oneapi/dnnl/dnnl.hpp>
 #include <limits>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/sgemm.h"
 
 namespace kiln::cpu {
 namespace {
@@ -20,9 +20,7 @@ namespace {
 // (op(X) = Xᵀ when its flag is set; then X is stored [k,m] or [n,k]).
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                                0.0f, c, ldc);
-  if (st != dnnl_success) fail("attention", "dnnl_sgemm failed with status " + std::to_string(st));
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, "attention");
 }
 
 // f64: the reference precision of the gradient checks.

@@ -1,5 +1,6 @@
 // kiln cpu backend: the kernel table, registered when the library loads.
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/sgemm.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -30,6 +31,9 @@ void set_num_threads(int n) {
 }
 int num_threads() {
   return omp_get_max_threads();
+}
+std::string cpu_gemm_library() {
+  return cpu::sgemm_library_name();
 }
 
 }  // namespace kiln

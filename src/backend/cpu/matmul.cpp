@@ -1,9 +1,10 @@
-// kiln cpu backend: matmul through oneDNN.
+// kiln cpu backend: matmul through oneMKL and oneDNN.
 //
 // Path choice (measured in bench/results, see ../shared/notes/cpu-baseline.md):
-// - f32 without batch (or a batch folded into the rows): dnnl_sgemm, which
-//   oneDNN 2.6 runs 1.1-2.5x faster than its f32 matmul primitive on the
-//   transposed ViT shapes;
+// - f32 without batch (or a batch folded into the rows): sgemm (sgemm.h:
+//   oneMKL's where built in, else dnnl_sgemm, which oneDNN 2.6 runs
+//   1.1-2.5x faster than its f32 matmul primitive on the transposed ViT
+//   shapes);
 // - f32 with a batch: the matmul primitive, fastest on small batched GEMMs;
 // - bf16 (AMX where the CPU has it): the matmul primitive, f32 accumulation,
 //   bf16 or f32 output;
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/sgemm.h"
 
 namespace kiln::cpu {
 namespace {
@@ -211,10 +213,8 @@ void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
   if (s.in == DType::f64)
     return gemm_f64(s, a.data<double>(), b.data<double>(), static_cast<double*>(c));
   if (s.in == DType::f32 && s.batch_a == 1 && s.batch_b == 1) {
-    dnnl_status_t st = dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f,
-                                  a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
-                                  s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n);
-    if (st != dnnl_success) fail("matmul", "dnnl_sgemm failed with status " + std::to_string(st));
+    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
+          s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n, "matmul");
     return;
   }
   run_primitive(s, a.raw(), b.raw(), c);
@@ -252,7 +252,7 @@ void apply_epilogue(float* c, int64_t rows, int64_t cols, const std::vector<Epil
 // A matmul with its elementwise epilogue. Batched GEMMs run on oneDNN's
 // matmul primitive with the epilogue as post-ops: the result is stored once,
 // after the epilogue, instead of written and read back. Unbatched f32 GEMMs
-// stay on dnnl_sgemm (faster than the primitive on several ViT shapes): a
+// stay on sgemm (faster than the primitive on several ViT shapes): a
 // leading scale becomes sgemm's alpha and the rest runs on each block of rows
 // right after the GEMM, without a separate kernel or intermediate buffer.
 void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
@@ -279,10 +279,8 @@ void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, Ar
       alpha = ops[rest[0].operand][0];
       rest.erase(rest.begin());
     }
-    dnnl_status_t st = dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, alpha,
-                                  a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
-                                  s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n);
-    if (st != dnnl_success) fail("matmul", "dnnl_sgemm failed with status " + std::to_string(st));
+    sgemm(s.ta, s.tb, s.m, s.n, s.k, alpha, a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
+          s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n, "MatmulEpilogue");
     if (!rest.empty()) apply_epilogue(static_cast<float*>(c), s.m, s.n, rest, ops);
     return;
   }

@@ -1,0 +1,88 @@
+// kiln cpu backend: f32 GEMM on oneMKL or oneDNN (see sgemm.h).
+#include "backend/cpu/sgemm.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/error.h"
+
+#ifdef KILN_HAVE_MKL
+#include <mkl_cblas.h>
+#include <mkl_service.h>
+#endif
+
+namespace kiln::cpu {
+namespace {
+
+SgemmLibrary initial_library() {
+  const char* env = std::getenv("KILN_SGEMM");
+  std::string want = env ? env : "";
+  if (want == "onednn") return SgemmLibrary::onednn;
+  if (!want.empty() && want != "onemkl")
+    fail("sgemm", "KILN_SGEMM is '" + want + "', expected onemkl or onednn");
+  return have_onemkl() ? SgemmLibrary::onemkl : SgemmLibrary::onednn;
+}
+
+std::atomic<SgemmLibrary>& current() {
+  static std::atomic<SgemmLibrary> lib{initial_library()};
+  return lib;
+}
+
+}  // namespace
+
+bool have_onemkl() {
+#ifdef KILN_HAVE_MKL
+  return true;
+#else
+  return false;
+#endif
+}
+
+SgemmLibrary sgemm_library() {
+  return current().load(std::memory_order_relaxed);
+}
+
+void set_sgemm_library(SgemmLibrary lib) {
+  if (lib == SgemmLibrary::onemkl && !have_onemkl())
+    fail("sgemm", "kiln was built without oneMKL (scripts/setup.sh fetches it into .deps/mkl)");
+  current().store(lib, std::memory_order_relaxed);
+}
+
+std::string sgemm_library_name() {
+#ifdef KILN_HAVE_MKL
+  if (sgemm_library() == SgemmLibrary::onemkl) {
+    MKLVersion v;  // 2026.2 reports major 2026, minor 0, update 2
+    mkl_get_version(&v);
+    return "oneMKL " + std::to_string(v.MajorVersion) + "." + std::to_string(v.UpdateVersion) +
+           " (build " + v.Build + ")";
+  }
+#endif
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (dnnl_sgemm)";
+}
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+           const char* who) {
+#ifdef KILN_HAVE_MKL
+  // oneMKL's LP64 interface takes 32-bit sizes; larger ones go to oneDNN.
+  const int64_t largest = std::max({m, n, k, lda, ldb, ldc});
+  if (sgemm_library() == SgemmLibrary::onemkl && largest <= INT32_MAX) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<MKL_INT>(m), static_cast<MKL_INT>(n), static_cast<MKL_INT>(k), alpha, a,
+                static_cast<MKL_INT>(lda), b, static_cast<MKL_INT>(ldb), beta, c,
+                static_cast<MKL_INT>(ldc));
+    return;
+  }
+#endif
+  dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (st != dnnl_success) fail(who, "dnnl_sgemm failed with status " + std::to_string(st));
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,35 @@
+// kiln cpu backend: the f32 GEMM every unbatched matmul and the attention
+// kernels run on.
+//
+// Two libraries can serve it: Intel oneMKL's cblas_sgemm, when kiln was built
+// with it (scripts/setup.sh fetches it from PyPI; CMake finds it in .deps/mkl),
+// and oneDNN's dnnl_sgemm, always there. oneMKL is the default where it is
+// built in: it runs the ViT-S/16 training GEMMs ~10-20% faster on this
+// project's CPU, the weight-gradient shapes up to 1.4x
+// (bench/results/2026-11-30-sgemm-mkl-cpu/). KILN_SGEMM=onednn (or
+// set_sgemm_library) selects oneDNN's for comparison.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kiln::cpu {
+
+enum class SgemmLibrary { onemkl, onednn };
+
+// C[m,n] = alpha · op(A)[m,k] · op(B)[k,n] + beta · C, row-major with leading
+// dimensions; op(X) = Xᵀ when its flag is set (then X is stored [k,m] or
+// [n,k]). Runs on OpenMP's threads, or on the calling thread alone inside a
+// parallel region. `who` names the caller in an error.
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+           const char* who);
+
+// The library sgemm runs on now, and whether oneMKL is built in.
+SgemmLibrary sgemm_library();
+bool have_onemkl();
+// Selects the library (fails for oneMKL where it is not built in).
+void set_sgemm_library(SgemmLibrary lib);
+// "oneMKL 2026.2 (build 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)".
+std::string sgemm_library_name();
+
+}  // namespace kiln::cpu
