@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cpu/sgemm.h"
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -83,6 +84,25 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << " printed:\n" << r.output;
   }
+}
+
+// `kiln info` names the f32 GEMM library; KILN_SGEMM picks oneDNN's, and a
+// bad value stops a run with a message instead of running on either.
+TEST(Cli, InfoNamesTheGemmLibraryAndKilnSgemmIsChecked) {
+  const std::string cli = KILN_CLI_PATH;
+  CliRun info = kiln_cli("info");
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(
+      info.output.find(std::string("f32 GEMM: ") + (cpu::have_onemkl() ? "oneMKL" : "oneDNN")),
+      std::string::npos)
+      << info.output;
+  CliRun onednn = kiln_cli_raw("KILN_SGEMM=onednn " + cli + " info");
+  EXPECT_NE(onednn.output.find("(dnnl_sgemm)"), std::string::npos) << onednn.output;
+  CliRun bad = kiln_cli_raw("KILN_SGEMM=mkl " + cli + " train --config " +
+                            std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json --steps 1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("KILN_SGEMM is 'mkl', expected onemkl or onednn"), std::string::npos)
+      << bad.output;
 }
 
 TEST(Cli, TrainRunsASmallConfigAndLogsJson) {

@@ -1,12 +1,14 @@
 // kiln cpu backend: f32 GEMM on oneMKL or oneDNN (see sgemm.h).
 #include "backend/cpu/sgemm.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <algorithm>
 #include <atomic>
-#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kiln/error.h"
 
@@ -18,18 +20,34 @@
 namespace kiln::cpu {
 namespace {
 
-SgemmLibrary initial_library() {
-  const char* env = std::getenv("KILN_SGEMM");
-  std::string want = env ? env : "";
-  if (want == "onednn") return SgemmLibrary::onednn;
-  if (!want.empty() && want != "onemkl")
-    fail("sgemm", "KILN_SGEMM is '" + want + "', expected onemkl or onednn");
-  return have_onemkl() ? SgemmLibrary::onemkl : SgemmLibrary::onednn;
-}
+// The library KILN_SGEMM asks for, chosen once; a bad value is kept as an
+// error and raised by the next sgemm outside a parallel region (never inside
+// one, where an exception would end the process).
+struct Choice {
+  std::atomic<SgemmLibrary> lib{SgemmLibrary::onednn};
+  std::string error;
+  Choice() {
+    const char* env = std::getenv("KILN_SGEMM");
+    const std::string want = env ? env : "";
+    if (want.empty()) {
+      lib = have_onemkl() ? SgemmLibrary::onemkl : SgemmLibrary::onednn;
+    } else if (want == "onednn") {
+      lib = SgemmLibrary::onednn;
+    } else if (want == "onemkl" && have_onemkl()) {
+      lib = SgemmLibrary::onemkl;
+    } else if (want == "onemkl") {
+      error =
+          "KILN_SGEMM is 'onemkl', but kiln was built without oneMKL (scripts/fetch-mkl.sh "
+          "fetches it into .deps/mkl)";
+    } else {
+      error = "KILN_SGEMM is '" + want + "', expected onemkl or onednn";
+    }
+  }
+};
 
-std::atomic<SgemmLibrary>& current() {
-  static std::atomic<SgemmLibrary> lib{initial_library()};
-  return lib;
+Choice& choice() {
+  static Choice c;
+  return c;
 }
 
 }  // namespace
@@ -43,16 +61,22 @@ bool have_onemkl() {
 }
 
 SgemmLibrary sgemm_library() {
-  return current().load(std::memory_order_relaxed);
+  return choice().lib.load(std::memory_order_relaxed);
+}
+
+void check_sgemm_library() {
+  if (!choice().error.empty()) fail("sgemm", choice().error);
 }
 
 void set_sgemm_library(SgemmLibrary lib) {
   if (lib == SgemmLibrary::onemkl && !have_onemkl())
     fail("sgemm", "kiln was built without oneMKL (scripts/setup.sh fetches it into .deps/mkl)");
-  current().store(lib, std::memory_order_relaxed);
+  choice().lib.store(lib, std::memory_order_relaxed);
+  choice().error.clear();
 }
 
 std::string sgemm_library_name() {
+  check_sgemm_library();
 #ifdef KILN_HAVE_MKL
   if (sgemm_library() == SgemmLibrary::onemkl) {
     MKLVersion v;  // 2026.2 reports major 2026, minor 0, update 2
@@ -69,6 +93,7 @@ std::string sgemm_library_name() {
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            const char* who) {
+  if (!omp_in_parallel()) check_sgemm_library();
 #ifdef KILN_HAVE_MKL
   // oneMKL's LP64 interface takes 32-bit sizes; larger ones go to oneDNN.
   const int64_t largest = std::max({m, n, k, lda, ldb, ldc});

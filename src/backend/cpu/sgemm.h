@@ -27,6 +27,9 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
 // The library sgemm runs on now, and whether oneMKL is built in.
 SgemmLibrary sgemm_library();
 bool have_onemkl();
+// Raises the error of a bad KILN_SGEMM (kernels that run sgemm inside a
+// parallel region call it first).
+void check_sgemm_library();
 // Selects the library (fails for oneMKL where it is not built in).
 void set_sgemm_library(SgemmLibrary lib);
 // "oneMKL 2026.2 (build 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)".
