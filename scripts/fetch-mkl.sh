@@ -26,7 +26,7 @@ mkl==$version --hash=sha256:eaab1875ce9f47ab3c66d5632cef06baf768c05781f2f28847bd
 mkl-include==$version --hash=sha256:889cc72057a1671fee1e9a8beb2fc4e0d222ba78c08b6d69584dae03fbec4822
 REQ
 echo "kiln setup: fetching oneMKL $version (PyPI wheels, ~220 MB) into $dest"
-if ! "$python" -m pip download -q --no-deps --only-binary=:all: --require-hashes \
+if ! "$python" -m pip download -q --timeout 30 --retries 2 --no-deps --only-binary=:all: --require-hashes \
      -r "$tmp/requirements.txt" -d "$tmp/wheels"; then
   echo "kiln setup: warning: could not download oneMKL; f32 GEMMs will run on oneDNN's sgemm"
   exit 0
