@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include "backend/cpu/sgemm.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -62,6 +63,15 @@ void BM_kiln_matmul(benchmark::State& state, Gemm g, DType dt) {
     benchmark::DoNotOptimize(c.raw());
   }
   set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
+// kiln's f32 matmul on a chosen sgemm library (oneMKL where built in, or
+// oneDNN's dnnl_sgemm; src/backend/cpu/sgemm.h).
+void BM_kiln_matmul_on(benchmark::State& state, Gemm g, cpu::SgemmLibrary lib) {
+  const cpu::SgemmLibrary before = cpu::sgemm_library();
+  cpu::set_sgemm_library(lib);
+  BM_kiln_matmul(state, g, DType::f32);
+  cpu::set_sgemm_library(before);
 }
 
 void BM_dnnl_sgemm(benchmark::State& state, Gemm g) {
@@ -304,6 +314,11 @@ int register_all() {
                                  DType::f32)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
+    if (cpu::have_onemkl())  // the default is oneMKL: the same matmul on oneDNN's sgemm
+      benchmark::RegisterBenchmark(("matmul_f32_vit_small/" + n + "/kiln_on_dnnl_sgemm").c_str(),
+                                   BM_kiln_matmul_on, g, cpu::SgemmLibrary::onednn)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   }
   for (const auto& g : kAttnGemms) {
     std::string n = g.name;
