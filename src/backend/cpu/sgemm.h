@@ -4,9 +4,9 @@
 // Two libraries can serve it: Intel oneMKL's cblas_sgemm, when kiln was built
 // with it (scripts/setup.sh fetches it from PyPI; CMake finds it in .deps/mkl),
 // and oneDNN's dnnl_sgemm, always there. oneMKL is the default where it is
-// built in: it runs the ViT-S/16 training GEMMs ~10-20% faster on this
-// project's CPU, the weight-gradient shapes up to 1.4x
-// (bench/results/2026-11-30-sgemm-mkl-cpu/). KILN_SGEMM=onednn (or
+// built in: inside a ViT-S/16 training step on this project's CPU its GEMMs
+// take 5-9% less time (the weight gradients 1.1-1.3x), ViT-Ti's and ViT-B's
+// are level (bench/results/2026-11-30-sgemm-mkl-cpu/). KILN_SGEMM=onednn (or
 // set_sgemm_library) selects oneDNN's for comparison.
 #pragma once
 #include <cstdint>
