@@ -70,7 +70,7 @@ void check_sgemm_library() {
 
 void set_sgemm_library(SgemmLibrary lib) {
   if (lib == SgemmLibrary::onemkl && !have_onemkl())
-    fail("sgemm", "kiln was built without oneMKL (scripts/setup.sh fetches it into .deps/mkl)");
+    fail("sgemm", "kiln was built without oneMKL (scripts/fetch-mkl.sh fetches it into .deps/mkl)");
   choice().lib.store(lib, std::memory_order_relaxed);
   choice().error.clear();
 }

@@ -30,7 +30,8 @@ bool have_onemkl();
 // Raises the error of a bad KILN_SGEMM (kernels that run sgemm inside a
 // parallel region call it first).
 void check_sgemm_library();
-// Selects the library (fails for oneMKL where it is not built in).
+// Selects the library (fails for oneMKL where it is not built in); for tests
+// and benchmarks, between kernels, not while one runs.
 void set_sgemm_library(SgemmLibrary lib);
 // "oneMKL 2026.2 (build 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)".
 std::string sgemm_library_name();
