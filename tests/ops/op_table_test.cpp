@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backend/cpu/sgemm.h"
+#include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "reference.h"
 
@@ -779,6 +780,15 @@ TEST(Matmul, F32LibrariesMatchF64) {
           };
           std::vector<Array> in{a, b, bias, res, scale}, in64;
           for (const Array& x : in) in64.push_back(astype(x, DType::f64));
+          {  // the compiled epilogue is one MatmulEpilogue
+            LazyScope scope;
+            std::vector<Array> leaves;
+            compiler::Graph gr = compiler::optimize(compiler::capture(epilogue(in), leaves), {});
+            int fused = 0;
+            for (const auto& node : gr.nodes)
+              fused += node.prim && node.prim->op() == Op::MatmulEpilogue;
+            ASSERT_EQ(fused, 1);
+          }
           std::vector<Array> got{plain(in)[0], jit(epilogue)(in)[0]};
           std::vector<Array> want{plain(in64)[0], epilogue(in64)[0]};
           for (size_t o = 0; o < got.size(); ++o) {
