@@ -224,9 +224,9 @@ int run_train(TrainFlags f) {
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
               f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
               opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
-  std::printf("device cpu, %d threads, %s; %lld steps, the first %lld untimed\n", num_threads(),
-              f.precision == "bf16" ? "bf16 mixed precision" : "fp32", (long long)cfg.steps,
-              (long long)cfg.warmup);
+  std::printf("device cpu, %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld untimed\n",
+              num_threads(), f.precision == "bf16" ? "bf16 mixed precision" : "fp32",
+              cpu_gemm_library().c_str(), (long long)cfg.steps, (long long)cfg.warmup);
   std::fflush(stdout);
 
   double elapsed = 0;
