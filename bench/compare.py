@@ -21,17 +21,24 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import cpu_model  # noqa: E402
+from benchutil import cpu_model, gpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "bench", "peers")
 VENV_PY = os.path.join(PEERS, ".venv", "bin", "python")
 
 
-def run(name, cmd, log, reuse=False):
+def run(name, cmd, log, reuse=False, timeout=None):
     if not reuse:
         print(f"== {name}: {' '.join(cmd)}", flush=True)
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+            sys.stdout.write(out[-2000:])
+            print(f"!! {name} did not finish within {timeout} s: left out", flush=True)
+            return None
         sys.stdout.write(proc.stdout[-2000:])
         if proc.returncode != 0:
             print(f"!! {name} failed with exit code {proc.returncode}", flush=True)
@@ -60,6 +67,10 @@ def main():
                    "earlier run instead of running again")
     p.add_argument("--rounds", type=int, default=1, help="run every program this many times, rotating the "
                    "order each round")
+    p.add_argument("--run-timeout", type=float, default=None, help="seconds one program may run; one that "
+                   "takes longer is stopped and left out of the report")
+    p.add_argument("--peak-gflops", type=float, default=None, help="the peak that MFU is computed against "
+                   "(default: the FMA-loop peak kiln's runs measure; on a GPU, pass one)")
     args = p.parse_args()
     if not os.path.exists(args.python):
         sys.exit(f"bench/compare: {args.python} does not exist; run bench/peers/setup_venv.sh first")
@@ -90,7 +101,7 @@ def main():
             suffix = "" if args.rounds == 1 else f"-r{k + 1}"
             log = os.path.join(tmp, name.replace(" ", "_") + suffix + ".jsonl")
             s = run(name + (f" (round {k + 1})" if args.rounds > 1 else ""), [*cmd, "--log-json", log], log,
-                    reuse)
+                    reuse, args.run_timeout)
             if s:
                 s["name"], s["command"] = name, " ".join(cmd)
                 results[name].append(s)
@@ -118,23 +129,26 @@ def main():
     # reading taken while the shared VM was busy elsewhere is too low, and
     # would put MFU above 100%).
     peaks = [x["peak_gflops"] for runs in results.values() for x in runs if x.get("peak_gflops")]
-    peak = max(peaks) if peaks else None
+    peak = args.peak_gflops or (max(peaks) if peaks else None)
+    peak_source = ("given with --peak-gflops" if args.peak_gflops else "kiln's FMA-loop peak")
     peers = [r for r in rows if r.get("peer_row")]
     fastest = min(peers, key=lambda r: r["median"]) if peers else None
     for r in rows:
         r["vs_fastest_peer"] = fastest["median"] / r["median"] if fastest else None
         r["mfu"] = r["flops_per_step"] / r["median"] / 1e9 / peak if peak else None
     date = datetime.date.today().isoformat()
+    machine = cpu_model() if args.device == "cpu" else f"{gpu_model()} (host: {cpu_model()})"
     # Rotated multi-round runs get their own files beside single-round ones.
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}"
                         + (f"-rotated{args.rounds}" if args.rounds > 1 else "")
                         + (f"-{args.tag}" if args.tag else ""))
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
-            "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "machine": cpu_model(),
+            "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "machine": machine,
             "cpus": os.cpu_count(),
             "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
                        f"--warmup {args.warmup} --device {args.device}"
                        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+                       + (f" --peak-gflops {args.peak_gflops:g}" if args.peak_gflops else "")
                        + (f" --tag {args.tag}" if args.tag else ""),
             "logs": tmp,
             "peak_gflops": peak, "rows": rows}
@@ -149,12 +163,12 @@ def main():
     with open(stem + ".json", "w") as f:
         json.dump(meta, f, indent=1)
     md = [f"# {args.model}, batch {args.batch_size}, {args.device}: kiln beside PyTorch and JAX\n",
-          f"- date: {date}; machine: {cpu_model()}, {os.cpu_count()} CPUs",
+          f"- date: {date}; machine: {machine}, {os.cpu_count()} CPUs",
           f"- command: `{meta['command']}` ({args.steps} steps, the first {args.warmup} untimed, "
           "one program after another, nothing else running"
           + (f"; {args.rounds} rounds, the order rotated each round; the median step is the median over "
              "rounds" if args.rounds > 1 else "") + ")",
-          f"- MFU: matmul FLOPs per step / median step time / {peak:.0f} GFLOP/s (kiln's FMA-loop peak)"
+          f"- MFU: matmul FLOPs per step / median step time / {peak:.0f} GFLOP/s ({peak_source})"
           if peak else "- MFU: no peak measured", "",
           "| run | median step | per round | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",
           "|---|---|---|---|---|---|---|---|---|---|"]

@@ -3,6 +3,7 @@ whose transformers (5.x) no longer ships FlaxViTForImageClassification. Same
 architecture as modeling_vit.py with eager attention and no dropout; NHWC
 pixels; `from_torch_state_dict` loads a PyTorch ViT's weights."""
 import math
+import re
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -63,9 +64,25 @@ class ViTForImageClassification(nn.Module):
         return nn.Dense(self.num_labels, kernel_init=_init, name="classifier")(x[:, 0])
 
 
+# transformers 5 renamed the encoder's modules (its checkpoints keep the
+# 4.x names on disk): new name -> 4.x name, per layer.
+_V5_NAMES = {"attention.q_proj": "attention.attention.query", "attention.k_proj": "attention.attention.key",
+             "attention.v_proj": "attention.attention.value", "attention.o_proj": "attention.output.dense",
+             "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense"}
+
+
+def _legacy_name(key):
+    m = re.match(r"vit\.layers\.(\d+)\.(.*)\.(weight|bias)$", key)
+    if not m:
+        return key
+    i, module, kind = m.groups()
+    return f"vit.encoder.layer.{i}.{_V5_NAMES.get(module, module)}.{kind}"
+
+
 def from_torch_state_dict(sd, num_layers):
-    """Flax parameters from a PyTorch ViTForImageClassification state_dict."""
-    t = {k: np.asarray(v.detach().cpu().numpy()) for k, v in sd.items()}
+    """Flax parameters from a PyTorch ViTForImageClassification state_dict
+    (transformers 4.x or 5.x names)."""
+    t = {_legacy_name(k): np.asarray(v.detach().cpu().numpy()) for k, v in sd.items()}
 
     def dense(name):
         return {"kernel": t[name + ".weight"].T, "bias": t[name + ".bias"]}
