@@ -53,6 +53,14 @@ Array stop_gradient(const Array& a);
 // A rank-0 array of a's dtype holding v (for mixing arrays with numbers).
 Array scalar_like(const Array& a, double v);
 Array operator+(const Array& a, const Array& b);
+// a + b where one operand is a temporary the caller gives up: in eager mode
+// the sum is written into that operand's buffer when nothing can read its
+// value any more (no other handle, no view of its buffer, no VJP that reads
+// it), instead of into a new buffer; otherwise, and in lazy and traced code,
+// exactly add(a, b). KILN_EAGER_INPLACE=0 turns the reuse off.
+Array operator+(Array&& a, const Array& b);
+Array operator+(const Array& a, Array&& b);
+Array operator+(Array&& a, Array&& b);
 Array operator-(const Array& a, const Array& b);
 Array operator*(const Array& a, const Array& b);
 Array operator/(const Array& a, const Array& b);
@@ -115,7 +123,7 @@ Array gelu_grad(const Array& x);       // d gelu / dx
 Array gelu_tanh_grad(const Array& x);  // d gelu_tanh / dx
 Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps);  // dx
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
-                                 const Array& dloss);  // dlogits
+                                 const Array& dloss);                     // dlogits
 Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqkv
 // LayerNorm's weight and bias gradients in one pass: [2, C] holding
 // sum(dy * x̂) and sum(dy) over all rows (x̂ the normalized x).

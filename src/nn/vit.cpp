@@ -22,7 +22,8 @@ Array mm(const Array& a, const Array& b, MatmulOptions o, DType dt) {
 // y = x · Wᵀ + b for x [..., in], W [out, in] (torch.nn.Linear).
 Array linear(const Params& p, const std::string& name, const Array& x, DType dt, bool bias = true) {
   Array y = mm(x, p.at(name + ".weight"), {.transpose_b = true}, dt);
-  return bias ? y + p.at(name + ".bias") : y;
+  // (y is given up: eager mode adds the bias in its buffer)
+  return bias ? std::move(y) + p.at(name + ".bias") : y;
 }
 
 Array layer_norm_of(const Params& p, const std::string& name, const Array& x, double eps) {
@@ -256,7 +257,7 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
             0);
       };
       Array qkv = mm(hn, cat("weight"), {.transpose_b = true}, dt);
-      if (c.qkv_bias) qkv = qkv + cat("bias");
+      if (c.qkv_bias) qkv = std::move(qkv) + cat("bias");
       ctx = reshape(attention(reshape(qkv, {b, t, 3, heads, dh}), scale), {b, t, h});
     } else {
       Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
@@ -267,10 +268,11 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
       ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
     }
     Array attn = dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
-    x = x + attn;
+    x = x + std::move(attn);
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
     Array mid = activation(c.hidden_act, linear(p, pre + "intermediate.dense", hn2, dt));
-    x = x + dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
+    Array out = dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
+    x = x + std::move(out);
   }
   x = layer_norm_of(p, "vit.layernorm", x, c.layer_norm_eps);
   Array first = reshape(slice(x, {0, 0, 0}, {b, 1, h}), {b, h});

@@ -138,6 +138,28 @@ std::vector<std::weak_ptr<ArrayNode>>& release_candidates() {
   return c;
 }
 
+// Gives `node` input `i`'s buffer when only `node` refers to the input (its
+// handle was given up, no other node reads it, no view shares its buffer,
+// it was not donated) and no VJP rule reads its value: the kernel then writes
+// its result in place (elementwise kernels allow y to alias an input of the
+// same shape), and the input drops the buffer once the kernel has run.
+bool reuse_input_buffer(ArrayNode& node, int i) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_EAGER_INPLACE");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || i < 0 || i >= static_cast<int>(node.inputs.size())) return false;
+  const std::shared_ptr<ArrayNode>& in = node.inputs[i].node_ptr();
+  if (in.use_count() != 1 || in->value_needed || in->donated || !in->buffer ||
+      in->buffer.use_count() != 1 || in->offset != 0 || in->shape != node.shape ||
+      in->dtype != node.dtype || in->device != node.device ||
+      in->buffer->bytes() != numel(node.shape) * size_of(node.dtype))
+    return false;
+  node.buffer = in->buffer;
+  node.offset = 0;
+  return true;
+}
+
 void release_unneeded() {
   auto& c = release_candidates();
   size_t kept = 0;
@@ -160,7 +182,7 @@ void forget_release_candidates() {
   release_candidates().clear();
 }
 
-Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype) {
+Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype, int reuse) {
   for (auto& in : inputs)
     if (!in.valid()) fail(prim.name(), "use of an empty Array handle as an input");
   auto node = std::make_shared<ArrayNode>();
@@ -178,7 +200,9 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
   ExecState& st = exec_state();
   if (!st.lazy) {
     for (auto& in : node->inputs) in.eval();
+    const bool reused = reuse >= 0 && reuse_input_buffer(*node, reuse);
     run_kernel(*node);
+    if (reused) node->inputs[reuse].node()->buffer.reset();
     if (st.keep_graph == 0) {
       detach(*node);
     } else {

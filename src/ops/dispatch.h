@@ -49,8 +49,11 @@ struct ExecState {
 ExecState& exec_state();
 
 // Creates the array that `prim` computes from `inputs`; runs it at once in
-// eager mode, records it otherwise.
-Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype);
+// eager mode, records it otherwise. An elementwise kernel may be offered input
+// `reuse` (its shape and dtype the output's) for its output buffer; eager
+// mode takes it when no handle, view or VJP rule can read that input again.
+Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype,
+                 int reuse = -1);
 
 // Drops a materialized node's graph edges (its producer and inputs).
 void detach(ArrayNode& node);

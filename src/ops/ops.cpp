@@ -237,6 +237,35 @@ Array stop_gradient(const Array& a) {
 Array operator+(const Array& a, const Array& b) {
   return add(a, b);
 }
+
+namespace {
+// a + b offering operand `reuse` (given up by the caller) for the result.
+Array add_reusing(Array a, Array b, int reuse) {
+  require_valid(a, "add");
+  require_valid(b, "add");
+  const Array& r = reuse == 0 ? a : b;
+  if (a.dtype() != b.dtype() || a.dtype() == DType::bool_ ||
+      broadcast_shapes(a.shape(), b.shape(), "add") != r.shape())
+    return add(a, b);
+  Shape s = r.shape();
+  DType dt = a.dtype();
+  std::vector<Array> ins;  // (an initializer list would keep a second handle)
+  ins.reserve(2);
+  ins.push_back(std::move(a));
+  ins.push_back(std::move(b));
+  return make_array(Primitive(Op::Add), std::move(ins), std::move(s), dt, reuse);
+}
+}  // namespace
+
+Array operator+(Array&& a, const Array& b) {
+  return add_reusing(std::move(a), b, 0);
+}
+Array operator+(const Array& a, Array&& b) {
+  return add_reusing(a, std::move(b), 1);
+}
+Array operator+(Array&& a, Array&& b) {
+  return add_reusing(std::move(a), std::move(b), 0);
+}
 Array operator-(const Array& a, const Array& b) {
   return subtract(a, b);
 }
@@ -581,8 +610,8 @@ Array attention_grad(const Array& qkv, const Array& dout, double scale) {
   const Shape& s = qkv.shape();
   if (s.size() != 5 || s[2] != 3 || dout.shape() != Shape{s[0], s[1], s[3], s[4]} ||
       dout.dtype() != qkv.dtype())
-    fail("attention_grad", "output gradient " + str(dout.shape()) + " does not match qkv " +
-                               str(s));
+    fail("attention_grad",
+         "output gradient " + str(dout.shape()) + " does not match qkv " + str(s));
   return make_array(Primitive(Op::AttentionGrad, AttentionAttrs{scale}), {qkv, dout}, s,
                     qkv.dtype());
 }

@@ -135,6 +135,62 @@ TEST(Autodiff, EagerGradFreesValuesNoVjpReads) {
   EXPECT_NEAR(v.item<float>(), std::exp(1.0f) + std::exp(-2.0f), 1e-5);
 }
 
+// `temporary + b` writes into the temporary's buffer in eager mode when
+// nothing can read the temporary again: while differentiating (a matmul's
+// output, which no VJP rule reads) and outside it. It does not where another
+// handle holds the operand, where a VJP rule reads it (x * x keeps x), or
+// where broadcasting makes the result larger; values and gradients are the
+// same in every case.
+TEST(Autodiff, EagerAddWritesIntoAGivenUpTemporary) {
+  Array x = Array::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Array w = Array::from_vector<float>({1, 0, 2, -1, 1, 0}, {2, 3});
+  Array b = Array::from_vector<float>({0.5f, -0.5f}, {2});
+  const std::vector<float> want{7.5f, 0.5f, 16.5f, 0.5f};  // x·wᵀ + b
+  bool reused = false, kept_for_other_handle = false, kept_for_vjp = false, other_intact = false;
+  auto f = [&](const std::vector<Array>& in) {
+    Array y = matmul(in[0], in[1], {.transpose_b = true});
+    const void* y_buffer = y.raw();
+    Array z = std::move(y) + in[2];
+    reused = z.raw() == y_buffer;
+
+    Array y2 = matmul(in[0], in[1], {.transpose_b = true});
+    Array z2 = Array(y2) + in[2];  // y2 still held here
+    kept_for_other_handle = z2.raw() != y2.raw();
+    other_intact = y2.to_vector<float>() == std::vector<float>{7, 1, 16, 1};
+
+    Array y3 = matmul(in[0], in[1], {.transpose_b = true});
+    Array sq = y3 * y3;  // Mul's rule reads y3
+    const void* y3_buffer = y3.raw();
+    Array z3 = std::move(y3) + in[2];
+    kept_for_vjp = z3.raw() != y3_buffer;
+    return std::vector<Array>{sum(z) + sum(z2) + sum(z3) + sum(sq)};
+  };
+  auto [outs, grads] = vjp(f, {x, w, b}, {scalar_like(x, 1.0)});
+  EXPECT_TRUE(reused);
+  EXPECT_TRUE(kept_for_other_handle);
+  EXPECT_TRUE(other_intact);
+  EXPECT_TRUE(kept_for_vjp);
+  // d/dx of 3·sum(x·wᵀ) + sum((x·wᵀ)²) = 3·1·w + 2·(x·wᵀ)·w, and so on: the
+  // same as computed without any reuse.
+  Array y = matmul(x, w, {.transpose_b = true});
+  Array ones_y = ones_like(y);
+  Array gy = ones_y * 3.0 + y * 2.0;
+  EXPECT_EQ(grads[0].to_vector<float>(), matmul(gy, w).to_vector<float>());
+  EXPECT_EQ(grads[1].to_vector<float>(), matmul(gy, x, {.transpose_a = true}).to_vector<float>());
+  EXPECT_EQ(grads[2].to_vector<float>(), (std::vector<float>{6, 6}));
+  EXPECT_FLOAT_EQ(outs[0].item<float>(), 3 * (7.5f + 0.5f + 16.5f + 0.5f) + (49 + 1 + 256 + 1));
+
+  // Outside differentiation, and a broadcast that makes the result larger.
+  Array t = matmul(x, w, {.transpose_b = true});
+  const void* t_buffer = t.raw();
+  Array u = std::move(t) + b;
+  EXPECT_EQ(u.raw(), t_buffer);
+  EXPECT_EQ(u.to_vector<float>(), want);
+  Array small = Array::from_vector<float>({1, 2}, {2});
+  Array big = std::move(small) + zeros({3, 2});
+  EXPECT_EQ(big.to_vector<float>(), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+}
+
 // A value freed that way is still correct if read: eval() recomputes it
 // from its inputs (nothing reads one in practice; this guards the fallback).
 TEST(Autodiff, AFreedIntermediateIsRecomputedIfRead) {
