@@ -56,6 +56,7 @@ pack() {
   { echo "# bench/gpu_peers.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"; echo; echo "- $versions"
     [ "${#peak_flag[@]}" -gt 0 ] && echo "- tf32 matmul peak (bench/peers/gpu_peak.py): ${peak_flag[1]} GFLOP/s"
     for f in "$results/$date_stamp-$device"-*.md; do [ -e "$f" ] && { echo; cat "$f"; }; done
+    true
   } > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
 }
 if [ -n "${OUT:-}" ] && [ "$device" = cuda ]; then
