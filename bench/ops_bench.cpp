@@ -241,6 +241,12 @@ void BM_layer_norm_grad(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(layer_norm_grad(x, g, dy, 1e-12).raw());
   state.SetBytesProcessed(state.iterations() * 3 * x.nbytes());
 }
+void BM_layer_norm_param_grad(benchmark::State& state) {
+  const int64_t c = state.range(0);
+  Array x = random::normal(random::Key(1), {M, c}), dy = random::normal(random::Key(2), {M, c});
+  for (auto _ : state) benchmark::DoNotOptimize(layer_norm_param_grad(x, dy, 1e-12).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
 void BM_transpose_heads(benchmark::State& state) {
   Array x = random::normal(random::Key(1), {32, 197, 12, 64});
   for (auto _ : state) benchmark::DoNotOptimize(transpose(x, {0, 2, 1, 3}).raw());
@@ -364,6 +370,12 @@ BENCHMARK(BM_exp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_softmax_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_layer_norm_param_grad)
+    ->Arg(192)
+    ->Arg(384)
+    ->Arg(768)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_transpose_heads)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_sum_rows)->Arg(192)->Arg(576)->Arg(768)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_dispatch_add_1elem);

@@ -176,6 +176,8 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
 // [2, C]: sum over rows of dy * x̂ and of dy, in f64 partial sums per block
 // of kRows rows (each row's statistics computed while it is in cache), the
 // blocks then added in order: the result does not depend on the thread count.
+// Within a block, kFlush rows at a time are summed in the compute type and
+// then added to the f64 sums (f32 vectors are twice as wide as f64 ones).
 void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& in,
                                   ArrayNode& out) {
   double eps = p.attrs<NormAttrs>().eps;
@@ -187,23 +189,34 @@ void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& 
     const T* xs = x.data<T>();
     const T* dys = dy.data<T>();
     T* y = static_cast<T*>(alloc_output(out));
-    constexpr int64_t kRows = 128;
+    constexpr int64_t kRows = 128, kFlush = 8;
     const int64_t blocks = (rows + kRows - 1) / kRows;
     std::vector<double> part(blocks * 2 * c, 0.0);
     parallel_for(blocks, kRows * c * 6, [&](int64_t b0, int64_t b1) {
+      std::vector<A> fg(c), fb(c);
       for (int64_t b = b0; b < b1; ++b) {
         double* pg = part.data() + b * 2 * c;
         double* pb = pg + c;
-        for (int64_t r = b * kRows; r < std::min(rows, (b + 1) * kRows); ++r) {
-          const T* xr = xs + r * c;
-          const T* dr = dys + r * c;
-          A mean, rstd;
-          row_stats(xr, c, eps, mean, rstd);
+        const int64_t end = std::min(rows, (b + 1) * kRows);
+        for (int64_t r0 = b * kRows; r0 < end; r0 += kFlush) {
+          std::fill(fg.begin(), fg.end(), A(0));
+          std::fill(fb.begin(), fb.end(), A(0));
+          for (int64_t r = r0; r < std::min(end, r0 + kFlush); ++r) {
+            const T* xr = xs + r * c;
+            const T* dr = dys + r * c;
+            A mean, rstd;
+            row_stats(xr, c, eps, mean, rstd);
+#pragma omp simd
+            for (int64_t k = 0; k < c; ++k) {
+              A d = ld(dr[k]);
+              fg[k] += d * ((ld(xr[k]) - mean) * rstd);
+              fb[k] += d;
+            }
+          }
 #pragma omp simd
           for (int64_t k = 0; k < c; ++k) {
-            A d = ld(dr[k]);
-            pg[k] += static_cast<double>(d * ((ld(xr[k]) - mean) * rstd));
-            pb[k] += static_cast<double>(d);
+            pg[k] += static_cast<double>(fg[k]);
+            pb[k] += static_cast<double>(fb[k]);
           }
         }
       }
