@@ -253,8 +253,11 @@ void apply_epilogue(float* c, int64_t rows, int64_t cols, const std::vector<Epil
 // matmul primitive with the epilogue as post-ops: the result is stored once,
 // after the epilogue, instead of written and read back. Unbatched f32 GEMMs
 // stay on sgemm (faster than the primitive on several ViT shapes): a
-// leading scale becomes sgemm's alpha and the rest runs on each block of rows
-// right after the GEMM, without a separate kernel or intermediate buffer.
+// leading scale becomes sgemm's alpha and the rest runs after the GEMM in one
+// in-place pass over the result (every step on a block of rows while it is in
+// cache), without a separate kernel or intermediate buffer. (Interleaving the
+// pass with the GEMM per row panel was measured and gained nothing:
+// bench/results/2026-11-30-cpu-analysis-s6.md.)
 void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<EpilogueAttrs>();
   const Array &a = in[0], &b = in[1];
