@@ -76,7 +76,7 @@ unshare --mount --propagation private /bin/bash -c '
   mount -t sysfs sys "$root/sys"
   mount --bind /dev "$root/dev"
   mount --bind /dev/pts "$root/dev/pts"
-  exec env -i chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" </dev/null >>"$log" 2>&1 || status=$?
+  exec env -i /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" </dev/null >>"$log" 2>&1 || status=$?
 
 grep -E '^fresh-check:|tests passed|tests failed|^average step time' "$log" || true
 if [ "$status" -ne 0 ]; then
