@@ -50,7 +50,15 @@ fi
 root=$(mktemp -d /var/tmp/kiln-fresh.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 tar -C "$root" -xzf "$base"
+# The machine's network, as a new machine on it would have it: its resolver,
+# and the CA bundle its HTTPS traffic is checked against where the environment
+# names one (PIP_CERT, as here, where an intercepting proxy signs PyPI's pages).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+ca_env=()
+if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
+  cp "$PIP_CERT" "$root/etc/kiln-fresh-network-ca.crt"
+  ca_env=(PIP_CERT=/etc/kiln-fresh-network-ca.crt)
+fi
 git clone -q --no-hardlinks "$repo" "$root/root/kiln"
 git -C "$root/root/kiln" checkout -q "$commit"
 echo "fresh-check: commit $commit in a clean Debian 12 root ($(elapsed) s)"
@@ -76,7 +84,8 @@ unshare --mount --propagation private /bin/bash -c '
   mount -t sysfs sys "$root/sys"
   mount --bind /dev "$root/dev"
   mount --bind /dev/pts "$root/dev/pts"
-  exec env -i /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" </dev/null >>"$log" 2>&1 || status=$?
+  shift
+  exec env -i "$@" /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" "${ca_env[@]}" </dev/null >>"$log" 2>&1 || status=$?
 
 grep -E '^fresh-check:|tests passed|tests failed|^average step time' "$log" || true
 if [ "$status" -ne 0 ]; then

@@ -136,5 +136,12 @@ int num_threads();
 // The library that runs f32 GEMMs on the CPU, e.g. "oneMKL 2026.2 (build
 // 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)" (KILN_SGEMM=onemkl|onednn).
 std::string cpu_gemm_library();
+// The vector ISA the f32 GEMMs run on this CPU: "AVX-512", "AVX2" (no
+// AVX-512, or the library capped by ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS)
+// or "SSE" (no AVX2 with FMA).
+std::string cpu_gemm_isa();
+// Whether bf16 matmuls run natively (oneDNN: AVX-512 BF16 or AMX); elsewhere
+// their bf16 operands are widened to f32 and run at the f32 rate.
+bool cpu_bf16_gemm_native();
 
 }  // namespace kiln

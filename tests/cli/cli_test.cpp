@@ -55,7 +55,7 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --clip-norm 1e-3x", "--clip-norm: expected a number, got '1e-3x'"},
       {"train --model vit-huge", "--model"},
       {"train --layout xyz", "--layout"},
-      {"train --mode jax --compile-model", "--compile-model goes with --mode eager"},
+      {"train --sa x", "ambiguous flag --sa: it could be --save, --save-every"},
       {"train --mode tpu", "--mode"},
       {"train --steps 3 --warmup 3", "--warmup must lie in [0, --steps)"},
       {"train --config /nonexistent/config.json", "--config"},
@@ -114,7 +114,8 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   CliRun r =
       kiln_cli("train --config " + cfg + " --steps 4 --warmup 1 --batch-size 8 --log-json " + log);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("kiln train: mode eager (pytorch)"), std::string::npos) << r.output;
+  // The reference script's default mode is jax, and so is kiln's.
+  EXPECT_NE(r.output.find("kiln train: mode jit (jax)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("average step time: "), std::string::npos);
   EXPECT_NE(r.output.find("model FLOP utilization"), std::string::npos);
   std::ifstream in(log);
@@ -129,6 +130,37 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   }
   std::filesystem::remove(cfg);
   std::filesystem::remove(log);
+}
+
+// The reference script's first three lines, byte for byte (its f-strings
+// leave a space after the mode and the batch size), with the mode as spelled,
+// and its flags as argparse takes them: abbreviated and with `=`.
+TEST(Cli, TrainPrintsTheReferenceScriptsHeader) {
+  std::string cfg = temp_path("header.json");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
+  c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
+  c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_labels = 5;
+  io::save_vit_config(cfg, c);
+  struct Case {
+    std::string flags, header, mode;
+  } cases[] = {
+      {"--batch-size 4", "Mode: jax \nBatch size: 4 \nCompile model: False\n", "jit (jax)"},
+      {"--mode pytorch --batch 4 --compile",
+       "Mode: pytorch \nBatch size: 4 \nCompile model: True\n",
+       "eager (pytorch) with --compile-model"},
+      {"--mode=torch_xla --batch-size=4 --compile-model",
+       "Mode: torch_xla \nBatch size: 4 \nCompile model: True\n", "lazy (torch_xla),"},
+      {"--mode eager --batch-size 4", "Mode: eager \nBatch size: 4 \nCompile model: False\n",
+       "eager (pytorch),"},
+  };
+  for (auto& k : cases) {
+    CliRun r = kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 " + k.flags);
+    ASSERT_EQ(r.status, 0) << k.flags << ":\n" << r.output;
+    EXPECT_EQ(r.output.substr(0, k.header.size()), k.header) << k.flags << ":\n" << r.output;
+    EXPECT_NE(r.output.find("kiln train: mode " + k.mode), std::string::npos)
+        << k.flags << ":\n" << r.output;
+  }
+  std::filesystem::remove(cfg);
 }
 
 // On a terminal (util-linux `script` provides one) kiln train draws a

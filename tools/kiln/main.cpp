@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kiln/io.h"
@@ -95,14 +98,17 @@ int run_info() {
                          : isa == dnnl_cpu_isa_avx512_core_vnni ? "AVX-512 with VNNI"
                                                                 : "older than AVX-512 BF16";
   std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
-  std::printf("f32 GEMM: %s\n", cpu_gemm_library().c_str());
+  std::printf("f32 GEMM: %s on %s\n", cpu_gemm_library().c_str(), cpu_gemm_isa().c_str());
+  std::printf("bf16 GEMM: %s\n", cpu_bf16_gemm_native()
+                                      ? "oneDNN, native"
+                                      : "none on this CPU: bf16 operands widened to f32");
   std::printf("devices:  cpu\n");
   return 0;
 }
 
 struct TrainFlags {
   int64_t batch_size = 32;
-  std::string mode = "eager";
+  std::string mode = "jax";  // the reference script's default
   bool compile_model = false;
   std::string model = "vit-base";
   std::string config;
@@ -137,13 +143,18 @@ std::string fmt_seconds(double s) {
 }
 
 int run_train(TrainFlags f) {
+  // The reference script's first three lines, byte for byte (Python's
+  // f"Mode: {mode} \n" f"Batch size: {batch_size} \n" f"Compile model: {compile_model}"),
+  // so that runs of both can be compared by grepping them.
+  std::printf("Mode: %s \nBatch size: %lld \nCompile model: %s\n", f.mode.c_str(),
+              (long long)f.batch_size, f.compile_model ? "True" : "False");
+  std::fflush(stdout);
   if (f.mode == "pytorch") f.mode = "eager";
   if (f.mode == "torch_xla") f.mode = "lazy";
   if (f.mode == "jax") f.mode = "jit";
-  if (f.compile_model && f.mode != "eager")
-    fail("train",
-         "--compile-model goes with --mode eager (alias pytorch); lazy and jit compile "
-         "the whole step already");
+  // As in the reference script, --compile-model only changes the eager mode;
+  // lazy and jit compile the whole step already.
+  if (f.mode != "eager") f.compile_model = false;
   if (f.threads > 0) set_num_threads(f.threads);
   f.steps_given = f.steps >= 0;
   default_schedule(f);
@@ -224,9 +235,15 @@ int run_train(TrainFlags f) {
               (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
               f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
               opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
-  std::printf("device cpu, %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld untimed\n",
-              num_threads(), f.precision == "bf16" ? "bf16 mixed precision" : "fp32",
-              cpu_gemm_library().c_str(), (long long)cfg.steps, (long long)cfg.warmup);
+  std::string precision = "fp32";
+  if (f.precision == "bf16")
+    precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
+                                       : "bf16 mixed precision (this CPU has no bf16 GEMM: the "
+                                         "bf16-rounded operands are multiplied in f32)";
+  std::printf("device cpu (%s), %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld "
+              "untimed\n",
+              cpu_gemm_isa().c_str(), num_threads(), precision.c_str(), cpu_gemm_library().c_str(),
+              (long long)cfg.steps, (long long)cfg.warmup);
   std::fflush(stdout);
 
   double elapsed = 0;
@@ -289,8 +306,9 @@ int run_train(TrainFlags f) {
         r.compiles == 1 ? "" : "s", r.arena_bytes / 1048576.0, r.intermediate_bytes / 1048576.0);
   std::printf(
       "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
-      "measured by an fp32 FMA loop on all threads)\n",
-      100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9);
+      "measured by an fp32 %s FMA loop on all threads)\n",
+      100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9,
+      cpu_gemm_isa().c_str());
   if (r.skipped_images)
     std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
                 (long long)r.skipped_images);
@@ -374,6 +392,33 @@ const CLI::Validator kNonNegative = number_check(true, false);
 const CLI::Validator kPositiveInt = number_check(false, true);
 const CLI::Validator kNonNegativeInt = number_check(true, true);
 
+// Replaces each abbreviated long flag in args[2..] by the one flag of `sub`
+// that it begins (`--batch=8` -> `--batch-size=8`); returns an error naming
+// the flag when it begins several.
+std::string expand_abbreviations(const CLI::App& sub, std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : sub.get_options())
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
+    size_t eq = a.find('=');
+    std::string flag = a.substr(0, eq);
+    if (std::find(names.begin(), names.end(), flag) != names.end()) continue;
+    std::vector<std::string> matches;
+    for (const std::string& n : names)
+      if (n.rfind(flag, 0) == 0) matches.push_back(n);
+    if (matches.size() > 1) {
+      std::string list;
+      for (const std::string& m : matches) list += (list.empty() ? "" : ", ") + m;
+      return "ambiguous flag " + flag + ": it could be " + list;
+    }
+    if (matches.size() == 1) a = matches[0] + (eq == std::string::npos ? "" : a.substr(eq));
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -392,10 +437,12 @@ int main(int argc, char** argv) {
   auto* t = app.add_subcommand("train",
                                "train a ViT (default: the reference experiment on random images)");
   t->add_option("--batch-size", tf.batch_size, "images per step")->check(kPositiveInt);
-  t->add_option("--mode", tf.mode, "eager (alias pytorch), lazy (torch_xla) or jit (jax)")
+  t->add_option("--mode", tf.mode,
+                "jit (alias jax, the default), eager (pytorch) or lazy (torch_xla)")
       ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
   t->add_flag("--compile-model", tf.compile_model,
-              "with --mode eager: compile forward and backward, the optimizer stays eager");
+              "with --mode eager: compile forward and backward, the optimizer stays eager "
+              "(lazy and jit compile the whole step already)");
   auto* model_opt =
       t->add_option("--model", tf.model, "preset")
           ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
@@ -508,7 +555,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  CLI11_PARSE(app, argc, argv);
+  // Long flags may be abbreviated to any unique prefix, as argparse (the
+  // reference script's parser) allows: `--batch 64`, `--compile`.
+  std::vector<std::string> args(argv, argv + argc);
+  if (argc > 1)
+    for (auto* sub : app.get_subcommands({}))
+      if (sub->get_name() == args[1]) {
+        std::string error = expand_abbreviations(*sub, args);
+        if (!error.empty()) {
+          std::fprintf(stderr, "kiln %s: %s\n", args[1].c_str(), error.c_str());
+          return 2;
+        }
+      }
+  std::vector<char*> expanded;
+  for (auto& a : args) expanded.push_back(a.data());
+  CLI11_PARSE(app, argc, expanded.data());
   try {
     if (t->parsed()) return run_train(tf);
     if (e->parsed()) return run_eval(ef);

@@ -35,5 +35,12 @@ int num_threads() {
 std::string cpu_gemm_library() {
   return cpu::sgemm_library_name();
 }
+std::string cpu_gemm_isa() {
+  if (cpu::sgemm_runs_avx512()) return "AVX-512";
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "AVX2" : "SSE";
+}
+bool cpu_bf16_gemm_native() {
+  return cpu::native_bf16_gemm();
+}
 
 }  // namespace kiln

@@ -12,6 +12,8 @@ void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_attention(KernelTable& t);
+// Whether oneDNN runs bf16 matmuls on this CPU (probed once; matmul.cpp).
+bool native_bf16_gemm();
 
 // y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs
 // (y may alias a or b).

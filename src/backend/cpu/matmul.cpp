@@ -7,10 +7,14 @@
 //   shapes);
 // - f32 with a batch: the matmul primitive, fastest on small batched GEMMs;
 // - bf16 (AMX where the CPU has it): the matmul primitive, f32 accumulation,
-//   bf16 or f32 output;
+//   bf16 or f32 output; where oneDNN has no bf16 GEMM for the CPU (AVX2-only
+//   CPUs, or ONEDNN_MAX_CPU_ISA below AVX-512), the bf16 operands are widened
+//   to f32 (exactly) and run on the f32 path: the same products of
+//   bf16-rounded values, summed in f32, at the f32 rate;
 // - f64: a plain blocked loop (reference precision for gradient checks).
 // Primitives are created once per shape and cached.
 #include <mutex>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 
@@ -159,6 +163,22 @@ void run_primitive(const GemmShape& s, const void* a, const void* b, void* c,
   stream.wait();
 }
 
+// An f32 copy of a bf16 array (exact: every bf16 is an f32), in a buffer
+// of the caching allocator.
+struct WidenedBf16 {
+  Buffer buffer;
+  explicit WidenedBf16(const Array& x)
+      : buffer(&cpu_allocator(), std::max<int64_t>(numel(x.shape()), 1) * sizeof(float),
+               Device::cpu()) {
+    const bf16* src = x.data<bf16>();
+    float* dst = static_cast<float*>(buffer.data());
+    parallel_for(numel(x.shape()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<float>(src[i]);
+    });
+  }
+  const void* data() const { return buffer.data(); }
+};
+
 void gemm_f64(const GemmShape& s, const double* a, const double* b, double* c) {
   int64_t batch = std::max(s.batch_a, s.batch_b);
   parallel_for(batch * s.m, s.n * s.k, [&](int64_t begin, int64_t end) {
@@ -179,6 +199,15 @@ void gemm_f64(const GemmShape& s, const double* a, const double* b, double* c) {
       }
     }
   });
+}
+
+// An f32 GEMM with an f32 result: sgemm without a batch, else the primitive.
+void gemm_f32(const GemmShape& s, const void* a, const void* b, void* c) {
+  if (s.batch_a == 1 && s.batch_b == 1)
+    return sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, static_cast<const float*>(a), s.ta ? s.m : s.k,
+                 static_cast<const float*>(b), s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c),
+                 s.n, "matmul");
+  run_primitive(s, a, b, c);
 }
 
 GemmShape gemm_shape(const MatmulAttrs& attrs, const Array& a, const Array& b) {
@@ -212,11 +241,22 @@ void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
   }
   if (s.in == DType::f64)
     return gemm_f64(s, a.data<double>(), b.data<double>(), static_cast<double*>(c));
-  if (s.in == DType::f32 && s.batch_a == 1 && s.batch_b == 1) {
-    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
-          s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n, "matmul");
+  if (s.in == DType::bf16 && !native_bf16_gemm()) {
+    WidenedBf16 wa(a), wb(b);
+    s.in = DType::f32;
+    if (s.out == DType::f32) return gemm_f32(s, wa.data(), wb.data(), c);
+    int64_t n = numel(out.shape);
+    Buffer wc(&cpu_allocator(), n * sizeof(float), Device::cpu());
+    s.out = DType::f32;
+    gemm_f32(s, wa.data(), wb.data(), wc.data());
+    const float* src = static_cast<const float*>(wc.data());
+    bf16* dst = static_cast<bf16*>(c);
+    parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = bf16(src[i]);
+    });
     return;
   }
+  if (s.in == DType::f32) return gemm_f32(s, a.raw(), b.raw(), c);
   run_primitive(s, a.raw(), b.raw(), c);
 }
 
@@ -273,6 +313,12 @@ void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, Ar
     }
   void* c = alloc_output(out);
   if (numel(out.shape) == 0) return;
+  const void *a_data = a.raw(), *b_data = b.raw();
+  std::optional<WidenedBf16> wa, wb;
+  if (s.in == DType::bf16 && !native_bf16_gemm()) {
+    a_data = wa.emplace(a).data(), b_data = wb.emplace(b).data();
+    s.in = DType::f32;
+  }
   if (s.in == DType::f32 && s.batch_a == 1 && s.batch_b == 1) {
     std::vector<EpilogueStep> rest = attrs.steps;
     std::vector<const float*> ops;
@@ -282,16 +328,30 @@ void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, Ar
       alpha = ops[rest[0].operand][0];
       rest.erase(rest.begin());
     }
-    sgemm(s.ta, s.tb, s.m, s.n, s.k, alpha, a.data<float>(), s.ta ? s.m : s.k, b.data<float>(),
-          s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n, "MatmulEpilogue");
+    sgemm(s.ta, s.tb, s.m, s.n, s.k, alpha, static_cast<const float*>(a_data), s.ta ? s.m : s.k,
+          static_cast<const float*>(b_data), s.tb ? s.k : s.n, 0.0f, static_cast<float*>(c), s.n,
+          "MatmulEpilogue");
     if (!rest.empty()) apply_epilogue(static_cast<float*>(c), s.m, s.n, rest, ops);
     return;
   }
   s.epilogue = attrs.steps;
-  run_primitive(s, a.raw(), b.raw(), c, operands);
+  run_primitive(s, a_data, b_data, c, operands);
 }
 
 }  // namespace
+
+bool native_bf16_gemm() {
+  static const bool native = [] {
+    try {
+      GemmShape s{1, 1, 16, 16, 16, false, false, DType::bf16, DType::f32, {}};
+      matmul_cache().get(s);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
 
 void register_matmul(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Matmul)] = matmul_kernel;

@@ -90,6 +90,21 @@ std::string sgemm_library_name() {
          std::to_string(v->patch) + " (dnnl_sgemm)";
 }
 
+bool sgemm_runs_avx512() {
+  if (!__builtin_cpu_supports("avx512f")) return false;
+#ifdef KILN_HAVE_MKL
+  if (sgemm_library() == SgemmLibrary::onemkl) {
+    // The code path oneMKL chose for this CPU (MKL_ENABLE_INSTRUCTIONS caps
+    // it), e.g. "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled processors".
+    MKLVersion v;
+    mkl_get_version(&v);
+    return std::string(v.Processor).find("AVX-512") != std::string::npos;
+  }
+#endif
+  // oneDNN's (ONEDNN_MAX_CPU_ISA caps it).
+  return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            const char* who) {

@@ -35,5 +35,9 @@ void check_sgemm_library();
 void set_sgemm_library(SgemmLibrary lib);
 // "oneMKL 2026.2 (build 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)".
 std::string sgemm_library_name();
+// Whether the library sgemm runs on now uses AVX-512 on this CPU (false on
+// CPUs without it, and where ONEDNN_MAX_CPU_ISA or MKL_ENABLE_INSTRUCTIONS
+// caps the library below it).
+bool sgemm_runs_avx512();
 
 }  // namespace kiln::cpu

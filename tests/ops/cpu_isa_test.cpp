@@ -1,0 +1,80 @@
+// What the CPU backend does on each x86-64 ISA: the vector ISA its GEMMs run
+// (which the utilization line's peak follows), and bf16 matmuls on every CPU:
+// natively where oneDNN has a bf16 GEMM (AVX-512 BF16, AMX), widened to f32
+// where it has none (AVX2-only CPUs, or a capped oneDNN). scripts/test-isa.sh
+// runs the suite with the ISA capped at AVX2 and sets KILN_EXPECT_GEMM_ISA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "kiln/compiler.h"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+TEST(CpuIsa, GemmIsaIsTheOneTheCpuAndTheCapsAllow) {
+  std::string isa = cpu_gemm_isa();
+  EXPECT_TRUE(isa == "AVX-512" || isa == "AVX2" || isa == "SSE") << isa;
+  if (!__builtin_cpu_supports("avx512f")) {
+    EXPECT_NE(isa, "AVX-512");
+  }
+  if (const char* expected = std::getenv("KILN_EXPECT_GEMM_ISA")) {
+    EXPECT_EQ(isa, expected) << "ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS did not take";
+    // oneDNN has bf16 GEMMs from AVX-512 up only.
+    if (std::string(expected) == "AVX2") {
+      EXPECT_FALSE(cpu_bf16_gemm_native());
+    }
+  }
+}
+
+// bf16 operands with f32 accumulation, against f64 on the same bf16-rounded
+// values: unbatched (sgemm's path when widened) and batched (the matmul
+// primitive), bf16 and f32 results, and a compiled epilogue (bias + GELU).
+TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
+  SCOPED_TRACE(cpu_bf16_gemm_native() ? "native bf16 GEMM" : "bf16 widened to f32");
+  struct Case {
+    Shape a, b;
+    bool tb;
+  } cases[] = {{{67, 45}, {129, 45}, true}, {{3, 20, 33}, {3, 33, 9}, false},
+               {{2, 31, 64}, {64, 48}, false}};
+  uint32_t seed = 7;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str(c.a) + " @ " + str(c.b));
+    Array a = astype(random::normal(random::Key(seed++), c.a), DType::bf16);
+    Array b = astype(random::normal(random::Key(seed++), c.b), DType::bf16);
+    int64_t n = c.b[c.tb ? c.b.size() - 2 : c.b.size() - 1];
+    Array bias = random::normal(random::Key(seed++), {n});
+    const int64_t k = c.a.back();
+    auto compute = [&](const std::vector<Array>& x, DType in, DType out) {
+      return matmul(astype(x[0], in), astype(x[1], in), {false, c.tb, out});
+    };
+    auto want = compute({a, b}, DType::f64, DType::f64).to_vector<double>();
+    auto epilogue = [&](const std::vector<Array>& x) {
+      return std::vector<Array>{gelu(compute(x, DType::bf16, DType::f32) + x[2])};
+    };
+    auto want_epi = gelu(compute({a, b}, DType::f64, DType::f64) + astype(bias, DType::f64))
+                        .to_vector<double>();
+    struct Got {
+      Array value;
+      const std::vector<double>& want;
+      double tol;
+      const char* what;
+    } got[] = {
+        {compute({a, b}, DType::bf16, DType::f32), want, 2e-6 * std::sqrt(double(k)), "f32 out"},
+        {compute({a, b}, DType::bf16, DType::bf16), want, 8e-3, "bf16 out"},
+        {jit(epilogue)({a, b, bias})[0], want_epi, 2e-6 * std::sqrt(double(k)), "epilogue"},
+    };
+    for (const Got& g : got) {
+      auto v = astype(g.value, DType::f64).to_vector<double>();
+      ASSERT_EQ(v.size(), g.want.size()) << g.what;
+      for (size_t i = 0; i < v.size(); ++i)
+        ASSERT_NEAR(v[i], g.want[i], g.tol * std::max(1.0, std::fabs(g.want[i])))
+            << g.what << " at flat index " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
