@@ -136,6 +136,8 @@ int num_threads();
 // The library that runs f32 GEMMs on the CPU, e.g. "oneMKL 2026.2 (build
 // 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)" (KILN_SGEMM=onemkl|onednn).
 std::string cpu_gemm_library();
+// Why that library: KILN_SGEMM, or measured faster on this machine (sgemm.h).
+std::string cpu_gemm_library_reason();
 // The vector ISA the f32 GEMMs run on this CPU: "AVX-512", "AVX2" (no
 // AVX-512, or the library capped by ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS)
 // or "SSE" (no AVX2 with FMA).

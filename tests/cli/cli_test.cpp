@@ -92,17 +92,44 @@ TEST(Cli, InfoNamesTheGemmLibraryAndKilnSgemmIsChecked) {
   const std::string cli = KILN_CLI_PATH;
   CliRun info = kiln_cli("info");
   ASSERT_EQ(info.status, 0) << info.output;
-  EXPECT_NE(
-      info.output.find(std::string("f32 GEMM: ") + (cpu::have_onemkl() ? "oneMKL" : "oneDNN")),
-      std::string::npos)
+  // This process and the command share the remembered choice (sgemm.h).
+  EXPECT_NE(info.output.find(std::string("f32 GEMM: ") +
+                             (cpu::sgemm_library() == cpu::SgemmLibrary::onemkl ? "oneMKL"
+                                                                                : "oneDNN")),
+            std::string::npos)
       << info.output;
   CliRun onednn = kiln_cli_raw("KILN_SGEMM=onednn " + cli + " info");
   EXPECT_NE(onednn.output.find("(dnnl_sgemm)"), std::string::npos) << onednn.output;
+  EXPECT_NE(onednn.output.find("; KILN_SGEMM=onednn"), std::string::npos) << onednn.output;
   CliRun bad = kiln_cli_raw("KILN_SGEMM=mkl " + cli + " train --config " +
                             std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json --steps 1");
   EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.output.find("KILN_SGEMM is 'mkl', expected onemkl or onednn"), std::string::npos)
+  EXPECT_NE(bad.output.find("KILN_SGEMM is 'mkl', expected auto, onemkl or onednn"),
+            std::string::npos)
       << bad.output;
+}
+
+// With oneMKL built in, the first process on a machine times both libraries
+// and remembers the faster; later processes read the same choice.
+TEST(Cli, TheMeasuredGemmLibraryIsRemembered) {
+  if (!cpu::have_onemkl()) GTEST_SKIP() << "one GEMM library only: nothing to choose";
+  const std::string dir = temp_path("cache"), cli = KILN_CLI_PATH;
+  std::filesystem::remove_all(dir);
+  CliRun first = kiln_cli_raw("KILN_SGEMM=auto KILN_CACHE_DIR=" + dir + " " + cli + " info");
+  CliRun second = kiln_cli_raw("KILN_CACHE_DIR=" + dir + " " + cli + " info");
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(first.output.find("measured faster on this machine ("), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find(" ms against "), std::string::npos) << first.output;
+  EXPECT_NE(second.output.find("(remembered in " + dir + "/sgemm-choice-"), std::string::npos)
+      << second.output;
+  auto library = [](const std::string& out) {
+    size_t at = out.find("f32 GEMM: ");
+    return at == std::string::npos ? std::string() : out.substr(at, 16);
+  };
+  EXPECT_EQ(library(first.output), library(second.output));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, TrainRunsASmallConfigAndLogsJson) {

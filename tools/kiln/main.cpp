@@ -98,7 +98,8 @@ int run_info() {
                          : isa == dnnl_cpu_isa_avx512_core_vnni ? "AVX-512 with VNNI"
                                                                 : "older than AVX-512 BF16";
   std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
-  std::printf("f32 GEMM: %s on %s\n", cpu_gemm_library().c_str(), cpu_gemm_isa().c_str());
+  std::printf("f32 GEMM: %s on %s; %s\n", cpu_gemm_library().c_str(), cpu_gemm_isa().c_str(),
+              cpu_gemm_library_reason().c_str());
   std::printf("bf16 GEMM: %s\n", cpu_bf16_gemm_native()
                                       ? "oneDNN, native"
                                       : "none on this CPU: bf16 operands widened to f32");

@@ -35,6 +35,9 @@ int num_threads() {
 std::string cpu_gemm_library() {
   return cpu::sgemm_library_name();
 }
+std::string cpu_gemm_library_reason() {
+  return cpu::sgemm_library_reason();
+}
 std::string cpu_gemm_isa() {
   if (cpu::sgemm_runs_avx512()) return "AVX-512";
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "AVX2" : "SSE";

@@ -3,11 +3,15 @@
 //
 // Two libraries can serve it: Intel oneMKL's cblas_sgemm, when kiln was built
 // with it (scripts/setup.sh fetches it from PyPI; CMake finds it in .deps/mkl),
-// and oneDNN's dnnl_sgemm, always there. oneMKL is the default where it is
-// built in: inside a ViT-S/16 training step on this project's CPU its GEMMs
-// take 5-9% less time (the weight gradients 1.1-1.3x), ViT-Ti's and ViT-B's
-// are level (bench/results/2026-11-30-sgemm-mkl-cpu/). KILN_SGEMM=onednn (or
-// set_sgemm_library) selects oneDNN's for comparison.
+// and oneDNN's dnnl_sgemm, always there. Which is faster depends on the
+// machine, not on the vendor: on an Intel Xeon inside a ViT-S/16 training step
+// oneMKL's GEMMs took 5-9% less time, ViT-Ti's and ViT-B's were level
+// (bench/results/2026-11-30-sgemm-mkl-cpu/); on AMD CPUs oneMKL runs its
+// AVX2 kernels even where the CPU has AVX-512. So by default (KILN_SGEMM unset
+// or auto) the first process on a machine times a linear layer's three
+// training GEMMs on both (~0.2 s) and every process uses the faster,
+// remembered in ~/.cache/kiln per CPU, ISA caps, thread count and library
+// versions. KILN_SGEMM=onemkl|onednn (or set_sgemm_library) fixes the choice.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,6 +39,9 @@ void check_sgemm_library();
 void set_sgemm_library(SgemmLibrary lib);
 // "oneMKL 2026.2 (build 20260915)" or "oneDNN 2.6.3 (dnnl_sgemm)".
 std::string sgemm_library_name();
+// Why that library: "KILN_SGEMM=onednn", "measured faster on this machine
+// (...)", "oneMKL is not built in", ...
+std::string sgemm_library_reason();
 // Whether the library sgemm runs on now uses AVX-512 on this CPU (false on
 // CPUs without it, and where ONEDNN_MAX_CPU_ISA or MKL_ENABLE_INSTRUCTIONS
 // caps the library below it).
