@@ -102,17 +102,17 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
 
 struct ImageFolderOptions {
-  std::string root;            // root/<class>/<image>.{jpg,jpeg,png}
-  std::string split = "all";   // all, train (all but the held-out files) or holdout
-  int64_t holdout_every = 10;  // file i of each class (sorted by name) is held out when
-                               // i % holdout_every == holdout_every - 1
+  std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
+  std::string split = "all";    // all, train (all but the held-out files) or holdout
+  int64_t holdout_every = 10;   // file i of each class (sorted by name) is held out when
+                                // i % holdout_every == holdout_every - 1
   nn::Size2d image_size = 224;  // the crop (height x width)
   // Before the crop the image is scaled (aspect kept) to the least size that
   // covers `resize` (for a square, its shorter side becomes `resize`);
   // 0: image_size * 8 / 7.
   nn::Size2d resize = 0;
-  int64_t channels = 3;        // 3 (RGB) or 1 (grey)
-  bool augment = false;        // random crop and horizontal flip; else the centre crop
+  int64_t channels = 3;  // 3 (RGB) or 1 (grey)
+  bool augment = false;  // random crop and horizontal flip; else the centre crop
   std::vector<float> mean = {0.5f, 0.5f, 0.5f}, std = {0.5f, 0.5f, 0.5f};  // per channel
   nn::Layout layout = nn::Layout::NCHW;
   bool skip_bad = false;  // skip (and count) files whose header cannot be read; else an error

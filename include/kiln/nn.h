@@ -27,13 +27,13 @@ enum class Activation {
   Linear,           // the identity
   Mish,             // x·tanh(softplus(x))
   QuickGelu,        // x·σ(1.702x)
-  Relu,
+  Relu,             // max(x, 0)
   Relu2,            // relu(x)²
   Relu6,            // min(relu(x), 6)
-  Sigmoid,
+  Sigmoid,          // σ(x) = 1 / (1 + e⁻ˣ)
   Silu,             // x·σ(x)
   Swish,            // x·σ(x)
-  Tanh,
+  Tanh,             // tanh(x)
 };
 // The config.json name of an activation ("gelu_new", ...).
 const char* activation_name(Activation act);
@@ -65,7 +65,8 @@ const char* problem_type_name(ProblemType p);
 struct Size2d {
   int64_t height = 0, width = 0;
   Size2d() = default;
-  Size2d(int64_t side) : height(side), width(side) {}  // NOLINT: a square, as transformers reads an int
+  // A square, as transformers reads an integer.
+  Size2d(int64_t side) : height(side), width(side) {}  // NOLINT(google-explicit-constructor)
   Size2d(int64_t h, int64_t w) : height(h), width(w) {}
   bool square() const { return height == width; }
   bool operator==(const Size2d&) const = default;

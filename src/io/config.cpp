@@ -68,7 +68,8 @@ nn::ViTConfig load_vit_config(const std::string& path) {
     if (j["hidden_act"].is_string()) act = nn::activation_from_name(j["hidden_act"]);
     if (!act) {
       std::string names;
-      for (const auto& n : nn::activation_names()) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+      for (const auto& n : nn::activation_names())
+        names += (names.empty() ? "\"" : ", \"") + n + "\"";
       bad("hidden_act", "is " + j["hidden_act"].dump() +
                             ", expected one of transformers' activations (ACT2FN): " + names);
     }
@@ -79,7 +80,8 @@ nn::ViTConfig load_vit_config(const std::string& path) {
   // else 2.
   c.num_labels = 2;
   if (j.contains("id2label")) {
-    if (!j["id2label"].is_object()) bad("id2label", "is " + j["id2label"].dump() + ", expected an object");
+    if (!j["id2label"].is_object())
+      bad("id2label", "is " + j["id2label"].dump() + ", expected an object");
     c.num_labels = static_cast<int64_t>(j["id2label"].size());
   } else {
     integer("num_labels", c.num_labels);
@@ -121,7 +123,8 @@ nn::ViTConfig load_vit_config(const std::string& path) {
   // softmax(QKᵀ/√d)V, as kiln does; it has no others.
   for (const char* f : {"attn_implementation", "_attn_implementation"})
     if (j.contains(f) && !j[f].is_null() && j[f] != "eager" && j[f] != "sdpa")
-      bad(f, "is " + j[f].dump() + ", expected \"eager\" or \"sdpa\" (transformers' ViT has no other)");
+      bad(f, "is " + j[f].dump() +
+                 ", expected \"eager\" or \"sdpa\" (transformers' ViT has no other)");
   c.validate(origin + " " + path);
   return c;
 }

@@ -87,8 +87,7 @@ Array activate(Activation act, const Array& x) {
     case Activation::Gelu10: return minimum(gelu(x), scalar_like(x, 10.0));
     case Activation::Laplace:
       return 0.5 * (1.0 + erf((x - 0.707107) / (0.282095 * std::sqrt(2.0))));
-    case Activation::LeakyRelu:
-      return where(greater(x, scalar_like(x, 0.0)), x, x * 0.01);
+    case Activation::LeakyRelu: return where(greater(x, scalar_like(x, 0.0)), x, x * 0.01);
     case Activation::Linear: return x;
     case Activation::Mish: return x * tanh(softplus(x));
     case Activation::QuickGelu: return x * sigmoid(x * 1.702);

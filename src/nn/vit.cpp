@@ -106,8 +106,7 @@ ProblemType ViTConfig::problem_for(DType labels) const {
   if (problem_type != ProblemType::Unset) return problem_type;
   // ViTForImageClassification.forward: torch.long or torch.int labels are classes.
   if (num_labels == 1) return ProblemType::Regression;
-  if (num_labels > 1 && is_integral(labels))
-    return ProblemType::SingleLabel;
+  if (num_labels > 1 && is_integral(labels)) return ProblemType::SingleLabel;
   return ProblemType::MultiLabel;
 }
 
@@ -148,8 +147,8 @@ void ViTConfig::validate(const std::string& origin) const {
   for (const auto& [layer, heads] : pruned_heads) {
     std::string at = "pruned_heads: layer " + std::to_string(layer);
     if (layer < 0 || layer >= num_hidden_layers)
-      fail(origin, at + " is outside [0, " + std::to_string(num_hidden_layers) +
-                       ") (num_hidden_layers)");
+      fail(origin,
+           at + " is outside [0, " + std::to_string(num_hidden_layers) + ") (num_hidden_layers)");
     for (int64_t h : heads)
       if (h < 0 || h >= num_attention_heads)
         fail(origin, at + ": head " + std::to_string(h) + " is outside [0, " +
@@ -164,15 +163,15 @@ void ViTConfig::validate(const std::string& origin) const {
 
 double ViTConfig::train_flops_per_image() const {
   double t = static_cast<double>(num_patches() + 1), h = hidden_size, i = intermediate_size;
-  double patch =
-      2.0 * num_patches() * (num_channels * patch_size.height * patch_size.width) * h;
+  double patch = 2.0 * num_patches() * (num_channels * patch_size.height * patch_size.width) * h;
   double layers = 0;
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
-    double a = static_cast<double>(heads_in_layer(l) * head_dim());  // attention width
-    layers += 2.0 * t * h * 3 * a      // q, k, v
-              + 2.0 * 2 * t * t * a    // scores and probabilities · values
-              + 2.0 * t * a * h        // output projection
-              + 2.0 * 2 * t * h * i;   // MLP
+    // The attention's width: narrower with pruned heads.
+    double a = static_cast<double>(heads_in_layer(l) * head_dim());
+    layers += 2.0 * t * h * 3 * a;  // q, k, v
+    layers += 2.0 * 2 * t * t * a;  // scores and probabilities · values
+    layers += 2.0 * t * a * h;      // output projection
+    layers += 2.0 * 2 * t * h * i;  // MLP
   }
   double head = 2.0 * h * num_labels;
   double forward = patch + layers + head;
@@ -287,12 +286,11 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   if (used_h != img.height || used_w != img.width)
     used = opt.layout == Layout::NCHW ? slice(pixels, {0, 0, 0, 0}, {b, ch, used_h, used_w})
                                       : slice(pixels, {0, 0, 0, 0}, {b, used_h, used_w, ch});
-  Array patches =
-      opt.layout == Layout::NCHW
-          ? transpose(reshape(used, {b, ch, g.height, ps.height, g.width, ps.width}),
-                      {0, 2, 4, 1, 3, 5})
-          : transpose(reshape(used, {b, g.height, ps.height, g.width, ps.width, ch}),
-                      {0, 1, 3, 5, 2, 4});
+  Array patches = opt.layout == Layout::NCHW
+                      ? transpose(reshape(used, {b, ch, g.height, ps.height, g.width, ps.width}),
+                                  {0, 2, 4, 1, 3, 5})
+                      : transpose(reshape(used, {b, g.height, ps.height, g.width, ps.width, ch}),
+                                  {0, 1, 3, 5, 2, 4});
   patches = reshape(patches, {b * n, ch * ps.height * ps.width});
   Array w = reshape(p.at("vit.embeddings.patch_embeddings.projection.weight"), {h, -1});
   Array x = mm(patches, w, {.transpose_b = true}, dt) +
@@ -352,9 +350,9 @@ Array ViTForImageClassification::loss(const Array& logits, const Array& labels) 
   const int64_t b = logits.shape()[0];
   auto require = [&](bool ok, const std::string& expected) {
     if (!ok)
-      fail("vit", std::string("labels are ") + name_of(labels.dtype()) + " " +
-                      str(labels.shape()) + ", but problem_type " + problem_type_name(problem) +
-                      " with num_labels " + std::to_string(c.num_labels) + " needs " + expected);
+      fail("vit", std::string("labels are ") + name_of(labels.dtype()) + " " + str(labels.shape()) +
+                      ", but problem_type " + problem_type_name(problem) + " with num_labels " +
+                      std::to_string(c.num_labels) + " needs " + expected);
   };
   const bool integer = is_integral(labels.dtype());
   const bool real = is_floating(labels.dtype());

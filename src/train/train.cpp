@@ -164,8 +164,8 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
       fail("train",
            "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
            "num_labels 10 (e.g. --model vit-fmnist), got " +
-               std::to_string(mcfg.num_channels) + ", " + nn::to_string(mcfg.image_size) +
-               " and " + std::to_string(mcfg.num_labels));
+               std::to_string(mcfg.num_channels) + ", " + nn::to_string(mcfg.image_size) + " and " +
+               std::to_string(mcfg.num_labels));
     d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{.dir = cfg.data_dir,
                                                                              .split = "train",
                                                                              .layout = cfg.layout,

@@ -175,8 +175,8 @@ TEST(Cli, TrainAndGradTakeTransformersConfigsBeyondTheDefault) {
     "id2label": {"0": "a", "1": "b", "2": "c"}, "attn_implementation": "sdpa",
     "encoder_stride": 16, "torch_dtype": "float32"})";
   for (const char* mode : {"eager", "lazy", "jit"}) {
-    CliRun r = kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 --batch-size 4 --mode " +
-                        mode);
+    CliRun r =
+        kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 --batch-size 4 --mode " + mode);
     ASSERT_EQ(r.status, 0) << mode << ":\n" << r.output;
     EXPECT_NE(r.output.find("18x13 images (NCHW) of random data, 3 labels "
                             "(multi_label_classification)"),

@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 class ConfigFile {
  public:
   ConfigFile()
-      : dir_(fs::temp_directory_path() /
-             ("kiln-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
+      : dir_(fs::temp_directory_path() / ("kiln-config-test-" + std::to_string(::getpid()) + "-" +
+                                          std::to_string(counter_++))) {
     fs::create_directories(dir_);
   }
   ~ConfigFile() { fs::remove_all(dir_); }
@@ -82,9 +82,10 @@ TEST(Config, ImageAndPatchSizesAreIntegersOrHeightWidthPairs) {
 TEST(Config, ReadsEveryActivationOfTransformersAct2fn) {
   ConfigFile f;
   const std::vector<std::string> act2fn = {
-      "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
-      "gelu_accurate", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu",
-      "relu2", "relu6", "sigmoid", "silu", "swish", "tanh"};
+      "gelu",          "gelu_10", "gelu_fast",  "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+      "gelu_accurate", "laplace", "leaky_relu", "linear",   "mish",        "quick_gelu",
+      "relu",          "relu2",   "relu6",      "sigmoid",  "silu",        "swish",
+      "tanh"};
   EXPECT_EQ(nn::activation_names(), act2fn);
   for (const auto& name : act2fn) {
     auto c = f.load(R"({"hidden_act": ")" + name + "\"}");
@@ -107,8 +108,10 @@ TEST(Config, Id2labelDecidesTheNumberOfLabelsAsInTransformers) {
   auto c = f.load(R"({"num_labels": 0, "hidden_size": 24, "num_attention_heads": 4})");
   EXPECT_EQ(c.num_labels, 0);
   EXPECT_EQ(c.num_logits(), 24);
-  EXPECT_HAS(f.error(R"({"num_labels": -1})"), "num_labels must be >= 0 (0: no classifier), got -1");
-  EXPECT_HAS(f.error(R"({"id2label": ["cat"]})"), "field 'id2label' is [\"cat\"], expected an object");
+  EXPECT_HAS(f.error(R"({"num_labels": -1})"),
+             "num_labels must be >= 0 (0: no classifier), got -1");
+  EXPECT_HAS(f.error(R"({"id2label": ["cat"]})"),
+             "field 'id2label' is [\"cat\"], expected an object");
 }
 
 TEST(Config, ProblemTypeDecidesTheLossOrTheLabelsDo) {
@@ -116,8 +119,7 @@ TEST(Config, ProblemTypeDecidesTheLossOrTheLabelsDo) {
   auto c = f.load(R"({"problem_type": "multi_label_classification", "num_labels": 3})");
   EXPECT_EQ(c.problem_type, nn::ProblemType::MultiLabel);
   EXPECT_EQ(c.problem_for(DType::i64), nn::ProblemType::MultiLabel);
-  EXPECT_EQ(f.load(R"({"problem_type": "regression"})").problem_type,
-            nn::ProblemType::Regression);
+  EXPECT_EQ(f.load(R"({"problem_type": "regression"})").problem_type, nn::ProblemType::Regression);
   EXPECT_EQ(f.load(R"({"problem_type": null})").problem_type, nn::ProblemType::Unset);
   // Unset, as ViTForImageClassification.forward decides it: one label is
   // regression; integer labels are classes; anything else is multi-label.
@@ -147,7 +149,8 @@ TEST(Config, PrunedHeadsNarrowTheirLayers) {
   EXPECT_EQ(shapes["vit.encoder.layer.0.attention.output.dense.weight"], (Shape{32, 16}));
   EXPECT_EQ(shapes["vit.encoder.layer.1.attention.attention.key.weight"], (Shape{32, 32}));
   EXPECT_EQ(shapes["vit.encoder.layer.2.attention.attention.value.bias"], (Shape{24}));
-  const std::string base = R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 32, )";
+  const std::string base =
+      R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 32, )";
   EXPECT_HAS(f.error(base + R"("pruned_heads": {"2": [0]}})"),
              "pruned_heads: layer 2 is outside [0, 2) (num_hidden_layers)");
   EXPECT_HAS(f.error(base + R"("pruned_heads": {"0": [4]}})"),
@@ -176,9 +179,11 @@ TEST(Config, FieldsThatChangeNothingAreAccepted) {
     "architectures": ["ViTForImageClassification"], "transformers_version": "4.46.3",
     "finetuning_task": "cats", "my_own_note": [1, 2, 3]})");
   EXPECT_EQ(c.hidden_size, 768);
-  EXPECT_HAS(f.error(R"({"attn_implementation": "flash_attention_2"})"),
-             "field 'attn_implementation' is \"flash_attention_2\", expected \"eager\" or \"sdpa\"");
-  EXPECT_HAS(f.error(R"({"model_type": "bert"})"), "field 'model_type' is \"bert\", expected \"vit\"");
+  EXPECT_HAS(
+      f.error(R"({"attn_implementation": "flash_attention_2"})"),
+      "field 'attn_implementation' is \"flash_attention_2\", expected \"eager\" or \"sdpa\"");
+  EXPECT_HAS(f.error(R"({"model_type": "bert"})"),
+             "field 'model_type' is \"bert\", expected \"vit\"");
 }
 
 TEST(Config, DropoutOfOneIsAcceptedAsInTorch) {
@@ -190,13 +195,15 @@ TEST(Config, DropoutOfOneIsAcceptedAsInTorch) {
 
 TEST(Config, OtherMalformedValuesNameTheField) {
   ConfigFile f;
-  EXPECT_HAS(f.error(R"({"hidden_size": "big"})"), "field 'hidden_size' is \"big\", expected an integer");
+  EXPECT_HAS(f.error(R"({"hidden_size": "big"})"),
+             "field 'hidden_size' is \"big\", expected an integer");
   EXPECT_HAS(f.error(R"({"hidden_size": 100, "num_attention_heads": 12})"),
              "hidden_size 100 is not a multiple of num_attention_heads 12");
   EXPECT_HAS(f.error(R"({"qkv_bias": 1})"), "field 'qkv_bias' is 1, expected true or false");
   EXPECT_HAS(f.error("{not json"), "not valid JSON");
   EXPECT_HAS(f.error(R"({"hidden_size": "big"})"), f.path());
-  EXPECT_EQ(f.error(R"({"hidden_act": "gelu_new", "num_labels": 3, "image_size": 30})"), "no error");
+  EXPECT_EQ(f.error(R"({"hidden_act": "gelu_new", "num_labels": 3, "image_size": 30})"),
+            "no error");
 }
 
 TEST(Config, RoundTripsThroughSave) {

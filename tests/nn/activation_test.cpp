@@ -17,11 +17,15 @@ namespace {
 
 using nn::Activation;
 
-double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_erf(double x) {
+  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+}
 double gelu_tanh_ref(double x, double c) {
   return 0.5 * x * (1 + std::tanh(c * (x + 0.044715 * x * x * x)));
 }
-double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+double sigmoid_ref(double x) {
+  return 1 / (1 + std::exp(-x));
+}
 
 // activations.py (transformers 4.46), one line each.
 const std::map<Activation, std::function<double(double)>>& definitions() {
@@ -30,7 +34,9 @@ const std::map<Activation, std::function<double(double)>>& definitions() {
       {Activation::GeluPython, gelu_erf},
       {Activation::Gelu10, [](double x) { return std::clamp(gelu_erf(x), -10.0, 10.0); }},
       {Activation::GeluFast,
-       [](double x) { return 0.5 * x * (1 + std::tanh(x * 0.7978845608 * (1 + 0.044715 * x * x))); }},
+       [](double x) {
+         return 0.5 * x * (1 + std::tanh(x * 0.7978845608 * (1 + 0.044715 * x * x)));
+       }},
       {Activation::GeluNew, [](double x) { return gelu_tanh_ref(x, std::sqrt(2 / M_PI)); }},
       {Activation::GeluPytorchTanh, [](double x) { return gelu_tanh_ref(x, std::sqrt(2 / M_PI)); }},
       {Activation::GeluAccurate, [](double x) { return gelu_tanh_ref(x, std::sqrt(2 / M_PI)); }},
@@ -52,8 +58,8 @@ const std::map<Activation, std::function<double(double)>>& definitions() {
 }
 
 // Both tails, both sides of 0 and of the clips at 6 (relu6) and 10 (gelu_10).
-const std::vector<double> kPoints = {-30, -12, -6.5, -2, -0.7, -1e-3, 1e-3, 0.3,
-                                     1.5, 5.9,  6.1, 9.5, 10.5, 30};
+const std::vector<double> kPoints = {-30, -12, -6.5, -2,  -0.7, -1e-3, 1e-3,
+                                     0.3, 1.5, 5.9,  6.1, 9.5,  10.5,  30};
 
 TEST(Activations, EveryNameHasADefinition) {
   EXPECT_EQ(definitions().size(), nn::activation_names().size());

@@ -84,9 +84,8 @@ void expect_sgd_losses(const Case& c, const Array& labels) {
   auto want = c.golden.at("sgd_losses").to_vector<double>();
   ASSERT_EQ(want.size(), 5u);
   for (int step = 0; step < 5; ++step) {
-    auto [loss, grads] = value_and_grad([&](const Params& p) {
-      return model.loss(model.apply(p, pixels), labels);
-    })(params);
+    auto [loss, grads] = value_and_grad(
+        [&](const Params& p) { return model.loss(model.apply(p, pixels), labels); })(params);
     EXPECT_NEAR(loss.item<double>(), want[step], 1e-5 * want[step]) << "step " << step;
     std::tie(params, state) = sgd.update(grads, state, params);
   }
@@ -98,8 +97,8 @@ TEST(VitConfigsGolden, NonSquareImagesAndPatchesWithRemainders) {
   ASSERT_EQ(c.cfg.patch_size, nn::Size2d(5, 4));  // 3 x 3 patches; 3 rows and 1 column unused
   for (nn::Layout layout : {nn::Layout::NCHW, nn::Layout::NHWC}) {
     const char* name = layout == nn::Layout::NCHW ? "NCHW" : "NHWC";
-    auto r = train::forward_backward(c.cfg, c.weights, c.pixels(layout), c.golden.at("labels"),
-                                     layout);
+    auto r =
+        train::forward_backward(c.cfg, c.weights, c.pixels(layout), c.golden.at("labels"), layout);
     expect_matches(r, c, "", std::string("nonsquare, ") + name);
   }
   // transformers' eager attention, unfused, gives the same.
@@ -134,14 +133,14 @@ TEST(VitConfigsGolden, EveryActivationOfTransformersAct2fn) {
 TEST(VitConfigsGolden, RegressionWithOneLabelSqueezesLogitsAndLabels) {
   Case c("regression");
   ASSERT_EQ(c.cfg.num_labels, 1);
-  ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::Unset);  // num_labels 1 makes it regression
-  Array labels = c.golden.at("labels");                   // f32 [B]
+  ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::Unset);   // num_labels 1 makes it regression
+  Array labels = c.golden.at("labels");                    // f32 [B]
   Array column = reshape(labels, {labels.shape()[0], 1});  // [B, 1]: squeezed the same
   Array pixels = c.pixels(nn::Layout::NCHW);
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c,
-                 "", "regression, labels [B]");
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, column, nn::Layout::NCHW), c,
-                 "", "regression, labels [B, 1]");
+  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c, "",
+                 "regression, labels [B]");
+  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, column, nn::Layout::NCHW), c, "",
+                 "regression, labels [B, 1]");
   expect_sgd_losses(c, labels);
 }
 
@@ -157,12 +156,12 @@ TEST(VitConfigsGolden, MultiLabelClassificationSetOrInferredFromFloatLabels) {
   Case c("multi_label");
   ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::MultiLabel);
   Array pixels = c.pixels(nn::Layout::NCHW), labels = c.golden.at("labels");
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c,
-                 "", "multi_label_classification");
+  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c, "",
+                 "multi_label_classification");
   nn::ViTConfig inferred = c.cfg;
   inferred.problem_type = nn::ProblemType::Unset;  // float labels with 4 labels: multi-label
-  expect_matches(train::forward_backward(inferred, c.weights, pixels, labels, nn::Layout::NCHW),
-                 c, "", "multi-label inferred from float labels");
+  expect_matches(train::forward_backward(inferred, c.weights, pixels, labels, nn::Layout::NCHW), c,
+                 "", "multi-label inferred from float labels");
   expect_sgd_losses(c, labels);
 }
 

@@ -204,7 +204,8 @@ TEST(Vit, DropoutOfOneDropsEverything) {
   Array a = random::normal(random::Key(1), {2, 3, 32, 32});
   Array b = random::normal(random::Key(2), {2, 3, 32, 32});
   nn::ApplyOptions train{.train = true, .dropout_key = random::Key(3)};
-  EXPECT_EQ(model.apply(p, a, train).to_vector<float>(), model.apply(p, b, train).to_vector<float>());
+  EXPECT_EQ(model.apply(p, a, train).to_vector<float>(),
+            model.apply(p, b, train).to_vector<float>());
   EXPECT_NE(model.apply(p, a).to_vector<float>(), model.apply(p, b).to_vector<float>());
   auto grads = grad([&](const Params& q) { return sum(model.apply(q, a, train)); })(p);
   for (auto& [name, g] : grads)

@@ -541,7 +541,9 @@ int main(int argc, char** argv) {
   g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
       ->required()
       ->check(CLI::ExistingFile);
-  g->add_option("--batch", gf.batch, "safetensors with pixel_values and labels")
+  g->add_option("--batch", gf.batch,
+                "safetensors with pixel_values and labels (integer classes, or float targets for "
+                "regression and multi-label problem types)")
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--out", gf.out, "output safetensors")->required();
