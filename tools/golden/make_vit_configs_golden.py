@@ -18,10 +18,11 @@ Cases:
                   reach the clips of gelu_10 and relu6)
   regression      num_labels 1, problem_type unset: MSELoss on squeezed logits
   regression_multi  problem_type "regression", num_labels 3: MSELoss
-  multi_label     problem_type "multi_label_classification": BCEWithLogitsLoss
+  multi_label     problem_type "multi_label_classification": BCEWithLogitsLoss;
+                  12 x 8 grey images (num_channels 1)
   pruned          pruned_heads {"0": [1], "1": [0, 2]}, qkv_bias false
   no_classifier   num_labels 0: nn.Identity head, BCEWithLogitsLoss on the
-                  [CLS] features against float labels
+                  [CLS] features against float labels; num_channels 2
 """
 import os
 import sys
@@ -148,7 +149,7 @@ def regression_multi(out):
 
 def multi_label(out):
     model = build(num_labels=4, problem_type="multi_label_classification", hidden_act="relu",
-                  image_size=[12, 8], patch_size=4)
+                  image_size=[12, 8], patch_size=4, num_channels=1)
     pixels = pixels_for(model.config)
     labels = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 0]], dtype=torch.float32)
     t = {"pixel_values": pixels, "labels": labels}
@@ -168,7 +169,7 @@ def pruned(out):
 
 
 def no_classifier(out):
-    model = build(num_labels=0, hidden_act="gelu_new")
+    model = build(num_labels=0, hidden_act="gelu_new", num_channels=2)
     pixels = pixels_for(model.config)
     labels = torch.rand(BATCH, model.config.hidden_size)
     t = {"pixel_values": pixels, "labels": labels}
