@@ -29,7 +29,7 @@ class Dataset {
 struct RandomImagesOptions {
   int64_t num_samples = 1 << 20;
   int64_t num_labels = 1000;
-  int64_t image_size = 224;
+  nn::Size2d image_size = 224;  // height and width
   int64_t channels = 3;
   nn::Layout layout = nn::Layout::NCHW;
   uint64_t seed = 0;
@@ -102,14 +102,17 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
 
 struct ImageFolderOptions {
-  std::string root;            // root/<class>/<image>.{jpg,jpeg,png}
-  std::string split = "all";   // all, train (all but the held-out files) or holdout
-  int64_t holdout_every = 10;  // file i of each class (sorted by name) is held out when
-                               // i % holdout_every == holdout_every - 1
-  int64_t image_size = 224;    // the square crop
-  int64_t resize = 0;          // shorter side before the crop; 0: image_size * 8 / 7
-  int64_t channels = 3;        // 3 (RGB) or 1 (grey)
-  bool augment = false;        // random crop and horizontal flip; else the centre crop
+  std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
+  std::string split = "all";    // all, train (all but the held-out files) or holdout
+  int64_t holdout_every = 10;   // file i of each class (sorted by name) is held out when
+                                // i % holdout_every == holdout_every - 1
+  nn::Size2d image_size = 224;  // the crop (height x width)
+  // Before the crop the image is scaled (aspect kept) to the least size that
+  // covers `resize` (for a square, its shorter side becomes `resize`);
+  // 0: image_size * 8 / 7.
+  nn::Size2d resize = 0;
+  int64_t channels = 3;  // 3 (RGB) or 1 (grey)
+  bool augment = false;  // random crop and horizontal flip; else the centre crop
   std::vector<float> mean = {0.5f, 0.5f, 0.5f}, std = {0.5f, 0.5f, 0.5f};  // per channel
   nn::Layout layout = nn::Layout::NCHW;
   bool skip_bad = false;  // skip (and count) files whose header cannot be read; else an error
@@ -117,8 +120,9 @@ struct ImageFolderOptions {
 };
 
 // Images in one sub-folder per class (classes sorted by folder name), resized
-// (bilinear) so that the shorter side is `resize`, cropped to image_size,
-// optionally flipped, normalized per channel.
+// (bilinear) so that they cover `resize` (for a square, the shorter side
+// becomes `resize`), cropped to image_size, optionally flipped, normalized per
+// channel.
 class ImageFolder final : public Dataset {
  public:
   explicit ImageFolder(ImageFolderOptions opt);

@@ -22,8 +22,14 @@ SafetensorsFile load_safetensors(const std::string& path);
 void save_safetensors(const std::string& path, const Params& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads transformers' config.json for ViTForImageClassification; a value kiln
-// cannot honour gets an error naming the field.
+// Reads transformers' config.json for ViTForImageClassification: every field
+// that changes what it computes (ViTConfig's fields, image_size and patch_size
+// as integers or [height, width], every ACT2FN hidden_act, id2label or
+// num_labels, problem_type, pruned_heads). Fields that change nothing it
+// computes (encoder_stride, the pooler's, torch_dtype, output switches,
+// attn_implementation "eager" or "sdpa", unknown keys) are accepted and
+// ignored. A value kiln cannot honour gets an error naming the file and the
+// field, what was found and what was expected.
 nn::ViTConfig load_vit_config(const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);

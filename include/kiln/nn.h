@@ -1,6 +1,9 @@
 // kiln — neural-network models over parameter trees.
 #pragma once
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/ops.h"
 #include "kiln/random.h"
@@ -8,7 +11,68 @@
 
 namespace kiln::nn {
 
-enum class Activation { Gelu, GeluTanh, Relu };
+// transformers' ACT2FN (activations.py), one value per name, for hidden_act.
+// Names that compute the same function (silu and swish, gelu and gelu_python)
+// stay apart so that a config.json is written back as it was read.
+enum class Activation {
+  Gelu,             // x·Φ(x), erf form
+  Gelu10,           // gelu clipped to [-10, 10]
+  GeluFast,         // tanh approximation, 0.7978845608 for √(2/π)
+  GeluNew,          // tanh approximation
+  GeluPython,       // x·Φ(x) written with erf in Python
+  GeluPytorchTanh,  // tanh approximation (torch's approximate="tanh")
+  GeluAccurate,     // tanh approximation
+  Laplace,          // (1 + erf((x − 0.707107) / (0.282095·√2))) / 2
+  LeakyRelu,        // slope 0.01 below 0 (torch.nn.LeakyReLU())
+  Linear,           // the identity
+  Mish,             // x·tanh(softplus(x))
+  QuickGelu,        // x·σ(1.702x)
+  Relu,             // max(x, 0)
+  Relu2,            // relu(x)²
+  Relu6,            // min(relu(x), 6)
+  Sigmoid,          // σ(x) = 1 / (1 + e⁻ˣ)
+  Silu,             // x·σ(x)
+  Swish,            // x·σ(x)
+  Tanh,             // tanh(x)
+};
+// The config.json name of an activation ("gelu_new", ...).
+const char* activation_name(Activation act);
+// The activation of a config.json name, if transformers 4.46 has it.
+std::optional<Activation> activation_from_name(const std::string& name);
+// Every name activation_from_name accepts, in ACT2FN's order.
+const std::vector<std::string>& activation_names();
+// The activation applied elementwise, made of kiln's primitives (so autodiff
+// and the compiler see ordinary ops).
+Array activate(Activation act, const Array& x);
+// log(1 + eˣ) without overflow, and the logistic function σ(x) = 1 / (1 + e⁻ˣ).
+Array softplus(const Array& x);
+Array sigmoid(const Array& x);
+
+// transformers' problem_type: which loss ViTForImageClassification computes.
+enum class ProblemType {
+  Unset,        // decided per batch: regression when num_labels == 1, else
+                // single-label for integer labels, multi-label otherwise
+  Regression,   // mean squared error (MSELoss) against float labels
+  SingleLabel,  // softmax cross-entropy (CrossEntropyLoss) against integer labels
+  MultiLabel,   // sigmoid binary cross-entropy (BCEWithLogitsLoss) against float labels
+};
+// "regression", "single_label_classification", "multi_label_classification"
+// (Unset: "null").
+const char* problem_type_name(ProblemType p);
+
+// A height and a width: transformers takes image_size and patch_size as one
+// integer (a square) or as a pair [height, width].
+struct Size2d {
+  int64_t height = 0, width = 0;
+  Size2d() = default;
+  // A square, as transformers reads an integer.
+  Size2d(int64_t side) : height(side), width(side) {}  // NOLINT(google-explicit-constructor)
+  Size2d(int64_t h, int64_t w) : height(h), width(w) {}
+  bool square() const { return height == width; }
+  bool operator==(const Size2d&) const = default;
+};
+// "224" for a square, "30x20" (height x width) otherwise.
+std::string to_string(const Size2d& s);
 
 // transformers' ViTConfig, field for field (the defaults are ViTConfig()).
 struct ViTConfig {
@@ -21,17 +85,35 @@ struct ViTConfig {
   double attention_probs_dropout_prob = 0.0;
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;
-  int64_t image_size = 224;
-  int64_t patch_size = 16;
+  // The images are exactly image_size; the patch embedding (a convolution
+  // with stride patch_size) ignores the rows and columns left over when
+  // image_size is not a multiple of patch_size, as torch's Conv2d does.
+  Size2d image_size = 224;
+  Size2d patch_size = 16;
   int64_t num_channels = 3;
   bool qkv_bias = true;
+  // 0: no classifier (nn.Identity); the logits are the final [CLS] features.
   int64_t num_labels = 1000;
+  ProblemType problem_type = ProblemType::Unset;
+  // Heads removed from the attention of a layer (PretrainedConfig.pruned_heads,
+  // which transformers applies when it builds the model): the layer's query,
+  // key and value have (num_attention_heads - pruned) * head_dim outputs.
+  std::map<int64_t, std::vector<int64_t>> pruned_heads;
 
   // "vit-tiny", "vit-small", "vit-base" (== ViTConfig()), "vit-large", and "vit-fmnist"
   // (28x28x1 images, patch 7, 10 labels: Fashion-MNIST).
   static ViTConfig preset(const std::string& name);
-  int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  // Patches per column and per row.
+  Size2d grid() const {
+    return {image_size.height / patch_size.height, image_size.width / patch_size.width};
+  }
+  int64_t num_patches() const { return grid().height * grid().width; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t heads_in_layer(int64_t layer) const;  // num_attention_heads less the pruned ones
+  int64_t num_logits() const { return num_labels > 0 ? num_labels : hidden_size; }
+  // The problem type transformers uses for labels of this dtype (the config's
+  // when set).
+  ProblemType problem_for(DType labels) const;
   // Throws naming the field when the configuration is inconsistent.
   void validate(const std::string& origin = "ViTConfig") const;
   // Training FLOPs of one image (forward + backward, matmuls only: 3x forward).
@@ -74,8 +156,16 @@ class ViTForImageClassification {
   std::vector<std::pair<std::string, Shape>> parameter_shapes() const;
   // Checks a parameter tree against parameter_shapes(); throws naming the entry.
   void check(const Params& params, const std::string& origin) const;
-  // pixel_values [B, C, H, W] (NCHW) or [B, H, W, C] (NHWC) -> logits [B, num_labels].
+  // pixel_values [B, C, H, W] (NCHW) or [B, H, W, C] (NHWC) -> logits [B, num_logits()].
   Array apply(const Params& params, const Array& pixels, const ApplyOptions& opt = {}) const;
+  // The mean loss ViTForImageClassification.forward computes from its logits
+  // and labels, by problem_for(labels): regression, mean squared error
+  // against float labels [B, num_labels] ([B] or [B, 1] with one label, whose
+  // logits are squeezed as transformers does); single label, softmax
+  // cross-entropy against integer labels [B]; multi-label, binary
+  // cross-entropy with logits against float labels [B, num_logits()].
+  // Labels of another dtype or shape get an error naming them.
+  Array loss(const Array& logits, const Array& labels) const;
 
  private:
   ViTConfig cfg_;

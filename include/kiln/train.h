@@ -73,7 +73,7 @@ DType matmul_dtype_for(const std::string& precision);
 
 struct EvalResult {
   int64_t step = 0;
-  double loss = 0;      // mean softmax cross-entropy
+  double loss = 0;      // mean loss of the model's problem type (softmax cross-entropy for classes)
   double accuracy = 0;  // top-1, in [0, 1]
   int64_t samples = 0;
   double seconds = 0;
@@ -123,8 +123,10 @@ struct Callbacks {
 // Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
 double measure_peak_gflops();
 
-// Runs the experiment in eager mode: random images, ViT, mean softmax
-// cross-entropy, SGD. on_step is called after every step.
+// Runs the experiment: random images (or a data set), ViT, the loss of the
+// config's problem_type (mean softmax cross-entropy for classes; targets made
+// from the class labels otherwise, see targets_for in train.cpp), SGD or
+// AdamW. on_step is called after every step.
 TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
 
 // Loss and top-1 accuracy of `params` on a data set, in batches (eager, or
@@ -134,10 +136,13 @@ EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::
                     DType matmul_dtype = DType::f32);
 
 // One forward and backward pass of ViTForImageClassification (no dropout):
-// what `kiln grad` writes. pixels are f32 in `layout`; labels i32 or i64.
+// what `kiln grad` writes. pixels are f32 in `layout`; labels as
+// transformers takes them for the config's problem type (ViTForImageClassification::loss):
+// integer classes [B] (-100: ignored, as CrossEntropyLoss's ignore_index),
+// or float targets.
 struct GradResult {
-  Array logits;  // [B, num_labels]
-  Array loss;    // scalar, mean softmax cross-entropy
+  Array logits;  // [B, num_logits()]
+  Array loss;    // scalar, transformers' loss for the problem type
   Params grads;  // HuggingFace names
 };
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,

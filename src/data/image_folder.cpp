@@ -102,11 +102,13 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
   const std::string origin = "imagefolder";
   if (opt_.split != "all" && opt_.split != "train" && opt_.split != "holdout")
     fail(origin, "split '" + opt_.split + "', expected all, train or holdout");
-  if (opt_.image_size <= 0) fail(origin, "image_size must be positive");
-  if (opt_.resize == 0) opt_.resize = opt_.image_size * 8 / 7;
-  if (opt_.resize < opt_.image_size)
-    fail(origin, "resize " + std::to_string(opt_.resize) + " is below the crop size " +
-                     std::to_string(opt_.image_size));
+  if (opt_.image_size.height <= 0 || opt_.image_size.width <= 0)
+    fail(origin, "image_size must be positive, got " + nn::to_string(opt_.image_size));
+  if (opt_.resize == nn::Size2d(0))
+    opt_.resize = {opt_.image_size.height * 8 / 7, opt_.image_size.width * 8 / 7};
+  if (opt_.resize.height < opt_.image_size.height || opt_.resize.width < opt_.image_size.width)
+    fail(origin, "resize " + nn::to_string(opt_.resize) + " is below the crop size " +
+                     nn::to_string(opt_.image_size));
   if (opt_.channels != 1 && opt_.channels != 3)
     fail(origin, "channels must be 1 or 3, got " + std::to_string(opt_.channels));
   if (static_cast<int64_t>(opt_.mean.size()) < opt_.channels ||
@@ -146,8 +148,8 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
 }
 
 Shape ImageFolder::image_shape() const {
-  int64_t s = opt_.image_size, c = opt_.channels;
-  return opt_.layout == nn::Layout::NCHW ? Shape{c, s, s} : Shape{s, s, c};
+  int64_t h = opt_.image_size.height, w = opt_.image_size.width, c = opt_.channels;
+  return opt_.layout == nn::Layout::NCHW ? Shape{c, h, w} : Shape{h, w, c};
 }
 
 void ImageFolder::get(int64_t index, float* image, int32_t* label) const {
@@ -160,12 +162,14 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
          "sample " + std::to_string(index) + " is outside [0, " + std::to_string(size()) + ")");
   const auto& [path, cls] = files_[index];
   Image img = decode_image(read_bytes(path), opt_.channels, path);
-  const int64_t S = opt_.image_size, C = opt_.channels;
-  // Resize so that the shorter side is `resize`, then crop S x S.
-  double scale = static_cast<double>(opt_.resize) / std::min(img.width, img.height);
-  int64_t rw = std::max<int64_t>(S, std::llround(img.width * scale));
-  int64_t rh = std::max<int64_t>(S, std::llround(img.height * scale));
-  int64_t oy = (rh - S) / 2, ox = (rw - S) / 2;
+  const int64_t H = opt_.image_size.height, W = opt_.image_size.width, C = opt_.channels;
+  // Scale so that the image covers `resize` (a square: its shorter side
+  // becomes `resize`), then crop H x W.
+  double scale = std::max(static_cast<double>(opt_.resize.width) / img.width,
+                          static_cast<double>(opt_.resize.height) / img.height);
+  int64_t rw = std::max<int64_t>(W, std::llround(img.width * scale));
+  int64_t rh = std::max<int64_t>(H, std::llround(img.height * scale));
+  int64_t oy = (rh - H) / 2, ox = (rw - W) / 2;
   bool flip = false;
   if (opt_.augment && epoch >= 0) {
     random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
@@ -173,19 +177,19 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
     double v[2];
     random::DrawSpec spec = random::draw_spec(k, RandomKind::Uniform, 0, 1);
     random::draw_block(spec, 0, v);
-    oy = std::min<int64_t>(rh - S, static_cast<int64_t>(v[0] * (rh - S + 1)));
-    ox = std::min<int64_t>(rw - S, static_cast<int64_t>(v[1] * (rw - S + 1)));
+    oy = std::min<int64_t>(rh - H, static_cast<int64_t>(v[0] * (rh - H + 1)));
+    ox = std::min<int64_t>(rw - W, static_cast<int64_t>(v[1] * (rw - W + 1)));
     random::draw_block(spec, 1, v);
     flip = v[0] < 0.5;
   }
   const double sy = static_cast<double>(img.height) / rh, sx = static_cast<double>(img.width) / rw;
-  for (int64_t y = 0; y < S; ++y) {
+  for (int64_t y = 0; y < H; ++y) {
     // Bilinear, pixel centres aligned (align_corners = false).
     double fy = std::clamp((y + oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(img.height - 1));
     int64_t y0 = static_cast<int64_t>(fy), y1 = std::min(y0 + 1, img.height - 1);
     double wy = fy - y0;
-    for (int64_t x = 0; x < S; ++x) {
-      int64_t xs = flip ? S - 1 - x : x;
+    for (int64_t x = 0; x < W; ++x) {
+      int64_t xs = flip ? W - 1 - x : x;
       double fx = std::clamp((xs + ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(img.width - 1));
       int64_t x0 = static_cast<int64_t>(fx), x1 = std::min(x0 + 1, img.width - 1);
       double wx = fx - x0;
@@ -197,9 +201,9 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
                    wy * ((1 - wx) * px(y1, x0) + wx * px(y1, x1));
         float n = static_cast<float>((v / 255.0 - opt_.mean[c]) / opt_.std[c]);
         if (opt_.layout == nn::Layout::NCHW)
-          out[(c * S + y) * S + x] = n;
+          out[(c * H + y) * W + x] = n;
         else
-          out[(y * S + x) * C + c] = n;
+          out[(y * W + x) * C + c] = n;
       }
     }
   }

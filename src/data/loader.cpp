@@ -8,13 +8,14 @@
 namespace kiln::data {
 
 RandomImages::RandomImages(RandomImagesOptions opt) : opt_(opt) {
-  if (opt.num_samples <= 0 || opt.num_labels <= 0 || opt.image_size <= 0 || opt.channels <= 0)
+  if (opt.num_samples <= 0 || opt.num_labels <= 0 || opt.image_size.height <= 0 ||
+      opt.image_size.width <= 0 || opt.channels <= 0)
     fail("data", "random images need positive num_samples, num_labels, image_size and channels");
 }
 
 Shape RandomImages::image_shape() const {
-  return opt_.layout == nn::Layout::NCHW ? Shape{opt_.channels, opt_.image_size, opt_.image_size}
-                                         : Shape{opt_.image_size, opt_.image_size, opt_.channels};
+  const int64_t h = opt_.image_size.height, w = opt_.image_size.width;
+  return opt_.layout == nn::Layout::NCHW ? Shape{opt_.channels, h, w} : Shape{h, w, opt_.channels};
 }
 
 void RandomImages::get(int64_t index, float* image, int32_t* label) const {

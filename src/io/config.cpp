@@ -1,5 +1,6 @@
 // kiln io: HuggingFace config.json for ViT.
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kiln/io.h"
 
@@ -28,6 +29,19 @@ nn::ViTConfig load_vit_config(const std::string& path) {
     if (!j[f].is_number_integer()) bad(f, "is " + j[f].dump() + ", expected an integer");
     dst = j[f].get<int64_t>();
   };
+  // An integer (a square), or [height, width] as transformers' ViTPatchEmbeddings reads a pair.
+  auto size2d = [&](const char* f, nn::Size2d& dst) {
+    if (!j.contains(f)) return;
+    const json& v = j[f];
+    if (v.is_number_integer()) {
+      dst = v.get<int64_t>();
+    } else if (v.is_array() && v.size() == 2 && v[0].is_number_integer() &&
+               v[1].is_number_integer()) {
+      dst = {v[0].get<int64_t>(), v[1].get<int64_t>()};
+    } else {
+      bad(f, "is " + v.dump() + ", expected an integer or a list [height, width] of two integers");
+    }
+  };
   auto real = [&](const char* f, double& dst) {
     if (!j.contains(f)) return;
     if (!j[f].is_number()) bad(f, "is " + j[f].dump() + ", expected a number");
@@ -37,8 +51,8 @@ nn::ViTConfig load_vit_config(const std::string& path) {
   integer("num_hidden_layers", c.num_hidden_layers);
   integer("num_attention_heads", c.num_attention_heads);
   integer("intermediate_size", c.intermediate_size);
-  integer("image_size", c.image_size);
-  integer("patch_size", c.patch_size);
+  size2d("image_size", c.image_size);
+  size2d("patch_size", c.patch_size);
   integer("num_channels", c.num_channels);
   real("hidden_dropout_prob", c.hidden_dropout_prob);
   real("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
@@ -50,25 +64,67 @@ nn::ViTConfig load_vit_config(const std::string& path) {
     c.qkv_bias = j["qkv_bias"].get<bool>();
   }
   if (j.contains("hidden_act")) {
-    std::string act = j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "";
-    if (act == "gelu")
-      c.hidden_act = nn::Activation::Gelu;
-    else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
-      c.hidden_act = nn::Activation::GeluTanh;
-    else if (act == "relu")
-      c.hidden_act = nn::Activation::Relu;
-    else
-      bad("hidden_act",
-          "is " + j["hidden_act"].dump() +
-              ", expected one of \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\", \"relu\"");
+    std::optional<nn::Activation> act;
+    if (j["hidden_act"].is_string()) act = nn::activation_from_name(j["hidden_act"]);
+    if (!act) {
+      std::string names;
+      for (const auto& n : nn::activation_names())
+        names += (names.empty() ? "\"" : ", \"") + n + "\"";
+      bad("hidden_act", "is " + j["hidden_act"].dump() +
+                            ", expected one of transformers' activations (ACT2FN): " + names);
+    }
+    c.hidden_act = *act;
   }
-  // transformers: num_labels, else the size of id2label, else PretrainedConfig's 2.
+  // transformers (PretrainedConfig): the size of id2label when it is there
+  // (a num_labels beside it is overruled, with a warning), else num_labels,
+  // else 2.
   c.num_labels = 2;
   if (j.contains("id2label")) {
-    if (!j["id2label"].is_object()) bad("id2label", "is not an object");
+    if (!j["id2label"].is_object())
+      bad("id2label", "is " + j["id2label"].dump() + ", expected an object");
     c.num_labels = static_cast<int64_t>(j["id2label"].size());
+  } else {
+    integer("num_labels", c.num_labels);
   }
-  integer("num_labels", c.num_labels);
+  if (j.contains("problem_type") && !j["problem_type"].is_null()) {
+    const json& v = j["problem_type"];
+    if (v == "regression")
+      c.problem_type = nn::ProblemType::Regression;
+    else if (v == "single_label_classification")
+      c.problem_type = nn::ProblemType::SingleLabel;
+    else if (v == "multi_label_classification")
+      c.problem_type = nn::ProblemType::MultiLabel;
+    else
+      bad("problem_type", "is " + v.dump() +
+                              ", expected null, \"regression\", \"single_label_classification\" "
+                              "or \"multi_label_classification\"");
+  }
+  if (j.contains("pruned_heads")) {
+    const json& v = j["pruned_heads"];
+    const std::string shape = ", expected an object of layer: [heads], e.g. {\"0\": [1, 2]}";
+    if (!v.is_object()) bad("pruned_heads", "is " + v.dump() + shape);
+    for (auto& [key, heads] : v.items()) {
+      int64_t layer = -1;
+      try {
+        size_t used = 0;
+        layer = std::stoll(key, &used);
+        if (used != key.size()) layer = -1;
+      } catch (const std::exception&) {
+      }
+      if (layer < 0 || !heads.is_array())
+        bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
+      for (const json& h : heads)
+        if (!h.is_number_integer())
+          bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
+      if (!heads.empty()) c.pruned_heads[layer] = heads.get<std::vector<int64_t>>();
+    }
+  }
+  // Both of transformers' attention implementations for ViT compute
+  // softmax(QKᵀ/√d)V, as kiln does; it has no others.
+  for (const char* f : {"attn_implementation", "_attn_implementation"})
+    if (j.contains(f) && !j[f].is_null() && j[f] != "eager" && j[f] != "sdpa")
+      bad(f, "is " + j[f].dump() +
+                 ", expected \"eager\" or \"sdpa\" (transformers' ViT has no other)");
   c.validate(origin + " " + path);
   return c;
 }
@@ -79,28 +135,36 @@ void save_vit_config(const std::string& path, const nn::ViTConfig& c) {
     id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
     label2id["LABEL_" + std::to_string(i)] = i;
   }
-  const char* act = c.hidden_act == nn::Activation::Gelu       ? "gelu"
-                    : c.hidden_act == nn::Activation::GeluTanh ? "gelu_pytorch_tanh"
-                                                               : "relu";
+  auto size = [](const nn::Size2d& s) {
+    return s.square() ? json(s.height) : json::array({s.height, s.width});
+  };
   json j = {{"architectures", {"ViTForImageClassification"}},
             {"model_type", "vit"},
             {"hidden_size", c.hidden_size},
             {"num_hidden_layers", c.num_hidden_layers},
             {"num_attention_heads", c.num_attention_heads},
             {"intermediate_size", c.intermediate_size},
-            {"hidden_act", act},
+            {"hidden_act", nn::activation_name(c.hidden_act)},
             {"hidden_dropout_prob", c.hidden_dropout_prob},
             {"attention_probs_dropout_prob", c.attention_probs_dropout_prob},
             {"initializer_range", c.initializer_range},
             {"layer_norm_eps", c.layer_norm_eps},
-            {"image_size", c.image_size},
-            {"patch_size", c.patch_size},
+            {"image_size", size(c.image_size)},
+            {"patch_size", size(c.patch_size)},
             {"num_channels", c.num_channels},
             {"qkv_bias", c.qkv_bias},
-            {"encoder_stride", c.patch_size},
             {"id2label", id2label},
             {"label2id", label2id},
             {"torch_dtype", "float32"}};
+  // Only masked image modeling reads encoder_stride; ViTConfig's default is 16.
+  if (c.patch_size.square()) j["encoder_stride"] = c.patch_size.height;
+  if (c.problem_type != nn::ProblemType::Unset)
+    j["problem_type"] = nn::problem_type_name(c.problem_type);
+  if (!c.pruned_heads.empty()) {
+    json pruned = json::object();
+    for (const auto& [layer, heads] : c.pruned_heads) pruned[std::to_string(layer)] = heads;
+    j["pruned_heads"] = pruned;
+  }
   write_file_atomic(path, j.dump(2) + "\n");
 }
 

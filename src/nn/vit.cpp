@@ -1,6 +1,7 @@
 // kiln nn: ViTForImageClassification, parameter for parameter as HuggingFace
 // transformers builds it (modeling_vit.py, eager attention).
 #include <cmath>
+#include <set>
 
 #include "kiln/nn.h"
 
@@ -30,22 +31,15 @@ Array layer_norm_of(const Params& p, const std::string& name, const Array& x, do
   return layer_norm(x, p.at(name + ".weight"), p.at(name + ".bias"), eps);
 }
 
-Array activation(Activation act, const Array& x) {
-  switch (act) {
-    case Activation::Gelu: return gelu(x);
-    case Activation::GeluTanh: return gelu_tanh(x);
-    case Activation::Relu: return relu(x);
-  }
-  return x;
-}
-
-// Inverted dropout: kept values are scaled by 1/(1-p).
+// Inverted dropout: kept values are scaled by 1/(1-p); p = 1 drops
+// everything (torch returns x * 0, whose gradient is 0).
 class Dropout {
  public:
   Dropout(const ApplyOptions& opt)
       : active_(opt.train), key_(opt.dropout_key), key_array_(opt.dropout_key_array) {}
   Array operator()(const Array& x, double p) {
     if (!active_ || p <= 0) return x;
+    if (p >= 1) return x * 0.0;
     uint32_t site = counter_++;
     Array keep = key_array_.valid()
                      ? random::bernoulli(key_array_, site, x.shape(), 1.0 - p)
@@ -86,6 +80,36 @@ ViTConfig ViTConfig::preset(const std::string& name) {
   return c;
 }
 
+std::string to_string(const Size2d& s) {
+  return s.square() ? std::to_string(s.height)
+                    : std::to_string(s.height) + "x" + std::to_string(s.width);
+}
+
+const char* problem_type_name(ProblemType p) {
+  switch (p) {
+    case ProblemType::Unset: return "null";
+    case ProblemType::Regression: return "regression";
+    case ProblemType::SingleLabel: return "single_label_classification";
+    case ProblemType::MultiLabel: return "multi_label_classification";
+  }
+  return "unknown";
+}
+
+int64_t ViTConfig::heads_in_layer(int64_t layer) const {
+  auto it = pruned_heads.find(layer);
+  if (it == pruned_heads.end()) return num_attention_heads;
+  std::set<int64_t> gone(it->second.begin(), it->second.end());  // transformers prunes a set
+  return num_attention_heads - static_cast<int64_t>(gone.size());
+}
+
+ProblemType ViTConfig::problem_for(DType labels) const {
+  if (problem_type != ProblemType::Unset) return problem_type;
+  // ViTForImageClassification.forward: torch.long or torch.int labels are classes.
+  if (num_labels == 1) return ProblemType::Regression;
+  if (num_labels > 1 && is_integral(labels)) return ProblemType::SingleLabel;
+  return ProblemType::MultiLabel;
+}
+
 void ViTConfig::validate(const std::string& origin) const {
   auto positive = [&](int64_t v, const char* field) {
     if (v <= 0) fail(origin, std::string(field) + " must be positive, got " + std::to_string(v));
@@ -94,36 +118,63 @@ void ViTConfig::validate(const std::string& origin) const {
   positive(num_hidden_layers, "num_hidden_layers");
   positive(num_attention_heads, "num_attention_heads");
   positive(intermediate_size, "intermediate_size");
-  positive(image_size, "image_size");
-  positive(patch_size, "patch_size");
+  positive(image_size.height, "image_size (height)");
+  positive(image_size.width, "image_size (width)");
+  positive(patch_size.height, "patch_size (height)");
+  positive(patch_size.width, "patch_size (width)");
   positive(num_channels, "num_channels");
-  positive(num_labels, "num_labels");
+  if (num_labels < 0)
+    fail(origin, "num_labels must be >= 0 (0: no classifier), got " + std::to_string(num_labels));
   if (hidden_size % num_attention_heads != 0)
     fail(origin, "hidden_size " + std::to_string(hidden_size) +
                      " is not a multiple of num_attention_heads " +
                      std::to_string(num_attention_heads));
-  if (image_size % patch_size != 0)
-    fail(origin, "image_size " + std::to_string(image_size) + " is not a multiple of patch_size " +
-                     std::to_string(patch_size));
+  // torch's Conv2d refuses a kernel larger than its input.
+  if (patch_size.height > image_size.height || patch_size.width > image_size.width)
+    fail(origin, "patch_size " + to_string(patch_size) + " is larger than image_size " +
+                     to_string(image_size) + " (height x width)");
   auto probability = [&](double v, const char* field) {
-    if (!(v >= 0 && v < 1))
-      fail(origin, std::string(field) + " must lie in [0, 1), got " + std::to_string(v));
+    if (!(v >= 0 && v <= 1))
+      fail(origin, std::string(field) + " must lie in [0, 1], got " + std::to_string(v));
   };
   probability(hidden_dropout_prob, "hidden_dropout_prob");
   probability(attention_probs_dropout_prob, "attention_probs_dropout_prob");
   if (!(initializer_range > 0)) fail(origin, "initializer_range must be positive");
-  if (!(layer_norm_eps > 0)) fail(origin, "layer_norm_eps must be positive");
+  if (!(layer_norm_eps >= 0)) fail(origin, "layer_norm_eps must be >= 0");
+  if (problem_type == ProblemType::SingleLabel && num_labels == 0)
+    fail(origin,
+         "problem_type single_label_classification needs num_labels >= 1, got 0 (no classifier)");
+  for (const auto& [layer, heads] : pruned_heads) {
+    std::string at = "pruned_heads: layer " + std::to_string(layer);
+    if (layer < 0 || layer >= num_hidden_layers)
+      fail(origin,
+           at + " is outside [0, " + std::to_string(num_hidden_layers) + ") (num_hidden_layers)");
+    for (int64_t h : heads)
+      if (h < 0 || h >= num_attention_heads)
+        fail(origin, at + ": head " + std::to_string(h) + " is outside [0, " +
+                         std::to_string(num_attention_heads) + ") (num_attention_heads)");
+    // transformers would keep a zero-width attention (only the output bias
+    // left); kiln's attention needs at least one head.
+    if (heads_in_layer(layer) == 0)
+      fail(origin, at + ": every one of its " + std::to_string(num_attention_heads) +
+                       " heads is pruned; kiln needs at least one head per layer");
+  }
 }
 
 double ViTConfig::train_flops_per_image() const {
   double t = static_cast<double>(num_patches() + 1), h = hidden_size, i = intermediate_size;
-  double patch = 2.0 * num_patches() * (num_channels * patch_size * patch_size) * h;
-  double layer = 2.0 * t * h * 3 * h     // q, k, v
-                 + 2.0 * 2 * t * t * h   // scores and probabilities · values
-                 + 2.0 * t * h * h       // output projection
-                 + 2.0 * 2 * t * h * i;  // MLP
+  double patch = 2.0 * num_patches() * (num_channels * patch_size.height * patch_size.width) * h;
+  double layers = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    // The attention's width: narrower with pruned heads.
+    double a = static_cast<double>(heads_in_layer(l) * head_dim());
+    layers += 2.0 * t * h * 3 * a;  // q, k, v
+    layers += 2.0 * 2 * t * t * a;  // scores and probabilities · values
+    layers += 2.0 * t * a * h;      // output projection
+    layers += 2.0 * 2 * t * h * i;  // MLP
+  }
   double head = 2.0 * h * num_labels;
-  double forward = patch + num_hidden_layers * layer + head;
+  double forward = patch + layers + head;
   return 3 * forward - patch;  // backward is twice the forward, but pixels need no gradient
 }
 
@@ -138,7 +189,7 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
       {"vit.embeddings.cls_token", {1, 1, h}},
       {"vit.embeddings.position_embeddings", {1, c.num_patches() + 1, h}},
       {"vit.embeddings.patch_embeddings.projection.weight",
-       {h, c.num_channels, c.patch_size, c.patch_size}},
+       {h, c.num_channels, c.patch_size.height, c.patch_size.width}},
       {"vit.embeddings.patch_embeddings.projection.bias", {h}},
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -147,11 +198,12 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
       s.push_back({p + ln + ".weight", {h}});
       s.push_back({p + ln + ".bias", {h}});
     }
+    const int64_t a = c.heads_in_layer(l) * c.head_dim();  // less with pruned heads
     for (const char* proj : {"query", "key", "value"}) {
-      s.push_back({p + "attention.attention." + proj + ".weight", {h, h}});
-      if (c.qkv_bias) s.push_back({p + "attention.attention." + proj + ".bias", {h}});
+      s.push_back({p + "attention.attention." + proj + ".weight", {a, h}});
+      if (c.qkv_bias) s.push_back({p + "attention.attention." + proj + ".bias", {a}});
     }
-    s.push_back({p + "attention.output.dense.weight", {h, h}});
+    s.push_back({p + "attention.output.dense.weight", {h, a}});
     s.push_back({p + "attention.output.dense.bias", {h}});
     s.push_back({p + "intermediate.dense.weight", {c.intermediate_size, h}});
     s.push_back({p + "intermediate.dense.bias", {c.intermediate_size}});
@@ -160,8 +212,10 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
   }
   s.push_back({"vit.layernorm.weight", {h}});
   s.push_back({"vit.layernorm.bias", {h}});
-  s.push_back({"classifier.weight", {c.num_labels, h}});
-  s.push_back({"classifier.bias", {c.num_labels}});
+  if (c.num_labels > 0) {
+    s.push_back({"classifier.weight", {c.num_labels, h}});
+    s.push_back({"classifier.bias", {c.num_labels}});
+  }
   return s;
 }
 
@@ -206,10 +260,11 @@ void ViTForImageClassification::check(const Params& params, const std::string& o
 Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
                                        const ApplyOptions& opt) const {
   const auto& c = cfg_;
-  const int64_t ps = c.patch_size, g = c.image_size / ps, n = c.num_patches(), h = c.hidden_size;
-  const int64_t heads = c.num_attention_heads, dh = c.head_dim();
-  Shape want = opt.layout == Layout::NCHW ? Shape{-1, c.num_channels, c.image_size, c.image_size}
-                                          : Shape{-1, c.image_size, c.image_size, c.num_channels};
+  const Size2d img = c.image_size, ps = c.patch_size, g = c.grid();
+  const int64_t n = c.num_patches(), h = c.hidden_size, ch = c.num_channels;
+  const int64_t dh = c.head_dim();
+  Shape want = opt.layout == Layout::NCHW ? Shape{-1, ch, img.height, img.width}
+                                          : Shape{-1, img.height, img.width, ch};
   bool ok = pixels.ndim() == 4;
   for (int d = 1; ok && d < 4; ++d) ok = pixels.shape()[d] == want[d];
   if (!ok)
@@ -223,13 +278,20 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   if (dt != DType::f32 && dt != DType::bf16)
     fail("vit", std::string("matmul precision ") + name_of(dt) + ", expected f32 or bf16");
 
-  // Patch embedding: a stride-16 16x16 convolution is a matmul over patches
-  // flattened in the weight's (channel, row, column) order.
-  Array patches =
-      opt.layout == Layout::NCHW
-          ? transpose(reshape(pixels, {b, c.num_channels, g, ps, g, ps}), {0, 2, 4, 1, 3, 5})
-          : transpose(reshape(pixels, {b, g, ps, g, ps, c.num_channels}), {0, 1, 3, 5, 2, 4});
-  patches = reshape(patches, {b * n, c.num_channels * ps * ps});
+  // Patch embedding: a convolution whose stride is its kernel is a matmul
+  // over patches flattened in the weight's (channel, row, column) order. Its
+  // windows never reach the last image_size % patch_size rows and columns.
+  const int64_t used_h = g.height * ps.height, used_w = g.width * ps.width;
+  Array used = pixels;
+  if (used_h != img.height || used_w != img.width)
+    used = opt.layout == Layout::NCHW ? slice(pixels, {0, 0, 0, 0}, {b, ch, used_h, used_w})
+                                      : slice(pixels, {0, 0, 0, 0}, {b, used_h, used_w, ch});
+  Array patches = opt.layout == Layout::NCHW
+                      ? transpose(reshape(used, {b, ch, g.height, ps.height, g.width, ps.width}),
+                                  {0, 2, 4, 1, 3, 5})
+                      : transpose(reshape(used, {b, g.height, ps.height, g.width, ps.width, ch}),
+                                  {0, 1, 3, 5, 2, 4});
+  patches = reshape(patches, {b * n, ch * ps.height * ps.width});
   Array w = reshape(p.at("vit.embeddings.patch_embeddings.projection.weight"), {h, -1});
   Array x = mm(patches, w, {.transpose_b = true}, dt) +
             p.at("vit.embeddings.patch_embeddings.projection.bias");
@@ -242,11 +304,13 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const bool fused_attention =
       opt.fused_attention && !(opt.train && c.attention_probs_dropout_prob > 0);
-  auto split_heads = [&](const Array& y) {  // [b, t, h] -> [b, heads, t, dh]
-    return transpose(reshape(y, {b, t, heads, dh}), {0, 2, 1, 3});
-  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     std::string pre = layer_prefix(l);
+    // Pruned heads narrow a layer's attention to heads * dh features.
+    const int64_t heads = c.heads_in_layer(l), a = heads * dh;
+    auto split_heads = [&](const Array& y) {  // [b, t, a] -> [b, heads, t, dh]
+      return transpose(reshape(y, {b, t, heads, dh}), {0, 2, 1, 3});
+    };
     Array hn = layer_norm_of(p, pre + "layernorm_before", x, c.layer_norm_eps);
     std::string att = pre + "attention.attention.";
     Array ctx;
@@ -258,25 +322,63 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
       };
       Array qkv = mm(hn, cat("weight"), {.transpose_b = true}, dt);
       if (c.qkv_bias) qkv = std::move(qkv) + cat("bias");
-      ctx = reshape(attention(reshape(qkv, {b, t, 3, heads, dh}), scale), {b, t, h});
+      ctx = reshape(attention(reshape(qkv, {b, t, 3, heads, dh}), scale), {b, t, a});
     } else {
       Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
       Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
       Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
       Array scores = mm(q, k, {.transpose_b = true}, dt) * scale;
       Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
-      ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, h});
+      ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, a});
     }
     Array attn = dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
     x = x + std::move(attn);
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
-    Array mid = activation(c.hidden_act, linear(p, pre + "intermediate.dense", hn2, dt));
+    Array mid = activate(c.hidden_act, linear(p, pre + "intermediate.dense", hn2, dt));
     Array out = dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
     x = x + std::move(out);
   }
   x = layer_norm_of(p, "vit.layernorm", x, c.layer_norm_eps);
   Array first = reshape(slice(x, {0, 0, 0}, {b, 1, h}), {b, h});
-  return linear(p, "classifier", first, dt);
+  return c.num_labels > 0 ? linear(p, "classifier", first, dt) : first;
+}
+
+Array ViTForImageClassification::loss(const Array& logits, const Array& labels) const {
+  const auto& c = cfg_;
+  const ProblemType problem = c.problem_for(labels.dtype());
+  if (logits.ndim() != 2) fail("vit", "logits must be [B, classes], got " + str(logits.shape()));
+  const int64_t b = logits.shape()[0];
+  auto require = [&](bool ok, const std::string& expected) {
+    if (!ok)
+      fail("vit", std::string("labels are ") + name_of(labels.dtype()) + " " + str(labels.shape()) +
+                      ", but problem_type " + problem_type_name(problem) + " with num_labels " +
+                      std::to_string(c.num_labels) + " needs " + expected);
+  };
+  const bool integer = is_integral(labels.dtype());
+  const bool real = is_floating(labels.dtype());
+  const std::string like_logits = "float labels " + str(logits.shape()) + " (as the logits)";
+  switch (problem) {
+    case ProblemType::SingleLabel:
+      require(integer && labels.shape() == Shape{b}, "integer labels " + str(Shape{b}));
+      return mean(softmax_cross_entropy(logits, labels));
+    case ProblemType::Regression:
+      if (c.num_labels == 1) {
+        // MSELoss(logits.squeeze(), labels.squeeze()): both become [B].
+        require(real && (labels.shape() == Shape{b} || labels.shape() == Shape{b, 1}),
+                "float labels " + str(Shape{b}) + " or " + str(Shape{b, 1}));
+        Array y = astype(reshape(labels, {b}), logits.dtype());
+        return mean(square(reshape(logits, {b}) - y));
+      }
+      require(real && labels.shape() == logits.shape(), like_logits);
+      return mean(square(logits - astype(labels, logits.dtype())));
+    case ProblemType::MultiLabel: {
+      require(real && labels.shape() == logits.shape(), like_logits);
+      // BCEWithLogitsLoss: mean of log(1 + eˣ) − x·y, i.e. −y·log σ(x) − (1−y)·log(1 − σ(x)).
+      return mean(softplus(logits) - logits * astype(labels, logits.dtype()));
+    }
+    case ProblemType::Unset: break;
+  }
+  fail("vit", "no problem type resolved");
 }
 
 }  // namespace kiln::nn

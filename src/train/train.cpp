@@ -101,13 +101,39 @@ double measure_peak_gflops() {
 
 namespace {
 
+// The data sets label each image with a class (integer). A model trained for
+// another problem type learns from the class in the form that problem needs:
+// its one-hot vector (float) for multi-label classification and for
+// regression with several outputs, the class index as a number for
+// regression with one output.
+Array targets_for(const nn::ViTConfig& cfg, const Array& classes) {
+  switch (cfg.problem_for(classes.dtype())) {
+    case nn::ProblemType::Regression:
+      if (cfg.num_labels == 1) return astype(classes, DType::f32);
+      return one_hot(classes, cfg.num_labels, DType::f32);
+    case nn::ProblemType::MultiLabel: return one_hot(classes, cfg.num_labels, DType::f32);
+    default: return classes;
+  }
+}
+
+// A model without a classifier (num_labels 0) has no classes to learn.
+void require_classifier(const nn::ViTConfig& cfg, const std::string& origin) {
+  if (cfg.num_labels == 0)
+    fail(origin,
+         "the model has num_labels 0 (no classifier: its logits are the final [CLS] features), "
+         "but training and evaluation learn classes; use num_labels >= 1");
+}
+
 // The model's forward pass as the loss and hit count of one batch:
 // (sum of per-sample losses, number of correct top-1 predictions).
 std::pair<Array, Array> batch_metrics(const nn::ViTForImageClassification& model, const Params& p,
                                       const Array& x, const Array& y, nn::Layout layout,
                                       DType matmul_dtype) {
   Array logits = model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype});
-  Array loss = sum(softmax_cross_entropy(logits, y));
+  const nn::ViTConfig& cfg = model.config();
+  Array loss = cfg.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
+                   ? sum(softmax_cross_entropy(logits, y))
+                   : model.loss(logits, targets_for(cfg, y)) * static_cast<double>(y.shape()[0]);
   Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
   return {loss, hits};
 }
@@ -127,7 +153,7 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
   if (cfg.data == "random") {
     data::RandomImagesOptions dopt;
     dopt.num_labels = mcfg.num_labels;
-    dopt.image_size = mcfg.image_size;
+    dopt.image_size = mcfg.image_size;  // height and width
     dopt.channels = mcfg.num_channels;
     dopt.layout = cfg.layout;
     dopt.seed = cfg.seed;
@@ -138,8 +164,8 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
       fail("train",
            "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
            "num_labels 10 (e.g. --model vit-fmnist), got " +
-               std::to_string(mcfg.num_channels) + ", " + std::to_string(mcfg.image_size) +
-               " and " + std::to_string(mcfg.num_labels));
+               std::to_string(mcfg.num_channels) + ", " + nn::to_string(mcfg.image_size) + " and " +
+               std::to_string(mcfg.num_labels));
     d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{.dir = cfg.data_dir,
                                                                              .split = "train",
                                                                              .layout = cfg.layout,
@@ -193,6 +219,7 @@ DType matmul_dtype_for(const std::string& precision) {
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled, DType matmul_dtype) {
   auto t0 = Clock::now();
+  require_classifier(cfg, "eval");
   nn::ViTForImageClassification model(cfg);
   std::shared_ptr<const data::Dataset> ds(&dataset, [](const data::Dataset*) {});
   data::Loader loader(ds, {.batch_size = batch_size, .drop_last = false, .workers = 1});
@@ -278,6 +305,7 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
     first_step = state.step + 1;
     data_start = ck.data_position;
   }
+  require_classifier(mcfg, "train");
   nn::ViTForImageClassification model(mcfg);
   if (params.empty()) {
     params = model.init(keys[0]);
@@ -295,8 +323,9 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
                                  .prefetch = 2,
                                  .start = data_start});
 
+  // The loss of config.json's problem_type (softmax cross-entropy for classes).
   auto loss_fn = [&](const Params& p, const Array& x, const Array& y, const nn::ApplyOptions& opt) {
-    return mean(softmax_cross_entropy(model.apply(p, x, opt), y));
+    return model.loss(model.apply(p, x, opt), targets_for(mcfg, y));
   };
 
   report.first_step = first_step;
@@ -545,17 +574,26 @@ GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, con
   model.check(weights, "weights");
   Params p;
   for (auto& [name, w] : weights) p.emplace(name, astype(w, DType::f32));
-  if (labels.ndim() != 1 || !is_integral(labels.dtype()))
-    fail("batch", "labels must be a 1-d integer array, got " +
-                      std::string(name_of(labels.dtype())) + " " + str(labels.shape()));
-  if (pixels.ndim() != 4 || pixels.shape()[0] != labels.shape()[0])
+  if (pixels.ndim() != 4 || labels.ndim() == 0 || pixels.shape()[0] != labels.shape()[0])
     fail("batch", "pixel_values " + str(pixels.shape()) + " and labels " + str(labels.shape()) +
                       " disagree on the batch size");
+  // CrossEntropyLoss skips labels equal to its ignore_index, -100, and
+  // averages over the others.
+  int64_t ignored = 0;
+  if (cfg.problem_for(labels.dtype()) == nn::ProblemType::SingleLabel && labels.ndim() == 1)
+    for (int64_t y : labels.to_vector<int64_t>()) ignored += y == -100;
+  auto loss_of = [&](const Array& logits) {
+    if (ignored == 0) return model.loss(logits, labels);
+    Array keep = not_equal(labels, scalar_like(labels, -100));
+    Array safe = where(keep, labels, scalar_like(labels, 0));
+    return sum(softmax_cross_entropy(logits, safe) * astype(keep, DType::f32)) /
+           static_cast<double>(labels.size() - ignored);
+  };
   GradResult r;
   Array x = astype(pixels, DType::f32);
   auto [loss, grads] = value_and_grad([&](const Params& q) {
     r.logits = model.apply(q, x, {.layout = layout, .matmul_dtype = matmul_dtype});
-    return mean(softmax_cross_entropy(r.logits, labels));
+    return loss_of(r.logits);
   })(p);
   r.loss = loss;
   r.grads = std::move(grads);

@@ -190,6 +190,39 @@ TEST(Cli, TrainPrintsTheReferenceScriptsHeader) {
   std::filesystem::remove(cfg);
 }
 
+// config.json as transformers writes it for a model beyond the default:
+// `kiln train` takes it in every mode, and `kiln grad` computes transformers'
+// regression loss from float labels.
+TEST(Cli, TrainAndGradTakeTransformersConfigsBeyondTheDefault) {
+  std::string cfg = temp_path("beyond.json");
+  std::ofstream(cfg) << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "quick_gelu",
+    "image_size": [18, 13], "patch_size": [5, 4], "qkv_bias": false,
+    "pruned_heads": {"0": [1]}, "problem_type": "multi_label_classification",
+    "id2label": {"0": "a", "1": "b", "2": "c"}, "attn_implementation": "sdpa",
+    "encoder_stride": 16, "torch_dtype": "float32"})";
+  for (const char* mode : {"eager", "lazy", "jit"}) {
+    CliRun r =
+        kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 --batch-size 4 --mode " + mode);
+    ASSERT_EQ(r.status, 0) << mode << ":\n" << r.output;
+    EXPECT_NE(r.output.find("18x13 images (NCHW) of random data, 3 labels "
+                            "(multi_label_classification)"),
+              std::string::npos)
+        << r.output;
+  }
+  std::filesystem::remove(cfg);
+
+  std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_configs/regression/";
+  std::string out = temp_path("grad.safetensors");
+  CliRun g = kiln_cli("grad --config " + dir + "config.json --weights " + dir +
+                      "model.safetensors --batch " + dir + "golden.safetensors --out " + out);
+  ASSERT_EQ(g.status, 0) << g.output;
+  float loss = io::load_safetensors(out).tensors.at("loss").item<float>();
+  float want = io::load_safetensors(dir + "golden.safetensors").tensors.at("loss").item<float>();
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  std::filesystem::remove(out);
+}
+
 // On a terminal (util-linux `script` provides one) kiln train draws a
 // progress bar that rewrites one line; without one it prints plain lines.
 TEST(Cli, ProgressBarOnATerminal) {

@@ -167,6 +167,27 @@ TEST(ImageFolder, AugmentationIsAFunctionOfSeedEpochAndIndex) {
   EXPECT_GT(differs, 10);
 }
 
+// A non-square crop (height x width) for models whose image_size is a pair:
+// the image is scaled to cover 8/7 of the crop both ways, then cropped.
+TEST(ImageFolder, CropsNonSquareImages) {
+  Folder f;
+  std::vector<uint8_t> grad(64 * 48 * 3);  // brighter to the right
+  for (int y = 0; y < 48; ++y)
+    for (int x = 0; x < 64; ++x)
+      for (int c = 0; c < 3; ++c) grad[(y * 64 + x) * 3 + c] = static_cast<uint8_t>(x * 4);
+  write(f.root / "cat" / "c0.png", encode_png(grad, 64, 48));
+  data::ImageFolder ds({.root = f.root.string(), .image_size = {8, 16}});
+  EXPECT_EQ(ds.image_shape(), (Shape{3, 8, 16}));
+  std::vector<float> img(3 * 8 * 16);
+  int32_t label;
+  ds.get(0, img.data(), &label);
+  for (int x = 1; x < 16; ++x) EXPECT_LT(img[x - 1], img[x]) << x;  // row 0, left to right
+  for (int x = 0; x < 16; ++x) EXPECT_FLOAT_EQ(img[7 * 16 + x], img[x]) << x;  // rows alike
+  data::ImageFolder nhwc(
+      {.root = f.root.string(), .image_size = {8, 16}, .layout = nn::Layout::NHWC});
+  EXPECT_EQ(nhwc.image_shape(), (Shape{8, 16, 3}));
+}
+
 TEST(ImageFolder, CorruptFilesAreAnErrorOrSkippedAndCounted) {
   Folder f;
   write(f.root / "cat" / "broken.png", {0x89, 'P', 'N', 'G', 1, 2, 3});

@@ -192,5 +192,25 @@ TEST(Vit, DropoutIsKeyedAndOffAtEvaluation) {
   EXPECT_NE(run(true, 1), run(false, 1));
 }
 
+// hidden_dropout_prob 1, which torch accepts: in training every embedding is
+// dropped (x * 0, as torch), so the logits no longer depend on the pixels and
+// the gradients stay finite.
+TEST(Vit, DropoutOfOneDropsEverything) {
+  nn::ViTConfig cfg = nn::ViTConfig::preset("vit-tiny");
+  cfg.image_size = 32, cfg.num_hidden_layers = 1, cfg.num_labels = 5;
+  cfg.hidden_dropout_prob = 1.0;
+  nn::ViTForImageClassification model(cfg);
+  Params p = model.init(random::Key(0));
+  Array a = random::normal(random::Key(1), {2, 3, 32, 32});
+  Array b = random::normal(random::Key(2), {2, 3, 32, 32});
+  nn::ApplyOptions train{.train = true, .dropout_key = random::Key(3)};
+  EXPECT_EQ(model.apply(p, a, train).to_vector<float>(),
+            model.apply(p, b, train).to_vector<float>());
+  EXPECT_NE(model.apply(p, a).to_vector<float>(), model.apply(p, b).to_vector<float>());
+  auto grads = grad([&](const Params& q) { return sum(model.apply(q, a, train)); })(p);
+  for (auto& [name, g] : grads)
+    for (float v : g.to_vector<float>()) ASSERT_TRUE(std::isfinite(v)) << name;
+}
+
 }  // namespace
 }  // namespace kiln

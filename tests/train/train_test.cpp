@@ -254,6 +254,111 @@ TEST(Train, ANonFiniteLossStopsTheRunNamingTheStepAndTheOp) {
   }
 }
 
+// A config that changes only the model (non-square images whose sizes leave a
+// remainder, a pruned head, mish, no query/key/value bias) trains in every
+// mode to the same parameters, and its checkpoint keeps the config.
+TEST(Train, AReshapedModelTrainsAlikeInEveryMode) {
+  nn::ViTConfig c = small_config();
+  c.image_size = {18, 13}, c.patch_size = {5, 4};
+  c.pruned_heads = {{1, {0}}};
+  c.hidden_act = nn::Activation::Mish;
+  c.qkv_bias = false;
+  Params ref;
+  for (std::string mode : {"eager", "eager-compile", "lazy", "jit"}) {
+    std::string dir = temp_dir("reshaped-" + mode);
+    train::TrainConfig t = small_run(mode == "eager-compile" ? "eager" : mode, "sgd");
+    t.compile_model = mode == "eager-compile";
+    t.model = c;
+    t.save_dir = dir;
+    auto report = train::run(t);
+    EXPECT_NEAR(report.steps[0].loss, std::log(5.0), 0.5) << mode;  // chance at the start
+    Params p = final_params(dir);
+    nn::ViTConfig back = io::load_checkpoint(dir).config;
+    EXPECT_EQ(back.image_size, nn::Size2d(18, 13));
+    EXPECT_EQ(back.pruned_heads, c.pruned_heads);
+    EXPECT_EQ(back.hidden_act, nn::Activation::Mish);
+    fs::remove_all(dir);
+    if (ref.empty()) {
+      ref = p;
+      continue;
+    }
+    for (auto& [name, x] : p) {
+      auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
+      for (size_t i = 0; i < u.size(); ++i)
+        EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
+    }
+  }
+}
+
+// kiln train's data sets label images with classes; regression and
+// multi-label models learn targets made from them (the one-hot vector; the
+// class index as a number for one output), in every mode alike.
+TEST(Train, RegressionAndMultiLabelLearnTargetsMadeFromTheClasses) {
+  struct Case {
+    const char* name;
+    int64_t num_labels;
+    nn::ProblemType problem;
+  } cases[] = {{"regression-1", 1, nn::ProblemType::Unset},
+               {"regression-5", 5, nn::ProblemType::Regression},
+               {"multi-label", 5, nn::ProblemType::MultiLabel}};
+  for (const Case& k : cases) {
+    nn::ViTConfig c = small_config();
+    c.num_labels = k.num_labels, c.problem_type = k.problem;
+    // The first step's loss, from the same weights and batch by hand.
+    nn::ViTForImageClassification model(c);
+    Params init = model.init(random::split(random::Key(0), 3)[0]);
+    data::RandomImages ds({.num_samples = 4, .num_labels = k.num_labels, .image_size = 16});
+    std::vector<float> images(4 * 3 * 16 * 16);
+    std::vector<int32_t> classes(4);
+    for (int i = 0; i < 4; ++i) ds.get(i, images.data() + i * 3 * 16 * 16, &classes[i]);
+    auto logits = model.apply(init, Array::from_vector(images, {4, 3, 16, 16})).to_vector<double>();
+    double want = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < k.num_labels; ++j) {
+        double x = logits[i * k.num_labels + j];
+        double y = k.num_labels == 1 ? classes[i] : (classes[i] == j ? 1.0 : 0.0);
+        want += k.problem == nn::ProblemType::MultiLabel ? std::log1p(std::exp(x)) - x * y
+                                                         : (x - y) * (x - y);
+      }
+    want /= 4 * k.num_labels;
+    Params ref;
+    for (std::string mode : {"eager", "lazy", "jit"}) {
+      std::string dir = temp_dir(std::string(k.name) + "-" + mode);
+      train::TrainConfig t = small_run(mode, "sgd");
+      t.model = c;
+      t.save_dir = dir;
+      auto report = train::run(t);
+      EXPECT_NEAR(report.steps[0].loss, want, 1e-5 * want) << k.name << " " << mode;
+      for (auto& st : report.steps) EXPECT_TRUE(std::isfinite(st.loss)) << k.name << " " << mode;
+      Params p = final_params(dir);
+      fs::remove_all(dir);
+      if (ref.empty()) {
+        ref = p;
+        continue;
+      }
+      for (auto& [name, x] : p) {
+        auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
+        for (size_t i = 0; i < u.size(); ++i)
+          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i])))
+              << k.name << " " << mode << " " << name;
+      }
+    }
+  }
+}
+
+TEST(Train, AModelWithoutAClassifierIsRefusedNamingNumLabels) {
+  train::TrainConfig t = small_run("eager", "sgd");
+  t.model.num_labels = 0;
+  try {
+    train::run(t);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[train] the model has num_labels 0 (no classifier"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Evaluate, CompiledAndEagerAgree) {
   nn::ViTConfig c = small_config();
   Params p = nn::ViTForImageClassification(c).init(random::Key(3));

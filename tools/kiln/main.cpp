@@ -231,11 +231,16 @@ int run_train(TrainFlags f) {
   if (f.schedule != "constant" || f.lr_warmup > 0)
     opt += ", " + std::to_string(f.lr_warmup) + " warm-up steps then " + f.schedule;
   if (f.clip_norm > 0) opt += ", gradients clipped to norm " + g(f.clip_norm);
-  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels, %s lr %g, seed %llu\n",
-              (long long)cfg.batch_size, (long long)cfg.model.image_size,
-              (long long)cfg.model.image_size, f.layout == "nhwc" ? "NHWC" : "NCHW",
+  // The data sets' labels are classes; other problem types learn targets made from them.
+  nn::ProblemType problem = cfg.model.problem_for(DType::i32);
+  std::string loss = problem == nn::ProblemType::SingleLabel
+                         ? ""
+                         : std::string(" (") + nn::problem_type_name(problem) + ")";
+  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
+              (long long)cfg.batch_size, (long long)cfg.model.image_size.height,
+              (long long)cfg.model.image_size.width, f.layout == "nhwc" ? "NHWC" : "NCHW",
               f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
-              opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
+              loss.c_str(), opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
   std::string precision = "fp32";
   if (f.precision == "bf16")
     precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
@@ -537,7 +542,9 @@ int main(int argc, char** argv) {
   g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
       ->required()
       ->check(CLI::ExistingFile);
-  g->add_option("--batch", gf.batch, "safetensors with pixel_values and labels")
+  g->add_option("--batch", gf.batch,
+                "safetensors with pixel_values and labels (integer classes, or float targets for "
+                "regression and multi-label problem types)")
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--out", gf.out, "output safetensors")->required();
