@@ -123,6 +123,10 @@ struct Callbacks {
 // Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
 double measure_peak_gflops();
 
+// The checks run() makes before it reads or loads anything (steps, warm-up,
+// mode, precision, schedule, optimizer); errors name the flag.
+void validate(const TrainConfig& cfg);
+
 // Runs the experiment in eager mode: random images, ViT, mean softmax
 // cross-entropy, SGD. on_step is called after every step.
 TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
