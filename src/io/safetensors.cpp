@@ -84,8 +84,11 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  return parse_safetensors(read_file(path, "safetensors"), path);
+}
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
   const std::string origin = "safetensors";
-  std::string bytes = read_file(path, origin);
   auto bad = [&](const std::string& what) { fail(origin, path + ": " + what); };
   if (bytes.size() < 8)
     bad("file is " + std::to_string(bytes.size()) + " bytes, too short for a header");
