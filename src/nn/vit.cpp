@@ -1,6 +1,8 @@
 // kiln nn: ViTForImageClassification, parameter for parameter as HuggingFace
 // transformers builds it (modeling_vit.py, eager attention).
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "kiln/nn.h"
 
@@ -98,6 +100,22 @@ void ViTConfig::validate(const std::string& origin) const {
   positive(patch_size, "patch_size");
   positive(num_channels, "num_channels");
   positive(num_labels, "num_labels");
+  // Bounds far above any real ViT that keep every size kiln derives from a
+  // config (shapes, parameter and FLOP counts) inside 64-bit integers.
+  auto at_most = [&](int64_t v, int64_t limit, const char* field) {
+    if (v > limit)
+      fail(origin, std::string(field) + " is " + std::to_string(v) + ", expected at most " +
+                       std::to_string(limit));
+  };
+  constexpr int64_t kMaxSize = int64_t{1} << 20, kMaxLayers = 4096;
+  at_most(hidden_size, kMaxSize, "hidden_size");
+  at_most(num_hidden_layers, kMaxLayers, "num_hidden_layers");
+  at_most(num_attention_heads, kMaxSize, "num_attention_heads");
+  at_most(intermediate_size, kMaxSize, "intermediate_size");
+  at_most(image_size, kMaxSize, "image_size");
+  at_most(patch_size, kMaxSize, "patch_size");
+  at_most(num_channels, kMaxSize, "num_channels");
+  at_most(num_labels, kMaxSize, "num_labels");
   if (hidden_size % num_attention_heads != 0)
     fail(origin, "hidden_size " + std::to_string(hidden_size) +
                      " is not a multiple of num_attention_heads " +
@@ -113,6 +131,22 @@ void ViTConfig::validate(const std::string& origin) const {
   probability(attention_probs_dropout_prob, "attention_probs_dropout_prob");
   if (!(initializer_range > 0)) fail(origin, "initializer_range must be positive");
   if (!(layer_norm_eps > 0)) fail(origin, "layer_norm_eps must be positive");
+  // The two parameters whose size is a product of more than two fields.
+  constexpr double kMaxElements = double(int64_t{1} << 40);
+  auto approx = [](double v) {
+    std::ostringstream os;
+    os << std::setprecision(3) << v;
+    return os.str();
+  };
+  const double patch_weights = double(hidden_size) * num_channels * patch_size * patch_size;
+  if (patch_weights > kMaxElements)
+    fail(origin, "the patch projection (hidden_size x num_channels x patch_size^2) has " +
+                     approx(patch_weights) + " elements, expected at most 2^40");
+  const double positions = (double(num_patches()) + 1) * hidden_size;
+  if (positions > kMaxElements)
+    fail(origin, "the position embeddings ((image_size / patch_size)^2 + 1 tokens x " +
+                     std::string("hidden_size) have ") + approx(positions) +
+                     " elements, expected at most 2^40");
 }
 
 double ViTConfig::train_flops_per_image() const {

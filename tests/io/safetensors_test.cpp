@@ -204,6 +204,19 @@ TEST(Config, ValuesKilnCannotHonourNameTheField) {
       error_for(R"({"hidden_dropout_prob": 1.5})").find("hidden_dropout_prob must lie in [0, 1)"),
       std::string::npos);
   EXPECT_NE(error_for("{not json").find("not valid JSON"), std::string::npos);
+  // Sizes whose products (parameter counts, shapes) would overflow 64 bits.
+  EXPECT_NE(error_for(R"({"image_size": 4611686018427387904, "patch_size": 1})")
+                .find("image_size is 4611686018427387904, expected at most 1048576"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"num_hidden_layers": 100000000})")
+                .find("num_hidden_layers is 100000000, expected at most 4096"),
+            std::string::npos);
+  EXPECT_NE(
+      error_for(R"({"hidden_size": 1048576, "num_attention_heads": 1, "num_channels": 1048576,)"
+                R"( "image_size": 1048576, "patch_size": 1048576})")
+          .find("the patch projection (hidden_size x num_channels x patch_size^2) has "
+                "1.21e+24 elements, expected at most 2^40"),
+      std::string::npos);
   EXPECT_EQ(error_for(R"({"hidden_act": "gelu_new", "num_labels": 3})"), "no error");
 }
 
