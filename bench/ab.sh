@@ -4,6 +4,9 @@
 #   bash bench/ab.sh OUT_DIR MODEL ROUNDS MODE LABEL_A "SPEC_A" LABEL_B "SPEC_B"
 # A SPEC is extra `kiln train` flags; leading NAME=VALUE words are set in the
 # environment instead (e.g. "KILN_COMPILE=no_epilogue" or "--attention unfused").
+# MODE "-" passes no --mode, for specs that give their own (eager against jit).
+# KILN_BIN runs another build of kiln (e.g. build-avx2/kiln) instead of
+# building and running build/kiln.
 # Writes OUT_DIR/<model>-<label>-<round>.{jsonl,txt} and OUT_DIR/summary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,14 +15,17 @@ out="${1:?$usage}" model="${2:?$usage}" rounds="${3:?$usage}" mode="${4:?$usage}
 labels=("${5:?$usage}" "${7:?$usage}")
 specs=("${6?$usage}" "${8?$usage}")
 mkdir -p "$out"
-bash scripts/build.sh kiln-cli >/dev/null
+bin=${KILN_BIN:-build/kiln}
+[ -n "${KILN_BIN:-}" ] || bash scripts/build.sh kiln-cli >/dev/null
+mode_flags=(--mode "$mode")
+[ "$mode" = - ] && mode_flags=()
 for r in $(seq 1 "$rounds"); do
   for i in 0 1; do
     envs=() flags=()
     for w in ${specs[$i]}; do
       if [[ ${#flags[@]} -eq 0 && "$w" == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
     done
-    env "${envs[@]}" build/kiln train --model "$model" --mode "$mode" --steps 7 --warmup 2 \
+    env "${envs[@]}" "$bin" train --model "$model" "${mode_flags[@]}" --steps 7 --warmup 2 \
       "${flags[@]}" --log-json "$out/$model-${labels[$i]}-$r.jsonl" \
       > "$out/$model-${labels[$i]}-$r.txt" 2>&1
   done

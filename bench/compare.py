@@ -69,6 +69,10 @@ def main():
                    "order each round")
     p.add_argument("--run-timeout", type=float, default=None, help="seconds one program may run; one that "
                    "takes longer is stopped and left out of the report")
+    p.add_argument("--isa", default="native", choices=["native", "avx2"],
+                   help="avx2: every program capped at AVX2 (an AVX2-only CPU's configuration): kiln "
+                   "built for x86-64-v3 (build-avx2/kiln) with oneDNN and oneMKL capped, PyTorch's "
+                   "ATen, oneDNN and MKL capped, XLA capped (--xla_cpu_max_isa)")
     p.add_argument("--peak-gflops", type=float, default=None, help="the peak that MFU is computed against "
                    "(default: the FMA-loop peak kiln's runs measure; on a GPU, pass one)")
     args = p.parse_args()
@@ -81,7 +85,12 @@ def main():
               "--warmup", str(args.warmup)]
     if args.rounds < 1:
         sys.exit("bench/compare: --rounds must be >= 1")
-    kiln = os.path.join(ROOT, "build", "kiln")
+    kiln = os.path.join(ROOT, "build-avx2" if args.isa == "avx2" else "build", "kiln")
+    if args.isa == "avx2":
+        os.environ.update({"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                           "ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2",
+                           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                                         " --xla_cpu_max_isa=AVX2").strip()})
     programs = []  # (name, command without --log-json, is a peer)
     if args.device == "cpu":
         for name, flags in [("kiln eager", ["--mode", "eager"]),
@@ -168,6 +177,9 @@ def main():
           "one program after another, nothing else running"
           + (f"; {args.rounds} rounds, the order rotated each round; the median step is the median over "
              "rounds" if args.rounds > 1 else "") + ")",
+          *([f"- ISA capped at AVX2 for every program (kiln built for x86-64-v3; ONEDNN_MAX_CPU_ISA, "
+             "MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY=avx2, XLA_FLAGS=--xla_cpu_max_isa=AVX2)"]
+            if args.isa == "avx2" else []),
           f"- MFU: matmul FLOPs per step / median step time / {peak:.0f} GFLOP/s ({peak_source})"
           if peak else "- MFU: no peak measured", "",
           "| run | median step | per round | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",

@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -18,6 +19,8 @@ struct SafetensorsFile {
 // unknown dtype, offsets out of range or overlapping, truncated data) raise
 // kiln::Error naming the file and the problem.
 SafetensorsFile load_safetensors(const std::string& path);
+// The same from the file's bytes; `path` is named in errors.
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path);
 // Writes arrays (any dtype kiln has) atomically: a temporary file, then rename.
 void save_safetensors(const std::string& path, const Params& tensors,
                       const std::map<std::string, std::string>& metadata = {});
@@ -31,6 +34,8 @@ void save_safetensors(const std::string& path, const Params& tensors,
 // ignored. A value kiln cannot honour gets an error naming the file and the
 // field, what was found and what was expected.
 nn::ViTConfig load_vit_config(const std::string& path);
+// The same from the file's text; `path` is named in errors.
+nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 

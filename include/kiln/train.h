@@ -123,6 +123,10 @@ struct Callbacks {
 // Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
 double measure_peak_gflops();
 
+// The checks run() makes before it reads or loads anything (steps, warm-up,
+// mode, precision, schedule, optimizer); errors name the flag.
+void validate(const TrainConfig& cfg);
+
 // Runs the experiment: random images (or a data set), ViT, the loss of the
 // config's problem_type (mean softmax cross-entropy for classes; targets made
 // from the class labels otherwise, see targets_for in train.cpp), SGD or

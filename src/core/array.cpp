@@ -24,6 +24,12 @@ uint64_t next_array_id() {
 Array Array::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape)
     if (d < 0) fail("array", "negative dimension in shape " + str(shape));
+  // A byte count that wraps around would allocate less than the shape holds.
+  int64_t bytes = static_cast<int64_t>(size_of(dtype));
+  for (auto d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      fail("array",
+           "shape " + str(shape) + " of " + name_of(dtype) + " holds more than 2^63 bytes");
   auto node = std::make_shared<ArrayNode>();
   node->shape = shape;
   node->dtype = dtype;

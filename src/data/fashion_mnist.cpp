@@ -3,12 +3,23 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "kiln/data.h"
 
 namespace kiln::data {
 
-IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& origin) {
+namespace {
+
+struct IdxHeader {
+  Shape shape;
+  size_t header_bytes = 0, data_bytes = 0;
+};
+
+// The header of IDX bytes: fails naming `origin` on a bad magic, type or rank,
+// a header cut short, or a shape whose size overflows.
+IdxHeader parse_idx_header(const std::vector<uint8_t>& bytes, const std::string& origin) {
   if (bytes.size() < 4)
     fail(origin, "is " + std::to_string(bytes.size()) +
                      " bytes long, too short for an IDX header (4 bytes)");
@@ -20,48 +31,67 @@ IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& origin)
                      std::to_string(bytes[2] % 16) + ", expected 0x08 (unsigned bytes)");
   int rank = bytes[3];
   if (rank < 1 || rank > 4) fail(origin, "has rank " + std::to_string(rank) + ", expected 1 to 4");
-  size_t header = 4 + 4 * static_cast<size_t>(rank);
-  if (bytes.size() < header)
+  IdxHeader h;
+  h.header_bytes = 4 + 4 * static_cast<size_t>(rank);
+  if (bytes.size() < h.header_bytes)
     fail(origin, "is truncated inside its header (" + std::to_string(bytes.size()) + " of " +
-                     std::to_string(header) + " bytes)");
-  IdxArray out;
-  size_t total = 1;
+                     std::to_string(h.header_bytes) + " bytes)");
+  // Four 32-bit dimensions can multiply past 64 bits, to a small number that
+  // matches the data; every partial product must fit an int64 (kiln's numel).
+  int64_t total = 1;
+  bool overflow = false;
   for (int d = 0; d < rank; ++d) {
     const uint8_t* p = bytes.data() + 4 + 4 * d;
     uint32_t v = (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
-    out.shape.push_back(v);
-    total *= v;
+    h.shape.push_back(v);
+    overflow |= __builtin_mul_overflow(total, int64_t{v}, &total);
   }
-  if (bytes.size() - header != total)
-    fail(origin, "has " + std::to_string(bytes.size() - header) + " data bytes, expected " +
-                     std::to_string(total) + " for shape " + str(out.shape) +
-                     (bytes.size() - header < total ? " (truncated)" : ""));
-  out.data.assign(bytes.begin() + header, bytes.end());
-  return out;
+  if (overflow)
+    fail(origin, "has shape " + str(h.shape) +
+                     ", expected dimensions whose products (from the first) stay below 2^63");
+  h.data_bytes = static_cast<size_t>(total);
+  return h;
+}
+
+}  // namespace
+
+IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& origin) {
+  IdxHeader h = parse_idx_header(bytes, origin);
+  const size_t got = bytes.size() - h.header_bytes;
+  if (got != h.data_bytes)
+    fail(origin, "has " + std::to_string(got) + " data bytes, expected " +
+                     std::to_string(h.data_bytes) + " for shape " + str(h.shape) +
+                     (got < h.data_bytes ? " (truncated)" : ""));
+  return {h.shape, std::vector<uint8_t>(bytes.begin() + h.header_bytes, bytes.end())};
 }
 
 IdxArray read_idx(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are
+  // gzread reads plain files as they are.
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
   if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<uint8_t> bytes;
   uint8_t chunk[1 << 16];
+  // Once the header is in, reading stops past the size it gives: a file that
+  // is not IDX, or a small gzip file that inflates to gigabytes, fails early.
+  constexpr size_t kLongestHeader = 4 + 4 * 4;
+  std::optional<IdxHeader> header;
   while (true) {
-    int got = gzread(f, chunk, sizeof chunk);
+    int got = gzread(f.get(), chunk, sizeof chunk);
     if (got < 0) {
       int err = 0;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      fail(path, "is not a readable gzip or IDX file: " + msg);
+      fail(path, std::string("is not a readable gzip or IDX file: ") + gzerror(f.get(), &err));
     }
     if (got == 0) break;
     bytes.insert(bytes.end(), chunk, chunk + got);
+    if (!header && bytes.size() >= kLongestHeader) header = parse_idx_header(bytes, path);
+    if (header && bytes.size() > header->header_bytes + header->data_bytes)
+      fail(path, "has more than the " + std::to_string(header->data_bytes) +
+                     " data bytes of its shape " + str(header->shape));
   }
   // A gzip stream cut short reads as a short file without an error: say so.
   int err = 0;
-  const char* msg = gzerror(f, &err);
-  std::string why = err ? msg : "";
-  gzclose(f);
-  if (!why.empty()) fail(path, "is a damaged gzip file: " + why);
+  const char* msg = gzerror(f.get(), &err);
+  if (err) fail(path, std::string("is a damaged gzip file: ") + msg);
   return parse_idx(bytes, path);
 }
 

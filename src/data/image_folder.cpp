@@ -23,6 +23,20 @@ bool is_png(const std::vector<uint8_t>& b) {
   return b.size() >= 8 && std::memcmp(b.data(), sig, 8) == 0;
 }
 
+// PIL refuses images above this many pixels as decompression bombs (twice its
+// MAX_IMAGE_PIXELS); so does kiln, before it allocates: a header of a few bytes
+// can claim 65535 x 65535 pixels, 12 GB decoded.
+constexpr int64_t kMaxPixels = 178956970;
+
+void check_size(int64_t width, int64_t height, const char* format, const std::string& origin) {
+  if (width <= 0 || height <= 0)
+    fail(origin, std::string("is not a readable ") + format + ": its header gives no image size");
+  if (width * height > kMaxPixels)
+    fail(origin, "is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
+                     std::to_string(width * height) + " pixels, expected at most " +
+                     std::to_string(kMaxPixels) + " (PIL's limit for decompression bombs)");
+}
+
 struct TjHandle {
   tjhandle h = tjInitDecompress();
   ~TjHandle() {
@@ -37,7 +51,7 @@ Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::st
   int w = 0, h = 0, sub = 0, space = 0;
   if (tjDecompressHeader3(tj.h, b.data(), b.size(), &w, &h, &sub, &space) != 0)
     fail(origin, std::string("is not a readable JPEG: ") + tjGetErrorStr2(tj.h));
-  if (w <= 0 || h <= 0) fail(origin, "is not a readable JPEG: its header gives no image size");
+  check_size(w, h, "JPEG", origin);
   Image img{w, h, channels, {}};
   if (header_only) return img;
   img.pixels.resize(static_cast<size_t>(w) * h * channels);
@@ -48,18 +62,22 @@ Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::st
   return img;
 }
 
+// libpng's simplified API; png_image_free may run twice (finish_read frees too).
+struct PngImage {
+  png_image png{};
+  PngImage() { png.version = PNG_IMAGE_VERSION; }
+  ~PngImage() { png_image_free(&png); }
+};
+
 Image decode_png(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
                  bool header_only) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
+  PngImage p;
+  png_image& png = p.png;
   if (!png_image_begin_read_from_memory(&png, b.data(), b.size()))
     fail(origin, std::string("is not a readable PNG: ") + png.message);
   Image img{png.width, png.height, channels, {}};
-  if (header_only) {
-    png_image_free(&png);
-    return img;
-  }
+  check_size(img.width, img.height, "PNG", origin);
+  if (header_only) return img;
   png.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   img.pixels.resize(PNG_IMAGE_SIZE(png));
   if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr))

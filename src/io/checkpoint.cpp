@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kiln/io.h"
@@ -103,23 +104,34 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   } catch (const json::exception& e) {
     fail("checkpoint", path + ": not valid JSON (" + e.what() + ")");
   }
-  auto field = [&](const char* name, auto& dst) {
+  if (!t.is_object()) fail("checkpoint", path + ": expected a JSON object, got " + t.type_name());
+  auto field = [&](const char* name) -> const json& {
     if (!t.contains(name)) fail("checkpoint", path + ": missing field '" + name + "'");
-    try {
-      t.at(name).get_to(dst);
-    } catch (const json::exception&) {
-      fail("checkpoint",
-           path + ": field '" + name + "' has the wrong type (" + t.at(name).dump() + ")");
-    }
+    return t.at(name);
   };
-  std::string format;
-  field("format", format);
+  auto text = [&](const char* name) {
+    const json& v = field(name);
+    if (!v.is_string())
+      fail("checkpoint", path + ": field '" + name + "' is " + v.dump() + ", expected a string");
+    return v.get<std::string>();
+  };
+  // A count: a JSON float (1e300) or a negative number would not convert.
+  auto count = [&](const char* name, auto& dst) {
+    const json& v = field(name);
+    using T = std::remove_reference_t<decltype(dst)>;
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()})
+      fail("checkpoint", path + ": field '" + name + "' is " + v.dump() +
+                             ", expected an integer in [0, " +
+                             std::to_string(std::numeric_limits<T>::max()) + "]");
+    dst = v.get<T>();
+  };
+  std::string format = text("format");
   if (format != kFormat)
     fail("checkpoint", path + ": format '" + format + "', expected '" + kFormat + "'");
-  field("step", c.state.step);
-  field("seed", c.seed);
-  field("data_position", c.data_position);
-  field("optimizer", c.optimizer);
+  count("step", c.state.step);
+  count("seed", c.seed);
+  count("data_position", c.data_position);
+  c.optimizer = text("optimizer");
   if (fs::exists(dir + "/training_state.safetensors"))
     c.state.buffers = load_safetensors(dir + "/training_state.safetensors").tensors;
   return c;

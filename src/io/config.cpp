@@ -10,10 +10,14 @@ using json = nlohmann::json;
 }
 
 nn::ViTConfig load_vit_config(const std::string& path) {
+  return parse_vit_config(read_file(path, "config"), path);
+}
+
+nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
   const std::string origin = "config";
   json j;
   try {
-    j = json::parse(read_file(path, origin));
+    j = json::parse(text);
   } catch (const json::exception& e) {
     fail(origin, path + ": not valid JSON (" + e.what() + ")");
   }

@@ -19,6 +19,9 @@ using json = nlohmann::json;
 
 // A generous bound: real headers are kilobytes to a few megabytes.
 constexpr uint64_t kMaxHeader = 100ull << 20;
+// Elements in one tensor: 2^60 of 8 bytes still count in 64 bits (more would
+// wrap the byte count around to match a short data range).
+constexpr uint64_t kMaxElements = 1ull << 60;
 
 bool dtype_from_name(const std::string& s, DType& dt) {
   static const std::pair<const char*, DType> names[] = {
@@ -84,8 +87,11 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  return parse_safetensors(read_file(path, "safetensors"), path);
+}
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
   const std::string origin = "safetensors";
-  std::string bytes = read_file(path, origin);
   auto bad = [&](const std::string& what) { fail(origin, path + ": " + what); };
   if (bytes.size() < 8)
     bad("file is " + std::to_string(bytes.size()) + " bytes, too short for a header");
@@ -129,8 +135,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
       if (!d.is_number_unsigned())
         bad(where + " has a shape entry that is not a non-negative integer");
       uint64_t v = d.get<uint64_t>();
-      if (v > (1ull << 40) || (v && count > (1ull << 62) / v))
-        bad(where + " has an impossibly large shape");
+      if (v > (1ull << 40) || (v && count > kMaxElements / v))
+        bad(where + " has shape " + entry["shape"].dump() +
+            ", expected at most 2^60 elements and dimensions of at most 2^40");
       count *= v;
       shape.push_back(static_cast<int64_t>(v));
     }

@@ -1,7 +1,9 @@
 // kiln nn: ViTForImageClassification, parameter for parameter as HuggingFace
 // transformers builds it (modeling_vit.py, eager attention).
 #include <cmath>
+#include <iomanip>
 #include <set>
+#include <sstream>
 
 #include "kiln/nn.h"
 
@@ -125,6 +127,24 @@ void ViTConfig::validate(const std::string& origin) const {
   positive(num_channels, "num_channels");
   if (num_labels < 0)
     fail(origin, "num_labels must be >= 0 (0: no classifier), got " + std::to_string(num_labels));
+  // Bounds far above any real ViT that keep every size kiln derives from a
+  // config (shapes, parameter and FLOP counts) inside 64-bit integers.
+  auto at_most = [&](int64_t v, int64_t limit, const char* field) {
+    if (v > limit)
+      fail(origin, std::string(field) + " is " + std::to_string(v) + ", expected at most " +
+                       std::to_string(limit));
+  };
+  constexpr int64_t kMaxSize = int64_t{1} << 20, kMaxLayers = 4096;
+  at_most(hidden_size, kMaxSize, "hidden_size");
+  at_most(num_hidden_layers, kMaxLayers, "num_hidden_layers");
+  at_most(num_attention_heads, kMaxSize, "num_attention_heads");
+  at_most(intermediate_size, kMaxSize, "intermediate_size");
+  at_most(image_size.height, kMaxSize, "image_size (height)");
+  at_most(image_size.width, kMaxSize, "image_size (width)");
+  at_most(patch_size.height, kMaxSize, "patch_size (height)");
+  at_most(patch_size.width, kMaxSize, "patch_size (width)");
+  at_most(num_channels, kMaxSize, "num_channels");
+  at_most(num_labels, kMaxSize, "num_labels");
   if (hidden_size % num_attention_heads != 0)
     fail(origin, "hidden_size " + std::to_string(hidden_size) +
                      " is not a multiple of num_attention_heads " +
@@ -159,6 +179,22 @@ void ViTConfig::validate(const std::string& origin) const {
       fail(origin, at + ": every one of its " + std::to_string(num_attention_heads) +
                        " heads is pruned; kiln needs at least one head per layer");
   }
+  // The two parameters whose size is a product of more than two fields.
+  constexpr double kMaxElements = double(int64_t{1} << 40);
+  auto approx = [](double v) {
+    std::ostringstream os;
+    os << std::setprecision(3) << v;
+    return os.str();
+  };
+  const double patch_weights =
+      double(hidden_size) * num_channels * patch_size.height * patch_size.width;
+  if (patch_weights > kMaxElements)
+    fail(origin, "the patch projection (hidden_size x num_channels x patch height x width) has " +
+                     approx(patch_weights) + " elements, expected at most 2^40");
+  const double positions = (double(num_patches()) + 1) * hidden_size;
+  if (positions > kMaxElements)
+    fail(origin, "the position embeddings (patches + 1 tokens x hidden_size) have " +
+                     approx(positions) + " elements, expected at most 2^40");
 }
 
 double ViTConfig::train_flops_per_image() const {

@@ -24,7 +24,7 @@ struct Series {
 // "Nice" tick values covering [lo, hi].
 std::vector<double> ticks(double lo, double hi, int target = 5) {
   double span = hi - lo;
-  if (!(span > 0)) return {lo};
+  if (!(span > 0) || !std::isfinite(span)) return {lo};
   double raw = span / target, mag = std::pow(10, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0})
@@ -33,8 +33,12 @@ std::vector<double> ticks(double lo, double hi, int target = 5) {
       break;
     }
   std::vector<double> t;
-  // Multiples of step (no accumulated rounding: 0 stays 0, not -1e-17).
-  for (double k = std::ceil(lo / step); k * step <= hi + step * 1e-9; k += 1) t.push_back(k * step);
+  // Multiples of step (no accumulated rounding: 0 stays 0, not -1e-17). At
+  // most 2 * target + 1 of them: a range narrow next to its values (losses
+  // 1e10 and 1e10 + 2e-6) has a step below their precision, where k + 1 == k.
+  const double first = std::ceil(lo / step);
+  for (int i = 0; i <= 2 * target && (first + i) * step <= hi + step * 1e-9; ++i)
+    t.push_back((first + i) * step);
   return t;
 }
 

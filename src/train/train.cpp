@@ -256,8 +256,7 @@ EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::
   return r;
 }
 
-TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
-  auto run_start = Clock::now();
+void validate(const TrainConfig& cfg) {
   if (cfg.batch_size <= 0) fail("train", "--batch-size must be positive");
   if (cfg.steps <= 0) fail("train", "--steps must be positive");
   if (cfg.warmup < 0 || cfg.warmup >= cfg.steps)
@@ -270,9 +269,16 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
   if (cfg.eval_every < 0 || cfg.save_every < 0)
     fail("train", "--eval-every and --save-every must be >= 0");
+  matmul_dtype_for(cfg.precision);
+  optim::Schedule{cfg.schedule, cfg.lr_warmup, cfg.steps}.validate();
+  make_optimizer(cfg);
+}
+
+TrainReport run(const TrainConfig& cfg, const Callbacks& cb) {
+  auto run_start = Clock::now();
+  validate(cfg);
   const DType matmul_dtype = matmul_dtype_for(cfg.precision);
   optim::Schedule schedule{cfg.schedule, cfg.lr_warmup, cfg.steps};
-  schedule.validate();
   auto optimizer = make_optimizer(cfg);
 
   // The model, its parameters and the optimizer state: fresh, or from a checkpoint.

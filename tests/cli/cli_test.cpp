@@ -373,6 +373,20 @@ TEST(Cli, PlotNamesABadFieldAndSkipsNonFiniteLosses) {
   for (auto& f : {log, png}) std::filesystem::remove(f);
 }
 
+// Losses that differ by less than a tick step can represent: the axis used to
+// add ticks until memory ran out (found by fuzz/plot_log_fuzz.cpp).
+TEST(Cli, PlotDrawsLossesThatDifferBelowTheirPrecision) {
+  std::string log = temp_path("narrow.jsonl"), svg = temp_path("narrow.svg");
+  {
+    std::ofstream(log) << "{\"step\": 1, \"loss\": 10000000000}\n"
+                       << "{\"step\": 2, \"loss\": 10000000000.000002}\n";
+  }
+  CliRun r = kiln_cli("plot " + log + " -o " + svg);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(svg));
+  for (auto& f : {log, svg}) std::filesystem::remove(f);
+}
+
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   std::string cfg = temp_path("other.json");

@@ -32,6 +32,19 @@ TEST(Array, BuffersAre64ByteAligned) {
   }
 }
 
+TEST(Array, ShapesWhoseByteCountOverflowsAreRejected) {
+  // 2^62 f64 elements are 2^65 bytes, 0 in 64 bits: no zero-byte buffer for them.
+  try {
+    Array::empty({int64_t{1} << 40, int64_t{1} << 22}, DType::f64);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape (1099511627776,4194304) of f64 holds more than "
+                                         "2^63 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Array, DTypesRoundTrip) {
   std::vector<double> v{1.5, -2.25, 3.0};
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {

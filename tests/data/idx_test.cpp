@@ -1,5 +1,6 @@
 // IDX parsing (Fashion-MNIST's format), gzip through zlib, and the data set.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -67,6 +68,32 @@ TEST(Idx, MalformedFilesNameTheFileAndTheProblem) {
               data::parse_idx({0, 0}, "f.idx");
             }).find("too short"),
             std::string::npos);
+}
+
+TEST(Idx, ShapesWhoseSizeOverflowsAreRejected) {
+  // 65536^4 = 2^64 elements: the product wrapped around to 0 and matched a
+  // file with no data at all.
+  std::vector<uint8_t> wraps{0, 0, 8, 4};
+  for (int d = 0; d < 4; ++d) wraps.insert(wraps.end(), {0, 1, 0, 0});
+  EXPECT_NE(error_of([&] { data::parse_idx(wraps, "f.idx"); })
+                .find("[f.idx] has shape (65536,65536,65536,65536), expected dimensions whose "
+                      "products (from the first) stay below 2^63"),
+            std::string::npos);
+}
+
+TEST(Idx, ReadingStopsPastTheSizeOfTheHeadersShape) {
+  // A gzip file of a few kilobytes that inflates to 64 MB behind a header
+  // that asks for 2 x 3 bytes: an error after the first 64 KB, not after 64 MB.
+  fs::path dir = fs::temp_directory_path() / ("kiln-idx-long-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto bytes = idx_bytes({2, 3});
+  bytes.resize(64 << 20);
+  write_gz((dir / "long.gz").string(), bytes);
+  EXPECT_NE(error_of([&] {
+              data::read_idx((dir / "long.gz").string());
+            }).find("long.gz] has more than the 6 data bytes of its shape (2,3)"),
+            std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST(Idx, ReadsGzipAndPlainFilesAndRejectsDamagedGzip) {

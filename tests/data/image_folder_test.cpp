@@ -3,6 +3,7 @@
 #include <png.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,45 @@ TEST(Decode, DamagedFilesNameTheFile) {
               data::probe_image(header_only, "h.jpg");
             }).find("[h.jpg] is not a readable JPEG"),
             std::string::npos);
+}
+
+// `bytes` with the size in its header replaced: a JPEG's SOF0 frame or a PNG's IHDR chunk.
+std::vector<uint8_t> claim_size(std::vector<uint8_t> bytes, uint32_t w, uint32_t h) {
+  auto put = [&](size_t at, uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) bytes[at + i] = static_cast<uint8_t>(v >> (8 * (n - 1 - i)));
+  };
+  if (bytes[0] == 0xFF) {
+    for (size_t i = 2; i + 9 < bytes.size(); ++i)
+      if (bytes[i] == 0xFF && bytes[i + 1] == 0xC0) {
+        put(i + 5, h, 2);
+        put(i + 7, w, 2);
+        break;
+      }
+  } else {
+    put(16, w, 4);  // IHDR: length, "IHDR", width, height, ..., CRC over type and data
+    put(20, h, 4);
+    put(29, static_cast<uint32_t>(crc32(0, bytes.data() + 12, 17)), 4);
+  }
+  return bytes;
+}
+
+TEST(Decode, ImagesLargerThanPilTakesFailBeforeAnythingIsAllocated) {
+  // A few hundred bytes whose header claims 65500 x 65500 pixels: decoding
+  // would allocate 12 GB.
+  auto rgb = solid(8, 8, 1, 2, 3);
+  auto jpg = claim_size(encode_jpeg(rgb, 8, 8), 65500, 65500);
+  EXPECT_NE(error_of([&] { data::decode_image(jpg, 3, "bomb.jpg"); })
+                .find("[bomb.jpg] is 65500x65500 = 4290250000 pixels, expected at most "
+                      "178956970 (PIL's limit for decompression bombs)"),
+            std::string::npos);
+  auto png = claim_size(encode_png(rgb, 8, 8), 30000, 30000);
+  EXPECT_NE(error_of([&] {
+              data::probe_image(png, "bomb.png");
+            }).find("[bomb.png] is 30000x30000 = 900000000 pixels"),
+            std::string::npos);
+  // An image just below the limit is still taken.
+  EXPECT_EQ(data::probe_image(claim_size(encode_png(rgb, 8, 8), 13377, 13377), "big.png").width,
+            13377);
 }
 
 struct Folder {

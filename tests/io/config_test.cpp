@@ -206,6 +206,20 @@ TEST(Config, OtherMalformedValuesNameTheField) {
             "no error");
 }
 
+// Sizes whose products (parameter counts, shapes) would overflow 64 bits are
+// refused before anything is derived from them (found by fuzz/config_fuzz.cpp).
+TEST(Config, SizesThatWouldOverflowAreRefused) {
+  ConfigFile f;
+  EXPECT_HAS(f.error(R"({"image_size": 4611686018427387904, "patch_size": 1})"),
+             "image_size (height) is 4611686018427387904, expected at most 1048576");
+  EXPECT_HAS(f.error(R"({"num_hidden_layers": 100000000})"),
+             "num_hidden_layers is 100000000, expected at most 4096");
+  EXPECT_HAS(f.error(R"({"hidden_size": 1048576, "num_attention_heads": 1, "num_channels": 1048576,)"
+                     R"( "image_size": 1048576, "patch_size": 1048576})"),
+             "the patch projection (hidden_size x num_channels x patch height x width) has "
+             "1.21e+24 elements, expected at most 2^40");
+}
+
 TEST(Config, RoundTripsThroughSave) {
   ConfigFile f;
   nn::ViTConfig c = nn::ViTConfig::preset("vit-small");

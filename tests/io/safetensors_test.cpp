@@ -128,6 +128,10 @@ TEST(Safetensors, MalformedFilesGetClearErrors) {
        file_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
                   std::string(10, '\0')),
        "outside the 10 data bytes"},
+      {"byte_count_wraps_to_zero",  // 2^62 elements of 8 bytes: 2^65 = 0 in 64 bits
+       file_bytes(R"({"x":{"dtype":"F64","shape":[1099511627776,4194304],"data_offsets":[0,0]}})",
+                  ""),
+       "expected at most 2^60 elements"},
       {"negative_shape",
        file_bytes(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", ""),
        "not a non-negative integer"},

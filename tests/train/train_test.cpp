@@ -206,14 +206,29 @@ TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
   EXPECT_EQ(io::load_checkpoint(dir).state.step, 2);
   EXPECT_FALSE(fs::exists(dir + ".old"));
   EXPECT_FALSE(fs::exists(dir + ".tmp"));
-  // A checkpoint whose trainer.json is damaged gets an error naming the file.
-  io::write_file_atomic(dir + "/trainer.json",
-                        "{\"format\": \"kiln-checkpoint-1\", \"step\": \"x\"}");
-  try {
-    io::load_checkpoint(dir);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("trainer.json"), std::string::npos) << e.what();
+  // A checkpoint whose trainer.json is damaged gets an error naming the file
+  // and the field (a float or negative count would not convert to an integer).
+  struct Damaged {
+    const char* trainer_json;
+    const char* error;
+  } damaged[] = {
+      {R"({"format": "kiln-checkpoint-1", "step": "x"})",
+       R"(trainer.json: field 'step' is "x", expected an integer in [0, 9223372036854775807])"},
+      {R"({"format": "kiln-checkpoint-1", "step": 1e300})", "field 'step' is 1e+300"},
+      {R"({"format": "kiln-checkpoint-1", "step": 2, "seed": -1})",
+       "field 'seed' is -1, expected an integer in [0, 18446744073709551615]"},
+      {R"({"format": "kiln-checkpoint-1", "step": 2, "seed": 0, "data_position": 0})",
+       "missing field 'optimizer'"},
+      {"[1, 2]", "trainer.json: expected a JSON object, got array"},
+  };
+  for (const Damaged& d : damaged) {
+    io::write_file_atomic(dir + "/trainer.json", d.trainer_json);
+    try {
+      io::load_checkpoint(dir);
+      ADD_FAILURE() << "expected an error for " << d.trainer_json;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(d.error), std::string::npos) << e.what();
+    }
   }
   EXPECT_THROW(io::load_checkpoint(dir + "-missing"), Error);
   fs::remove_all(dir);

@@ -1,4 +1,4 @@
-// kiln — the command line.
+// kiln — the command line: runs what command_line.cpp parsed and checked.
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
 //   kiln eval --checkpoint DIR [--data fashion-mnist]
@@ -7,15 +7,16 @@
 //   kiln info
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "command_line.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
@@ -25,17 +26,9 @@ using namespace kiln;
 
 namespace {
 
-struct DemoOptions {
-  int steps = 300;
-  double lr = 0.1;
-  std::string mode = "eager";
-  uint64_t seed = 0;
-  int threads = 0;
-};
-
 // A small classifier trained with grad + SGD on a synthetic task: 4 Gaussian
 // clusters in 16 dimensions, 512 samples, MLP 16 -> 64 (GELU, LayerNorm) -> 4.
-int run_demo(const DemoOptions& o) {
+int run_demo(const cli::DemoOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const int64_t n = 512, d = 16, hidden = 64, classes = 4;
   auto k = random::split(random::Key(o.seed), 6);
@@ -107,103 +100,22 @@ int run_info() {
   return 0;
 }
 
-struct TrainFlags {
-  int64_t batch_size = 32;
-  std::string mode = "jax";  // the reference script's default
-  bool compile_model = false;
-  std::string model = "vit-base";
-  std::string config;
-  int64_t steps = -1, warmup = -1;
-  double lr = 1e-3;
-  uint64_t seed = 0;
-  std::string layout = "nchw";
-  int threads = 0;
-  std::string log_json;
-  std::string data = "random", data_dir = data::kFashionMnistDir;
-  bool augment = false, skip_bad_images = false;
-  std::string optimizer = "sgd", schedule = "constant";
-  double momentum = 0, weight_decay = 0, clip_norm = 0;
-  int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
-  bool steps_given = false;
-  std::string save, resume;
-  std::string precision = "fp32";
-  std::string attention = "fused";
-};
-
-// Default schedule: a few timed steps, so that the default run (vit-base on a
-// 2-core CPU) finishes in minutes. The reference schedule is --steps 52 --warmup 11.
-void default_schedule(TrainFlags& f) {
-  if (f.steps < 0) f.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
-  if (f.warmup < 0) f.warmup = std::min<int64_t>(2, f.steps - 1);
-}
-
 std::string fmt_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 1 ? "%.1f ms" : "%.3f s", s < 1 ? s * 1e3 : s);
   return buf;
 }
 
-int run_train(TrainFlags f) {
+int run_train(cli::TrainFlags f) {
   // The reference script's first three lines, byte for byte (Python's
   // f"Mode: {mode} \n" f"Batch size: {batch_size} \n" f"Compile model: {compile_model}"),
   // so that runs of both can be compared by grepping them.
   std::printf("Mode: %s \nBatch size: %lld \nCompile model: %s\n", f.mode.c_str(),
               (long long)f.batch_size, f.compile_model ? "True" : "False");
   std::fflush(stdout);
-  if (f.mode == "pytorch") f.mode = "eager";
-  if (f.mode == "torch_xla") f.mode = "lazy";
-  if (f.mode == "jax") f.mode = "jit";
-  // As in the reference script, --compile-model only changes the eager mode;
-  // lazy and jit compile the whole step already.
-  if (f.mode != "eager") f.compile_model = false;
   if (f.threads > 0) set_num_threads(f.threads);
-  f.steps_given = f.steps >= 0;
-  default_schedule(f);
-  train::TrainConfig cfg;
-  if (!f.config.empty()) {
-    cfg.model = io::load_vit_config(f.config);
-    cfg.model_name = f.config;
-  } else {
-    cfg.model = nn::ViTConfig::preset(f.model);
-    cfg.model_name = f.model;
-  }
-  cfg.batch_size = f.batch_size;
-  cfg.mode = f.mode;
-  cfg.compile_model = f.compile_model;
-  cfg.steps = f.steps;
-  cfg.warmup = f.warmup;
-  cfg.lr = f.lr;
-  cfg.seed = f.seed;
-  cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
-  cfg.log_json = f.log_json;
-  cfg.data = f.data;
-  cfg.data_dir = f.data_dir;
-  cfg.augment = f.augment;
-  cfg.skip_bad_images = f.skip_bad_images;
-  cfg.optimizer = f.optimizer;
-  cfg.momentum = f.momentum;
-  cfg.weight_decay = f.weight_decay;
-  cfg.schedule = f.schedule;
-  cfg.lr_warmup = f.lr_warmup;
-  cfg.clip_norm = f.clip_norm;
-  cfg.eval_every = f.eval_every;
-  cfg.save_dir = f.save;
-  cfg.save_every = f.save_every;
-  cfg.resume_dir = f.resume;
-  cfg.precision = f.precision;
-  cfg.fused_attention = f.attention == "fused";
-  train::matmul_dtype_for(f.precision);  // a bad value fails before anything runs
-  if (!f.resume.empty()) {
-    cfg.model = io::load_checkpoint(f.resume).config;
-    cfg.model_name = f.resume;
-  }
-  if (f.momentum != 0 && f.optimizer != "sgd")
-    fail("train", "--momentum goes with --optimizer sgd");
+  train::TrainConfig cfg = cli::train_config(f);
   if (f.epochs > 0) {
-    if (f.data == "random")
-      fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
-    if (f.steps_given)
-      fail("train", "--epochs and --steps both set the length of the run; give one");
     int64_t samples = train::load_data(cfg).train->size(), per_epoch = samples / cfg.batch_size;
     if (per_epoch == 0)
       fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
@@ -326,13 +238,7 @@ int run_train(TrainFlags f) {
   return 0;
 }
 
-struct EvalFlags {
-  std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test",
-                          mode = "jit", layout = "nchw";
-  int64_t batch_size = 256;
-};
-
-int run_eval(const EvalFlags& f) {
+int run_eval(const cli::EvalFlags& f) {
   io::Checkpoint ck = io::load_checkpoint(f.checkpoint);
   train::TrainConfig cfg;
   cfg.model = ck.config;
@@ -354,11 +260,7 @@ int run_eval(const EvalFlags& f) {
   return 0;
 }
 
-struct GradFlags {
-  std::string config, weights, batch, out, layout = "nchw";
-};
-
-int run_grad(const GradFlags& f) {
+int run_grad(const cli::GradFlags& f) {
   nn::ViTConfig cfg = io::load_vit_config(f.config);
   Params weights = io::load_safetensors(f.weights).tensors;
   Params batch = io::load_safetensors(f.batch).tensors;
@@ -374,221 +276,24 @@ int run_grad(const GradFlags& f) {
   return 0;
 }
 
-// Number checks whose errors say what was expected and what was found
-// (CLI11's own print the whole range of a double).
-CLI::Validator number_check(bool zero_ok, bool integer) {
-  const std::string kind = integer ? "an integer" : "a number";
-  return CLI::Validator(
-      [=](std::string& s) -> std::string {
-        double v = 0;
-        size_t used = 0;
-        try {
-          v = integer ? static_cast<double>(std::stoll(s, &used)) : std::stod(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size()) return "expected " + kind + ", got '" + s + "'";
-        if (v > 0 || (zero_ok && v == 0)) return "";
-        return "expected " + kind + (zero_ok ? " of 0 or more" : " above 0") + ", got " + s;
-      },
-      zero_ok ? "NONNEGATIVE" : "POSITIVE", zero_ok ? "nonnegative" : "positive");
-}
-const CLI::Validator kPositive = number_check(false, false);
-const CLI::Validator kNonNegative = number_check(true, false);
-const CLI::Validator kPositiveInt = number_check(false, true);
-const CLI::Validator kNonNegativeInt = number_check(true, true);
-
-// Replaces each abbreviated long flag in args[2..] by the one flag of `sub`
-// that it begins (`--batch=8` -> `--batch-size=8`); returns an error naming
-// the flag when it begins several.
-std::string expand_abbreviations(const CLI::App& sub, std::vector<std::string>& args) {
-  std::vector<std::string> names;
-  for (const CLI::Option* o : sub.get_options())
-    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
-  for (size_t i = 2; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a == "--") break;
-    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
-    size_t eq = a.find('=');
-    std::string flag = a.substr(0, eq);
-    if (std::find(names.begin(), names.end(), flag) != names.end()) continue;
-    std::vector<std::string> matches;
-    for (const std::string& n : names)
-      if (n.rfind(flag, 0) == 0) matches.push_back(n);
-    if (matches.size() > 1) {
-      std::string list;
-      for (const std::string& m : matches) list += (list.empty() ? "" : ", ") + m;
-      return "ambiguous flag " + flag + ": it could be " + list;
-    }
-    if (matches.size() == 1) a = matches[0] + (eq == std::string::npos ? "" : a.substr(eq));
-  }
-  return "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kiln: train neural networks from C++"};
-  app.require_subcommand(1);
-  DemoOptions demo;
-  auto* d = app.add_subcommand("demo", "train a small classifier with grad and SGD");
-  d->add_option("--steps", demo.steps, "training steps")->check(kPositiveInt);
-  d->add_option("--lr", demo.lr, "SGD learning rate")->check(kPositive);
-  d->add_option("--mode", demo.mode, "execution mode")->check(CLI::IsMember({"eager", "lazy"}));
-  d->add_option("--seed", demo.seed, "random seed");
-  d->add_option("--threads", demo.threads, "CPU threads (default: all)")->check(kPositiveInt);
-  auto* info = app.add_subcommand("info", "show the build, devices and libraries");
-
-  TrainFlags tf;
-  auto* t = app.add_subcommand("train",
-                               "train a ViT (default: the reference experiment on random images)");
-  t->add_option("--batch-size", tf.batch_size, "images per step")->check(kPositiveInt);
-  t->add_option("--mode", tf.mode,
-                "jit (alias jax, the default), eager (pytorch) or lazy (torch_xla)")
-      ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
-  t->add_flag("--compile-model", tf.compile_model,
-              "with --mode eager: compile forward and backward, the optimizer stays eager "
-              "(lazy and jit compile the whole step already)");
-  auto* model_opt =
-      t->add_option("--model", tf.model, "preset")
-          ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
-  t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
-      ->check(CLI::ExistingFile)
-      ->excludes(model_opt);
-  t->add_option(
-       "--steps", tf.steps,
-       "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
-      ->check(kPositiveInt);
-  t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
-      ->check(kNonNegativeInt);
-  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")->check(kNonNegative);
-  t->add_option("--seed", tf.seed, "random seed for weights and data");
-  t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
-  t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
-  t->add_option("--log-json", tf.log_json,
-                "write one JSON object per step (and per evaluation) to this file");
-  t->add_option("--data", tf.data,
-                "random (the reference experiment), fashion-mnist, or imagefolder:PATH "
-                "(PATH/<class>/*.jpg|png; every 10th file of a class held out)")
-      ->check([](const std::string& v) {
-        if (v == "random" || v == "fashion-mnist") return std::string();
-        if (v.rfind("imagefolder:", 0) == 0 && v.size() > 12) return std::string();
-        return "'" + v + "': expected random, fashion-mnist or imagefolder:PATH";
-      });
-  t->add_flag("--skip-bad-images", tf.skip_bad_images,
-              "imagefolder: skip files that cannot be read (counted) instead of stopping");
-  t->add_option("--data-dir", tf.data_dir, "where the Fashion-MNIST IDX files are");
-  t->add_flag("--augment", tf.augment,
-              "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
-  t->add_option("--epochs", tf.epochs,
-                "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
-      ->check(kPositiveInt);
-  t->add_option("--optimizer", tf.optimizer, "sgd or adamw")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  t->add_option("--momentum", tf.momentum, "SGD momentum")->check(kNonNegative);
-  t->add_option("--weight-decay", tf.weight_decay, "weight decay (AdamW: decoupled)")
-      ->check(kNonNegative);
-  t->add_option("--schedule", tf.schedule, "learning rate: constant or cosine (after --lr-warmup)")
-      ->check(CLI::IsMember({"constant", "cosine"}));
-  t->add_option("--lr-warmup", tf.lr_warmup, "steps of linear learning-rate warm-up")
-      ->check(kNonNegativeInt);
-  t->add_option("--clip-norm", tf.clip_norm, "clip gradients to this global L2 norm (0: off)")
-      ->check(kNonNegative);
-  t->add_option("--eval-every", tf.eval_every,
-                "evaluate on the test split every N steps (always at the end)")
-      ->check(kNonNegativeInt);
-  t->add_option("--save", tf.save,
-                "checkpoint directory (transformers-loadable), written at the end");
-  t->add_option("--save-every", tf.save_every, "also save every N steps")->check(kNonNegativeInt);
-  t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
-      ->check(CLI::ExistingDirectory);
-  t->add_option("--precision", tf.precision,
-                "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
-      ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
-  t->add_option("--attention", tf.attention,
-                "fused (one kernel per layer, forward and backward) or unfused (as transformers' "
-                "eager attention)")
-      ->check(CLI::IsMember({"fused", "unfused"}));
-  t->add_option("--print-every", tf.print_every,
-                "without a terminal: print every N steps (default: steps / 50)")
-      ->check(kPositiveInt);
-
-  EvalFlags ef;
-  auto* e = app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
-  e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save")
-      ->required();
-  e->add_option("--data", ef.data, "fashion-mnist or imagefolder:PATH");
-  e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
-  e->add_option("--split", ef.split,
-                "test (fashion-mnist's test split, an image folder's held-out files) or train")
-      ->check(CLI::IsMember({"test", "train"}));
-  e->add_option("--batch-size", ef.batch_size, "images per batch")->check(kPositiveInt);
-  e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
-  e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
-
-  std::string plot_log, plot_out;
-  auto* pl = app.add_subcommand("plot", "draw loss and accuracy curves of a --log-json file");
-  pl->add_option("log", plot_log, "the JSON-lines log of kiln train --log-json")
-      ->required()
-      ->check(CLI::ExistingFile);
-  pl->add_option("-o,--out", plot_out, "output .png or .svg file")->required();
-
-  GradFlags gf;
-  auto* g = app.add_subcommand("grad",
-                               "one forward and backward pass; writes logits, loss and gradients");
-  g->add_option("--config", gf.config, "HuggingFace config.json")
-      ->required()
-      ->check(CLI::ExistingFile);
-  g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
-      ->required()
-      ->check(CLI::ExistingFile);
-  g->add_option("--batch", gf.batch,
-                "safetensors with pixel_values and labels (integer classes, or float targets for "
-                "regression and multi-label problem types)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  g->add_option("--out", gf.out, "output safetensors")->required();
-  g->add_option("--layout", gf.layout, "layout of pixel_values")
-      ->check(CLI::IsMember({"nchw", "nhwc"}));
-
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string cmd = argv[1];
-    bool known = false;
-    for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == cmd;
-    if (!known) {
-      std::fprintf(
-          stderr,
-          "kiln: unknown command '%s'; expected one of train, eval, plot, grad, demo, info\n",
-          cmd.c_str());
-      return 2;
-    }
-  }
-  // Long flags may be abbreviated to any unique prefix, as argparse (the
-  // reference script's parser) allows: `--batch 64`, `--compile`.
-  std::vector<std::string> args(argv, argv + argc);
-  if (argc > 1)
-    for (auto* sub : app.get_subcommands({}))
-      if (sub->get_name() == args[1]) {
-        std::string error = expand_abbreviations(*sub, args);
-        if (!error.empty()) {
-          std::fprintf(stderr, "kiln %s: %s\n", args[1].c_str(), error.c_str());
-          return 2;
-        }
-      }
-  std::vector<char*> expanded;
-  for (auto& a : args) expanded.push_back(a.data());
-  CLI11_PARSE(app, argc, expanded.data());
+  cli::CommandLine cl =
+      cli::parse_command_line(std::vector<std::string>(argv, argv + argc), std::cout, std::cerr);
   try {
-    if (t->parsed()) return run_train(tf);
-    if (e->parsed()) return run_eval(ef);
-    if (pl->parsed()) {
-      train::plot_log(plot_log, plot_out);
-      std::printf("wrote %s\n", plot_out.c_str());
-      return 0;
+    switch (cl.command) {
+      case cli::Command::train: return run_train(cl.train);
+      case cli::Command::eval: return run_eval(cl.eval);
+      case cli::Command::plot:
+        train::plot_log(cl.plot.log, cl.plot.out);
+        std::printf("wrote %s\n", cl.plot.out.c_str());
+        return 0;
+      case cli::Command::grad: return run_grad(cl.grad);
+      case cli::Command::demo: return run_demo(cl.demo);
+      case cli::Command::info: return run_info();
+      case cli::Command::none: return cl.exit_code;
     }
-    if (g->parsed()) return run_grad(gf);
-    if (d->parsed()) return run_demo(demo);
-    if (info->parsed()) return run_info();
   } catch (const Error& e) {
     if (::isatty(STDOUT_FILENO)) std::printf("\n");
     std::fprintf(stderr, "kiln: %s\n", e.what());

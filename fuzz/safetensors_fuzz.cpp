@@ -1,0 +1,7 @@
+// libFuzzer harness: safetensors files (parse_safetensors).
+// fuzz/targets.h says what counts as a bug.
+#include "targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return kiln::fuzz::run_harness(kiln::fuzz::feed_safetensors, data, size);
+}
