@@ -53,6 +53,16 @@ Params final_params(const std::string& dir) {
   return io::load_checkpoint(dir).params;
 }
 
+// Every parameter of `got` within 1e-5 (relative, at least 1) of `want`'s.
+void expect_params_near(const Params& got, const Params& want, const std::string& what) {
+  for (auto& [name, x] : got) {
+    auto u = x.to_vector<float>(), v = want.at(name).to_vector<float>();
+    ASSERT_EQ(u.size(), v.size()) << what << " " << name;
+    for (size_t i = 0; i < u.size(); ++i)
+      EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << what << " " << name;
+  }
+}
+
 void expect_bitwise_equal(const Params& a, const Params& b) {
   ASSERT_EQ(a.size(), b.size());
   for (auto& [name, x] : a) {
@@ -121,11 +131,7 @@ TEST(Train, EveryModeGivesTheSameParametersWithAdamW) {
     if (ref.empty()) {
       ref = p;
     } else {
-      for (auto& [name, x] : p) {
-        auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
-        for (size_t i = 0; i < u.size(); ++i)
-          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
-      }
+      expect_params_near(p, ref, mode);
     }
     fs::remove_all(dir);
   }
@@ -150,11 +156,7 @@ TEST(Train, FusedAndUnfusedAttentionAgree) {
         fused = p;
         continue;
       }
-      for (auto& [name, x] : p) {
-        auto u = x.to_vector<float>(), v = fused.at(name).to_vector<float>();
-        for (size_t i = 0; i < u.size(); ++i)
-          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
-      }
+      expect_params_near(p, fused, mode);
     }
   }
 }
@@ -297,11 +299,7 @@ TEST(Train, AReshapedModelTrainsAlikeInEveryMode) {
       ref = p;
       continue;
     }
-    for (auto& [name, x] : p) {
-      auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
-      for (size_t i = 0; i < u.size(); ++i)
-        EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i]))) << mode << " " << name;
-    }
+    expect_params_near(p, ref, mode);
   }
 }
 
@@ -351,12 +349,7 @@ TEST(Train, RegressionAndMultiLabelLearnTargetsMadeFromTheClasses) {
         ref = p;
         continue;
       }
-      for (auto& [name, x] : p) {
-        auto u = x.to_vector<float>(), v = ref.at(name).to_vector<float>();
-        for (size_t i = 0; i < u.size(); ++i)
-          EXPECT_NEAR(u[i], v[i], 1e-5 * std::max(1.0f, std::fabs(v[i])))
-              << k.name << " " << mode << " " << name;
-      }
+      expect_params_near(p, ref, std::string(k.name) + " " + mode);
     }
   }
 }
