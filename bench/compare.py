@@ -158,6 +158,8 @@ def main():
                        f"--warmup {args.warmup} --device {args.device}"
                        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
                        + (f" --peak-gflops {args.peak_gflops:g}" if args.peak_gflops else "")
+                       + (f" --isa {args.isa}" if args.isa != "native" else "")
+                       + (f" --skip '{args.skip}'" if args.skip else "")
                        + (f" --tag {args.tag}" if args.tag else ""),
             "logs": tmp,
             "peak_gflops": peak, "rows": rows}

@@ -767,6 +767,26 @@ Graph fuse_layer_norm_residual(const Graph& g) {
   });
 }
 
+namespace {
+
+// Ops whose recomputation costs one pass over memory, no more than keeping
+// their output: casts (bf16 mixed precision's operands), negation, absolute
+// value, ReLU. Not the transcendental ones (GELU's erf, exp, tanh) nor
+// LayerNorm (a reduction and a second pass): recomputing the MLP's GELU and
+// the LayerNorms in the backward cost vit-small 1.5% of its jit step on AVX2
+// (0.08 s of kernel time per step), which made jit slower than eager there,
+// for 0.39 GiB less peak memory (bench/results/2026-12-01-avx2-modes-cpu/).
+bool cheap_to_recompute(Op op) {
+  switch (op) {
+    case Op::Neg:
+    case Op::Abs:
+    case Op::Relu: return true;
+    default: return op_kind(op) == OpKind::Convert;
+  }
+}
+
+}  // namespace
+
 Graph rematerialize(const Graph& g, int gap) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<int> first_use(n, n), last_use(n, -1);
@@ -782,9 +802,7 @@ Graph rematerialize(const Graph& g, int gap) {
   for (int v = 0; v < n; ++v) {
     const Node& node = g.nodes[v];
     if (node.is_input() || is_output[v]) continue;
-    const OpKind kind = op_kind(node.prim->op());
-    if (kind != OpKind::Unary && kind != OpKind::Convert && node.prim->op() != Op::LayerNorm)
-      continue;
+    if (!cheap_to_recompute(node.prim->op())) continue;
     for (int c = first_use[v] + gap; c < n; ++c) {  // the reads far after the first
       const auto& ins = g.nodes[c].inputs;
       if (std::find(ins.begin(), ins.end(), v) == ins.end()) continue;

@@ -52,14 +52,15 @@ Graph fuse_layer_norm_residual(const Graph& g);
 // simplify, which folds the transposes it adds into the ones around it.
 Graph fuse_attention(const Graph& g);
 
-// Rematerialization: a cheap op (unary elementwise such as GELU, a cast, a
-// LayerNorm) whose output is read again long after it was made (`gap` or
-// more ops later: in a training graph, by the backward pass) while its inputs
-// stay live until then anyway is recomputed just before that late read
-// instead of being kept: its buffer no longer spans the forward-backward
-// boundary (in a ViT: GELU's MLP-sized output and the LayerNorm outputs the
-// weight gradients read). Costs one pass over memory per late read. Run after
-// CSE, which would merge the copies back.
+// Rematerialization: a cheap op (a cast, ReLU, negation or absolute value;
+// not GELU or other transcendental ones, nor LayerNorm, whose recomputation
+// costs more than the memory it saves is worth in speed) whose output is read
+// again long after it was made (`gap` or more ops later: in a training graph,
+// by the backward pass) while its inputs stay live until then anyway is
+// recomputed just before that late read instead of being kept: its buffer no
+// longer spans the forward-backward boundary (in a ViT with bf16 mixed
+// precision: the bf16 casts of the activations that the weight gradients
+// read). Costs one pass over memory per late read. Run after CSE, which would merge the copies back.
 Graph rematerialize(const Graph& g, int gap = 64);
 
 // True for ops that read operand element i only to write output element i.
