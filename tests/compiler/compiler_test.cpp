@@ -612,9 +612,13 @@ TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
       size_t peak = plan.peak_live_bytes;
       EXPECT_GT(peak, 0u);
       // Reuse: the arena stays within 15% of the least any plan needs (the
-      // peak of live bytes) and below half of all values side by side.
+      // peak of live bytes), and that least is below half of all values side
+      // by side. (The arena itself was below half too while the backward
+      // recomputed GELU and LayerNorm outputs; since it keeps them, the
+      // least possible is 49% of all values here and the arena 51-54%.)
       EXPECT_LE(plan.arena_bytes, peak + peak * 15 / 100) << "peak live bytes " << peak;
-      EXPECT_LT(plan.arena_bytes, plan.naive_bytes / 2) << "reuse should at least halve the memory";
+      EXPECT_LT(peak, plan.naive_bytes / 2) << "the graph's values should not all live at once";
+      EXPECT_LT(plan.arena_bytes, plan.naive_bytes) << "reuse should save memory";
       EXPECT_EQ(plan.donated, static_cast<int>(s.names.size()))
           << "every parameter updated in place";
       if (inplace) {
