@@ -25,20 +25,9 @@ seconds="${KILN_FUZZ_SECONDS:-30}"
 jobs="${KILN_JOBS:-2}"
 targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line})
 
-bash scripts/setup.sh
-# libFuzzer and the sanitizers' runtimes; clang's OpenMP for libkiln.
-packages=(clang libclang-rt-14-dev libomp-14-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "kiln fuzz: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# kiln's own dependencies, and libFuzzer with the sanitizers' runtimes and
+# clang's OpenMP for libkiln.
+bash scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev
 
 # Debug: assertions stay on (KILN_FUZZ builds at -O1). oneMKL is left out:
 # the parsers never reach a GEMM.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what kiln needs to build and test on Debian 12 (root, or sudo).
+# Installs what kiln needs to build and test on Debian 12 (root, or sudo),
+# and any further Debian packages named as arguments (scripts/fuzz.sh's clang).
 set -euo pipefail
 # ocl-icd-opencl-dev: libdnnl-dev's CMake config requires OpenCL; libjpeg62-turbo-dev:
 # libturbojpeg0-dev's CMake config names libjpeg.so; python3-pip and ca-certificates:
 # scripts/fetch-mkl.sh downloads oneMKL with pip.
 packages=(g++ cmake ninja-build libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
-          pkg-config dataset-fashion-mnist python3-pip ca-certificates)
+          pkg-config dataset-fashion-mnist python3-pip ca-certificates "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
