@@ -12,7 +12,9 @@
 
 namespace kiln {
 
-// One row per family of primitives (kept by hand).
+// The primitives and their kinds. Every other fact about an op (fusable, a
+// view, safe in place, what its VJP reads, its scalar function) is a column
+// of the fact table in src/ops/op_facts.h.
 // clang-format off
 #define KILN_OPS(X)                                                                      \
   /* unary elementwise */                                                                \
@@ -40,14 +42,6 @@ namespace kiln {
   X(Random, Source)
 // clang-format on
 
-enum class Op : uint8_t {
-#define KILN_ENUM(name, kind) name,
-  KILN_OPS(KILN_ENUM)
-#undef KILN_ENUM
-      Count
-};
-inline constexpr int kOpCount = static_cast<int>(Op::Count);
-
 enum class OpKind : uint8_t {
   Unary,
   Binary,
@@ -62,9 +56,24 @@ enum class OpKind : uint8_t {
   Source
 };
 
+enum class Op : uint8_t {
+#define KILN_ENUM(name, kind) name,
+  KILN_OPS(KILN_ENUM)
+#undef KILN_ENUM
+      Count
+};
+inline constexpr int kOpCount = static_cast<int>(Op::Count);
+
+
 const char* op_name(Op op);
-OpKind op_kind(Op op);
-bool is_elementwise(Op op);  // Unary, Binary, Compare, Select, Convert
+inline constexpr OpKind kOpKinds[] = {
+#define KILN_KIND(name, kind) OpKind::kind,
+    KILN_OPS(KILN_KIND)
+#undef KILN_KIND
+};
+constexpr OpKind op_kind(Op op) {
+  return kOpKinds[static_cast<int>(op)];
+}
 
 // ---- typed attributes ----
 struct NoAttrs {

@@ -5,36 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "compiler/rewrite.h"
 #include "ops/dispatch.h"
 
 namespace kiln::compiler {
-
-int debug_level() {
-  static int level = [] {
-    const char* e = std::getenv("KILN_DEBUG");
-    return e ? std::atoi(e) : 0;
-  }();
-  return level;
-}
-
-Graph optimize(const Graph& g, const PassOptions& opt) {
-  Graph out = g;
-  auto step = [&](const char* name, Graph (*pass)(const Graph&)) {
-    out = pass(out);
-    if (debug_level() >= 2)
-      std::fprintf(stderr, "[compile] after %s:\n%s", name, out.str().c_str());
-  };
-  if (opt.fuse && opt.attention) step("fuse_attention", fuse_attention);
-  if (opt.simplify) step("simplify", simplify);
-  if (opt.cse) step("cse", common_subexpression_elimination);
-  if (opt.dce) step("dce", dead_code_elimination);
-  if (opt.remat) step("rematerialize", [](const Graph& x) { return rematerialize(x); });
-  if (opt.fuse && opt.norm) step("fuse_layer_norm_residual", fuse_layer_norm_residual);
-  if (opt.fuse && opt.epilogue) step("fuse_epilogue", fuse_matmul_epilogue);
-  if (opt.fuse) step("fuse", fuse_elementwise);
-  if (opt.fuse && opt.reduce) step("fuse_reductions", fuse_reductions);
-  return out;
-}
 
 Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOptions& opt)
     : donated_(std::move(donated)) {
@@ -42,7 +16,10 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
   graph_ = optimize(g, opt);
   bool any_donated = false;
   for (bool d : donated_) any_donated |= d;
-  if (any_donated && opt.plan) graph_ = defer_donated_updates(graph_, donated_);
+  if (any_donated && opt.plan) {
+    graph_ = defer_donated_updates(graph_, donated_);
+    if (debug_level() >= 1) verify(graph_, "defer_donated_updates");
+  }
   if (opt.plan) {
     plan_ = plan_memory(graph_, donated_, opt.inplace);
   } else {

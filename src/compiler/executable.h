@@ -29,8 +29,5 @@ class Executable {
   CompileStats stats_;
 };
 
-// Runs the passes that PassOptions enables, printing per KILN_DEBUG.
-Graph optimize(const Graph& g, const PassOptions& opt);
-int debug_level();
 
 }  // namespace kiln::compiler

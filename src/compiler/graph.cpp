@@ -13,18 +13,20 @@ size_t mix(size_t h, size_t v) {
 }
 }  // namespace
 
-int Graph::add_input(const Shape& shape, DType dtype) {
+int Graph::add_input(const Shape& shape, DType dtype, Device device) {
   Node n;
   n.shape = shape;
   n.dtype = dtype;
+  n.device = device;
   n.input_slot = num_inputs++;
   nodes.push_back(std::move(n));
   return static_cast<int>(nodes.size()) - 1;
 }
 
 int Graph::add_op(std::shared_ptr<const Primitive> prim, std::vector<int> inputs, Shape shape,
-                  DType dtype) {
+                  DType dtype, std::optional<Device> device) {
   Node n;
+  n.device = device ? *device : inputs.empty() ? Device::cpu() : nodes.at(inputs[0]).device;
   n.prim = std::move(prim);
   n.inputs = std::move(inputs);
   n.shape = std::move(shape);
@@ -38,6 +40,7 @@ size_t Graph::hash() const {
   for (const auto& n : nodes) {
     h = mix(h, n.prim ? n.prim->hash() : 0x51u + n.input_slot);
     h = mix(h, static_cast<size_t>(n.dtype));
+    h = mix(h, static_cast<size_t>(n.device.type) * 1024 + static_cast<size_t>(n.device.index));
     for (auto d : n.shape) h = mix(h, static_cast<size_t>(d));
     for (int i : n.inputs) h = mix(h, static_cast<size_t>(i));
   }
@@ -51,7 +54,8 @@ bool Graph::operator==(const Graph& o) const {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node &a = nodes[i], &b = o.nodes[i];
     if (a.shape != b.shape || a.dtype != b.dtype || a.inputs != b.inputs ||
-        a.input_slot != b.input_slot || (a.prim == nullptr) != (b.prim == nullptr))
+        a.input_slot != b.input_slot || a.device != b.device ||
+        (a.prim == nullptr) != (b.prim == nullptr))
       return false;
     if (a.prim && !(*a.prim == *b.prim)) return false;
   }
@@ -70,7 +74,9 @@ std::string Graph::str() const {
       for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << "%" << n.inputs[k];
       os << ")";
     }
-    os << " : " << name_of(n.dtype) << kiln::str(n.shape) << "\n";
+    os << " : " << name_of(n.dtype) << kiln::str(n.shape);
+    if (n.device != Device::cpu()) os << " @" << n.device.str();
+    os << "\n";
   }
   os << "return";
   for (int o : outputs) os << " %" << o;
@@ -117,7 +123,7 @@ Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves) {
           std::vector<int> ins;
           for (auto& in : n->inputs) ins.push_back(ids.at(in.node()));
           // Ops are numbered in a second pass; keep them in a temporary list.
-          g.nodes.push_back(Node{n->primitive, ins, n->shape, n->dtype, -1});
+          g.nodes.push_back(Node{n->primitive, ins, n->shape, n->dtype, -1, n->device});
           created.push_back(n->id);
           ids[n] = 1 << 30 | static_cast<int>(g.nodes.size() - 1);
         }
@@ -142,7 +148,7 @@ Graph capture(const std::vector<Array>& outputs, std::vector<Array>& leaves) {
   if (!topological)
     for (size_t k = 0; k < order.size(); ++k) order[k] = position[k] = static_cast<int>(k);
   Graph out;
-  for (const auto& l : leaves) out.add_input(l.shape(), l.dtype());
+  for (const auto& l : leaves) out.add_input(l.shape(), l.dtype(), l.device());
   int base = static_cast<int>(leaves.size());
   auto map = [&](int id) { return id < 0 ? -1 - id : base + position[id & ~(1 << 30)]; };
   for (int k : order) {

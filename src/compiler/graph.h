@@ -2,6 +2,7 @@
 // come first. A pass is a function from Graph to Graph.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct Node {
   Shape shape;
   DType dtype = DType::f32;
   int input_slot = -1;  // inputs: position in the executable's arguments
+  Device device = Device::cpu();  // where the value lives and the op runs
   bool is_input() const { return prim == nullptr; }
 };
 
@@ -24,10 +26,12 @@ struct Graph {
   std::vector<int> outputs;  // node ids, in the caller's order (repeats allowed)
   int num_inputs = 0;
 
-  int add_input(const Shape& shape, DType dtype);
+  int add_input(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // An op runs on its first input's device (the cpu when it has none) unless
+  // `device` says otherwise.
   int add_op(std::shared_ptr<const Primitive> prim, std::vector<int> inputs, Shape shape,
-             DType dtype);
-  // Structural hash: primitives, attributes, shapes, dtypes and wiring.
+             DType dtype, std::optional<Device> device = std::nullopt);
+  // Structural hash: primitives, attributes, shapes, dtypes, devices and wiring.
   size_t hash() const;
   bool operator==(const Graph& o) const;
   std::string str() const;  // one line per node, as printed by KILN_DEBUG=2

@@ -1,9 +1,15 @@
-// kiln compiler: liveness and arena assignment.
+// kiln compiler: memory planning — parameter updates scheduled to run in
+// place (defer_donated_updates), liveness and arena assignment.
 #include "compiler/memory_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
+
+#include "compiler/passes.h"
+#include "compiler/rewrite.h"
+#include "ops/op_facts.h"
 
 namespace kiln::compiler {
 namespace {
@@ -14,34 +20,18 @@ size_t aligned(size_t b) {
 }
 
 bool is_alias_op(Op op) {
-  return op == Op::Reshape || op == Op::StopGradient;
+  return op_has(op, kAlias);
 }
 
-// Whether node's kernel reads element i of its same-shaped input `j` only
-// before writing element i of the output (safe to run in place). root: each
-// value's buffer owner.
+// Whether node's kernel may write over its same-shaped input `j` (the op
+// allows it, and no other operand shares j's buffer). root: each value's
+// buffer owner.
 bool inplace_input_ok(const Node& node, size_t j, const std::vector<int>& root) {
-  const Op op = node.prim->op();
-  if (op == Op::FusedElementwise) return true;  // chunks are read before they are written
-  if (op == Op::FusedReduce) {
-    // An epilogue operand read whole, whose buffer is read nowhere else: the
-    // epilogue reads each chunk before it stores the chunk's sums.
-    const auto& a = node.prim->attrs<FusedReduceAttrs>();
-    const size_t nbody = a.body.reads.size();
-    if (a.epilogue.program.empty() || j < nbody) return false;
-    size_t r = j - nbody;
-    if (static_cast<int>(r) >= a.epilogue_sum) ++r;
-    if (a.epilogue.reads[r] != FusedRead::Whole) return false;
-    for (size_t k = 0; k < node.inputs.size(); ++k)
-      if (k != j && root[node.inputs[k]] == root[node.inputs[j]]) return false;
-    return true;
-  }
-  switch (op_kind(op)) {
-    case OpKind::Unary:
-    case OpKind::Binary:
-    case OpKind::Select: return true;
-    default: return false;
-  }
+  if (!in_place_safe(*node.prim, j)) return false;
+  if (node.prim->op() != Op::FusedReduce) return true;
+  for (size_t k = 0; k < node.inputs.size(); ++k)
+    if (k != j && root[node.inputs[k]] == root[node.inputs[j]]) return false;
+  return true;
 }
 
 // Best-fit first-free allocator over one growing arena.
@@ -224,6 +214,46 @@ std::string MemoryPlan::str(const Graph& g) const {
   }
   os << "arena " << arena_bytes << " bytes, intermediates " << naive_bytes << " bytes\n";
   return os.str();
+}
+
+Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> root(n), last_use(n, -1), op_users(n, 0);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    const bool alias = !node.is_input() && op_has(node.prim->op(), kAlias);
+    root[i] = alias ? root[node.inputs[0]] : i;
+    for (int k : node.inputs) {
+      last_use[root[k]] = std::max(last_use[root[k]], i);
+      ++op_users[k];
+    }
+  }
+  std::vector<bool> is_output(n, false);
+  for (int o : g.outputs) is_output[o] = true;
+  std::vector<std::vector<int>> after(n);
+  std::vector<bool> moved(n, false);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input() || !is_output[i] || op_users[i] || !op_has(node.prim->op(), kPointwise)) continue;
+    for (int k : node.inputs) {
+      int r = root[k];
+      if (g.nodes[r].is_input() && donated[g.nodes[r].input_slot] &&
+          g.nodes[k].shape == node.shape && last_use[r] > i) {
+        after[last_use[r]].push_back(i);
+        moved[i] = true;
+        break;
+      }
+    }
+  }
+  // Emit in the new order.
+  Rewriter rw(g);
+  std::function<void(int)> emit = [&](int i) {
+    if (!g.nodes[i].is_input()) rw.keep(i);
+    for (int j : after[i]) emit(j);
+  };
+  for (int i = 0; i < n; ++i)
+    if (!moved[i]) emit(i);
+  return rw.finish();
 }
 
 }  // namespace kiln::compiler

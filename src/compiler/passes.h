@@ -1,4 +1,5 @@
-// kiln compiler: graph-to-graph passes. Each keeps the numerics exactly.
+// kiln compiler: graph-to-graph passes (each keeps the numerics exactly) and
+// the pipeline that runs them.
 #pragma once
 #include <string>
 
@@ -63,9 +64,6 @@ Graph fuse_attention(const Graph& g);
 // read). Costs one pass over memory per late read. Run after CSE, which would merge the copies back.
 Graph rematerialize(const Graph& g, int gap = 64);
 
-// True for ops that read operand element i only to write output element i.
-bool is_pointwise(Op op);
-
 // Schedules each output computed elementwise from a donated input (a
 // parameter update) after the input's last other use, so that the update can
 // write in place. Only ops no other op reads are moved.
@@ -78,5 +76,12 @@ struct PassOptions {
        norm = true, remat = true, plan = true, inplace = true, attention = true;
   static PassOptions from_env();
 };
+
+// Runs the passes that PassOptions enables, in order; under KILN_DEBUG=1 the
+// graph verifier checks the traced graph and each pass's result, and
+// KILN_DEBUG=2 prints each.
+Graph optimize(const Graph& g, const PassOptions& opt);
+// KILN_DEBUG's level (0 when unset).
+int debug_level();
 
 }  // namespace kiln::compiler

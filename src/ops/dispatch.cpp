@@ -19,6 +19,13 @@ void register_kernels(DeviceType type, const KernelTable* table) {
   g_tables[static_cast<int>(type)] = table;
 }
 
+bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
+                      DType out) {
+  const KernelTable* table = g_tables[static_cast<int>(device.type)];
+  if (!table || !table->kernels[static_cast<int>(prim.op())]) return false;
+  return !table->supports || table->supports(prim, inputs, out);
+}
+
 KernelProfile& kernel_profile() {
   static KernelProfile* p = [] {
     auto* k = new KernelProfile();  // never destroyed: kernels may run during exit
@@ -148,7 +155,9 @@ bool reuse_input_buffer(ArrayNode& node, int i) {
     const char* e = std::getenv("KILN_EAGER_INPLACE");
     return !(e && std::string(e) == "0");
   }();
-  if (!enabled || i < 0 || i >= static_cast<int>(node.inputs.size())) return false;
+  if (!enabled || i < 0 || i >= static_cast<int>(node.inputs.size()) ||
+      !op_has(node.primitive->op(), kInPlace))
+    return false;
   const std::shared_ptr<ArrayNode>& in = node.inputs[i].node_ptr();
   if (in.use_count() != 1 || in->value_needed || in->donated || !in->buffer ||
       in->buffer.use_count() != 1 || in->offset != 0 || in->shape != node.shape ||

@@ -16,11 +16,24 @@ namespace kiln {
 // and dtype are already set): it allocates out's buffer, or aliases an input's.
 using Kernel = void (*)(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out);
 
+// What a backend states about what it runs: for each primitive whether it
+// runs it with the given attributes on inputs of the given dtypes (its
+// output of dtype `out`). The compiler's fusion passes ask before they make a
+// fused primitive (a GEMM epilogue's steps, ...), instead of assuming what
+// one backend's library does. Without `supports`, a backend runs every
+// primitive it has a kernel for.
+using Supports = bool (*)(const Primitive& prim, const std::vector<DType>& inputs, DType out);
+
 struct KernelTable {
   std::array<Kernel, kOpCount> kernels{};
+  Supports supports = nullptr;
 };
 
 void register_kernels(DeviceType type, const KernelTable* table);
+// Whether the backend of `device` runs `prim` (see Supports); false where the
+// device has no backend or the backend no kernel for the op.
+bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
+                      DType out);
 // Kernel time per primitive, collected when KILN_PROFILE=1.
 struct KernelProfile {
   bool enabled = false;

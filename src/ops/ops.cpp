@@ -6,6 +6,7 @@
 #include "kiln/ops.h"
 #include "kiln/random.h"
 #include "ops/dispatch.h"
+#include "ops/op_facts.h"
 
 namespace kiln {
 namespace {
@@ -25,9 +26,9 @@ void require_valid(const Array& a, const char* op) {
   if (!a.valid()) fail(op, "use of an empty Array handle");
 }
 
-Array unary(Op op, const Array& a, bool float_only = true) {
+Array unary(Op op, const Array& a) {
   require_valid(a, op_name(op));
-  if (float_only) require_float(a, op_name(op));
+  if (!op_has(op, kIntegers)) require_float(a, op_name(op));
   return make_array(Primitive(op), {a}, a.shape(), a.dtype());
 }
 
@@ -132,7 +133,7 @@ Array scalar_like(const Array& a, double v) {
 
 // ---- elementwise ----
 Array neg(const Array& a) {
-  return unary(Op::Neg, a, false);
+  return unary(Op::Neg, a);
 }
 Array exp(const Array& a) {
   return unary(Op::Exp, a);
@@ -165,10 +166,10 @@ Array gelu_tanh_grad(const Array& a) {
   return unary(Op::GeluTanhGrad, a);
 }
 Array relu(const Array& a) {
-  return unary(Op::Relu, a, false);
+  return unary(Op::Relu, a);
 }
 Array abs(const Array& a) {
-  return unary(Op::Abs, a, false);
+  return unary(Op::Abs, a);
 }
 Array square(const Array& a) {
   return multiply(a, a);

@@ -48,20 +48,6 @@ void print_program(std::ostream& os, const FusedAttrs& f) {
 const char* op_name(Op op) {
   return kOpInfo[static_cast<int>(op)].name;
 }
-OpKind op_kind(Op op) {
-  return kOpInfo[static_cast<int>(op)].kind;
-}
-bool is_elementwise(Op op) {
-  switch (op_kind(op)) {
-    case OpKind::Unary:
-    case OpKind::Binary:
-    case OpKind::Compare:
-    case OpKind::Select:
-    case OpKind::Convert: return true;
-    default: return false;
-  }
-}
-
 size_t Primitive::hash() const {
   size_t h = mix(0, static_cast<size_t>(op_));
   h = mix(h, attrs_.index());

@@ -29,58 +29,6 @@ Array unreduce(const Array& g, const Shape& in, const ReduceAttrs& r) {
 
 }  // namespace
 
-VjpReads vjp_reads(Op op) {
-  constexpr uint32_t kNone = 0, kIn0 = 1, kIn1 = 2, kBoth = 3;
-  switch (op) {
-    case Op::Neg:
-    case Op::Add:
-    case Op::Sub:
-    case Op::Equal:
-    case Op::NotEqual:
-    case Op::Less:
-    case Op::LessEqual:
-    case Op::Greater:
-    case Op::GreaterEqual:
-    case Op::Cast:
-    case Op::StopGradient:
-    case Op::Sum:
-    case Op::Argmax:
-    case Op::Reshape:
-    case Op::Transpose:
-    case Op::BroadcastTo:
-    case Op::Concatenate:
-    case Op::Slice:
-    case Op::SliceGrad:
-    case Op::OneHot:
-    case Op::Random: return {kNone, false};
-    case Op::Exp:
-    case Op::Sqrt:
-    case Op::Rsqrt:
-    case Op::Tanh:
-    case Op::Softmax:
-    case Op::LogSoftmax: return {kNone, true};
-    case Op::Log:
-    case Op::Erf:
-    case Op::Gelu:
-    case Op::GeluTanh:
-    case Op::Relu:
-    case Op::Abs:
-    case Op::Where:  // the condition
-    case Op::Attention: return {kIn0, false};
-    case Op::Take: return {kIn1, false};        // the indices
-    case Op::ScatterAdd: return {kIn0, false};  // the indices
-    case Op::Mul:
-    case Op::Maximum:
-    case Op::Minimum:
-    case Op::Matmul:
-    case Op::LayerNorm:  // x and gamma (beta is not read)
-    case Op::SoftmaxCrossEntropy: return {kBoth, false};
-    case Op::Div: return {kBoth, true};
-    case Op::Max: return {kIn0, true};
-    default: return {};  // everything, to be safe
-  }
-}
-
 std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, const Array& out,
                             const Array& g, const std::vector<bool>& need) {
   std::vector<Array> ct(in.size());

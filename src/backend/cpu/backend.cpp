@@ -7,6 +7,25 @@ namespace kiln {
 namespace cpu {
 namespace {
 
+// What the cpu backend runs beyond having a kernel: the fused primitives'
+// steps (every FusedElementwise/FusedReduce instruction an f32 scalar op,
+// GEMM epilogues oneDNN's post-ops can run).
+bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
+  auto fusable = [](const FusedAttrs& f) {
+    for (const auto& ins : f.program)
+      if (!op_has(ins.op, kFusable)) return false;
+    return true;
+  };
+  switch (p.op()) {
+    case Op::MatmulEpilogue: return supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
+    case Op::FusedElementwise: return fusable(p.attrs<FusedAttrs>());
+    case Op::FusedReduce:
+      return fusable(p.attrs<FusedReduceAttrs>().body) &&
+             fusable(p.attrs<FusedReduceAttrs>().epilogue);
+    default: return true;
+  }
+}
+
 struct Registrar {
   Registrar() {
     static KernelTable table;
@@ -18,6 +37,7 @@ struct Registrar {
     register_random(table);
     register_fused(table);
     register_attention(table);
+    table.supports = supports;
     register_kernels(DeviceType::cpu, &table);
   }
 } registrar;

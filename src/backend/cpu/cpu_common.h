@@ -11,6 +11,7 @@
 #include "kiln/array.h"
 #include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/scalar.h"
 
 namespace kiln::cpu {
 
@@ -105,79 +106,6 @@ inline int64_t column_block(int64_t outer, int64_t inner, int64_t widest) {
   const int64_t blocks = nt * ((inner + widest * nt - 1) / (widest * nt));
   const int64_t width = ((inner + blocks - 1) / blocks + 15) / 16 * 16;
   return std::clamp<int64_t>(width, 16, widest);
-}
-
-// ---- float math that the compiler can vectorize (within ~2 ulp) ----
-inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.5f ? 88.5f : x);
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
-  float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f +
-                                                r * (0.04166664928f + r * (0.008333335072f +
-                                                                           r * 0.001388888922f)))));
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
-
-// erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).
-inline float erf_approx(float x) {
-  float ax = std::fabs(x);
-  float t = 1.0f / (1.0f + 0.3275911f * ax);
-  float y = t * (0.254829592f +
-                 t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  float r = 1.0f - y * exp_approx(-ax * ax);
-  return std::copysign(r, x);
-}
-
-inline constexpr double kSqrt1_2 = 0.70710678118654752440;
-inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-template <typename A>
-inline A gelu_exact(A x) {
-  if constexpr (std::is_same_v<A, double>)
-    return 0.5 * x * (1.0 + std::erf(x * kSqrt1_2));
-  else
-    return 0.5f * x * (1.0f + erf_approx(x * static_cast<float>(kSqrt1_2)));
-}
-template <typename A>
-inline A gelu_exact_grad(A x) {
-  if constexpr (std::is_same_v<A, double>)
-    return 0.5 * (1.0 + std::erf(x * kSqrt1_2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
-  else {
-    // erf_approx(x/√2) written out, so that its exp(-x²/2) also serves the
-    // density term: one exponential instead of two.
-    const float ax = std::fabs(x * static_cast<float>(kSqrt1_2));
-    const float e = exp_approx(-ax * ax);
-    const float t = 1.0f / (1.0f + 0.3275911f * ax);
-    const float y =
-        t * (0.254829592f +
-             t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    const float erf = std::copysign(1.0f - y * e, x);
-    return 0.5f * (1.0f + erf) + x * static_cast<float>(kInvSqrt2Pi) * e;
-  }
-}
-template <typename A>
-inline A gelu_tanh(A x) {
-  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
-  return A(0.5) * x * (A(1) + std::tanh(u));
-}
-template <typename A>
-inline A gelu_tanh_grad(A x) {
-  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
-  A t = std::tanh(u);
-  A du = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * x * x);
-  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du;
-}
-template <typename A>
-inline A fast_exp(A x) {
-  if constexpr (std::is_same_v<A, double>)
-    return std::exp(x);
-  else
-    return exp_approx(x);
 }
 
 // ---- strided iteration ----

@@ -16,37 +16,23 @@ void unary_apply(const Array& in, ArrayNode& out, F f) {
   });
 }
 
+// Neg, ReLU and Abs also run on integers; the other unary ops on floats.
 void unary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
-  Op op = p.op();
-  if (op == Op::Neg || op == Op::Relu || op == Op::Abs) {
-    return dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
-      using T = decltype(t);
-      using A = acc_t<T>;
-      switch (op) {
-        case Op::Neg: return unary_apply<T>(in[0], out, [](A x) { return -x; });
-        case Op::Relu: return unary_apply<T>(in[0], out, [](A x) { return x > A(0) ? x : A(0); });
-        default: return unary_apply<T>(in[0], out, [](A x) { return x < A(0) ? -x : x; });
-      }
-    });
-  }
-  dispatch_float(in[0].dtype(), p.name(), [&](auto t) {
+  const Op op = p.op();
+  auto run = [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
-    switch (op) {
-      case Op::Exp: return unary_apply<T>(in[0], out, [](A x) { return fast_exp(x); });
-      case Op::Log: return unary_apply<T>(in[0], out, [](A x) { return std::log(x); });
-      case Op::Sqrt: return unary_apply<T>(in[0], out, [](A x) { return std::sqrt(x); });
-      case Op::Rsqrt: return unary_apply<T>(in[0], out, [](A x) { return A(1) / std::sqrt(x); });
-      case Op::Tanh: return unary_apply<T>(in[0], out, [](A x) { return std::tanh(x); });
-      case Op::Erf: return unary_apply<T>(in[0], out, [](A x) { return std::erf(x); });
-      case Op::Gelu: return unary_apply<T>(in[0], out, [](A x) { return gelu_exact(x); });
-      case Op::GeluTanh: return unary_apply<T>(in[0], out, [](A x) { return gelu_tanh(x); });
-      case Op::GeluGrad: return unary_apply<T>(in[0], out, [](A x) { return gelu_exact_grad(x); });
-      case Op::GeluTanhGrad:
-        return unary_apply<T>(in[0], out, [](A x) { return gelu_tanh_grad(x); });
-      default: fail(p.name(), "not a unary primitive");
-    }
-  });
+    visit_scalar(op, p.name(), [&](auto o) {
+      constexpr Op kOp = decltype(o)::value;
+      if constexpr (op_kind(kOp) == OpKind::Unary &&
+                    (std::is_floating_point_v<A> || op_has(kOp, kIntegers)))
+        unary_apply<T>(in[0], out, [](A x) { return scalar<kOp>(x); });
+      else
+        fail(p.name(), "not a unary primitive");
+    });
+  };
+  if (op_has(op, kIntegers)) return dispatch_numeric(in[0].dtype(), p.name(), run);
+  dispatch_float(in[0].dtype(), p.name(), run);
 }
 
 // out = f(a, b) over the broadcast shape; the inner loop is specialized for
@@ -84,42 +70,37 @@ void binary_apply(const std::vector<Array>& in, ArrayNode& out, F f) {
 }
 
 void binary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
-  Op op = p.op();
   dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
-    switch (op) {
-      case Op::Add: return binary_apply<T, T>(in, out, [](A x, A y) { return x + y; });
-      case Op::Sub: return binary_apply<T, T>(in, out, [](A x, A y) { return x - y; });
-      case Op::Mul: return binary_apply<T, T>(in, out, [](A x, A y) { return x * y; });
-      case Op::Div:
-        if constexpr (std::is_integral_v<A>) {
-          const T* d = in[1].data<T>();
-          for (int64_t i = 0; i < in[1].size(); ++i)
-            if (d[i] == 0) fail("divide", "integer division by zero");
-        }
-        return binary_apply<T, T>(in, out, [](A x, A y) { return x / y; });
-      case Op::Maximum: return binary_apply<T, T>(in, out, [](A x, A y) { return x > y ? x : y; });
-      case Op::Minimum: return binary_apply<T, T>(in, out, [](A x, A y) { return x < y ? x : y; });
-      default: fail(p.name(), "not a binary primitive");
+    if constexpr (std::is_integral_v<A>) {
+      if (p.op() == Op::Div) {
+        const T* d = in[1].data<T>();
+        for (int64_t i = 0; i < in[1].size(); ++i)
+          if (d[i] == 0) fail("divide", "integer division by zero");
+      }
     }
+    visit_scalar(p.op(), p.name(), [&](auto o) {
+      constexpr Op kOp = decltype(o)::value;
+      if constexpr (op_kind(kOp) == OpKind::Binary)
+        binary_apply<T, T>(in, out, [](A x, A y) { return scalar<kOp>(x, y); });
+      else
+        fail(p.name(), "not a binary primitive");
+    });
   });
 }
 
 void compare_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
-  Op op = p.op();
   dispatch_all(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
-    switch (op) {
-      case Op::Equal: return binary_apply<T, bool>(in, out, [](A x, A y) { return x == y; });
-      case Op::NotEqual: return binary_apply<T, bool>(in, out, [](A x, A y) { return x != y; });
-      case Op::Less: return binary_apply<T, bool>(in, out, [](A x, A y) { return x < y; });
-      case Op::LessEqual: return binary_apply<T, bool>(in, out, [](A x, A y) { return x <= y; });
-      case Op::Greater: return binary_apply<T, bool>(in, out, [](A x, A y) { return x > y; });
-      case Op::GreaterEqual: return binary_apply<T, bool>(in, out, [](A x, A y) { return x >= y; });
-      default: fail(p.name(), "not a comparison primitive");
-    }
+    visit_scalar(p.op(), p.name(), [&](auto o) {
+      constexpr Op kOp = decltype(o)::value;
+      if constexpr (op_kind(kOp) == OpKind::Compare)
+        binary_apply<T, bool>(in, out, [](A x, A y) { return scalar<kOp>(x, y); });
+      else
+        fail(p.name(), "not a comparison primitive");
+    });
   });
 }
 
@@ -157,17 +138,18 @@ void alias_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out
 }  // namespace
 
 void register_elementwise(KernelTable& t) {
-  for (Op op : {Op::Neg, Op::Exp, Op::Log, Op::Sqrt, Op::Rsqrt, Op::Tanh, Op::Erf, Op::Gelu,
-                Op::GeluTanh, Op::Relu, Op::Abs, Op::GeluGrad, Op::GeluTanhGrad})
-    t.kernels[static_cast<int>(op)] = unary_kernel;
-  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum})
-    t.kernels[static_cast<int>(op)] = binary_kernel;
-  for (Op op : {Op::Equal, Op::NotEqual, Op::Less, Op::LessEqual, Op::Greater, Op::GreaterEqual})
-    t.kernels[static_cast<int>(op)] = compare_kernel;
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (op_has(op, kAlias)) t.kernels[i] = alias_kernel;
+    if (!op_has(op, kScalar)) continue;
+    switch (op_kind(op)) {
+      case OpKind::Unary: t.kernels[i] = unary_kernel; break;
+      case OpKind::Binary: t.kernels[i] = binary_kernel; break;
+      default: t.kernels[i] = compare_kernel; break;
+    }
+  }
   t.kernels[static_cast<int>(Op::Where)] = where_kernel;
   t.kernels[static_cast<int>(Op::Cast)] = cast_kernel;
-  t.kernels[static_cast<int>(Op::StopGradient)] = alias_kernel;
-  t.kernels[static_cast<int>(Op::Reshape)] = alias_kernel;
 }
 
 }  // namespace kiln::cpu

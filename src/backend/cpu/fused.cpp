@@ -24,28 +24,15 @@ inline void map2(float* y, const float* a, const float* b, int64_t n, F f) {
 }  // namespace
 
 void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n) {
-  switch (op) {
-    case Op::Neg: return map1(y, a, n, [](float x) { return -x; });
-    case Op::Exp: return map1(y, a, n, [](float x) { return exp_approx(x); });
-    case Op::Log: return map1(y, a, n, [](float x) { return std::log(x); });
-    case Op::Sqrt: return map1(y, a, n, [](float x) { return std::sqrt(x); });
-    case Op::Rsqrt: return map1(y, a, n, [](float x) { return 1.0f / std::sqrt(x); });
-    case Op::Tanh: return map1(y, a, n, [](float x) { return std::tanh(x); });
-    case Op::Erf: return map1(y, a, n, [](float x) { return std::erf(x); });
-    case Op::Gelu: return map1(y, a, n, [](float x) { return gelu_exact(x); });
-    case Op::GeluTanh: return map1(y, a, n, [](float x) { return gelu_tanh(x); });
-    case Op::GeluGrad: return map1(y, a, n, [](float x) { return gelu_exact_grad(x); });
-    case Op::GeluTanhGrad: return map1(y, a, n, [](float x) { return gelu_tanh_grad(x); });
-    case Op::Relu: return map1(y, a, n, [](float x) { return x > 0 ? x : 0.0f; });
-    case Op::Abs: return map1(y, a, n, [](float x) { return x < 0 ? -x : x; });
-    case Op::Add: return map2(y, a, b, n, [](float x, float z) { return x + z; });
-    case Op::Sub: return map2(y, a, b, n, [](float x, float z) { return x - z; });
-    case Op::Mul: return map2(y, a, b, n, [](float x, float z) { return x * z; });
-    case Op::Div: return map2(y, a, b, n, [](float x, float z) { return x / z; });
-    case Op::Maximum: return map2(y, a, b, n, [](float x, float z) { return x > z ? x : z; });
-    case Op::Minimum: return map2(y, a, b, n, [](float x, float z) { return x < z ? x : z; });
-    default: fail("FusedElementwise", std::string("cannot run ") + op_name(op));
-  }
+  visit_scalar(op, "FusedElementwise", [&](auto o) {
+    constexpr Op kOp = decltype(o)::value;
+    if constexpr (!op_has(kOp, kFusable))
+      fail("FusedElementwise", std::string("cannot run ") + op_name(op));
+    else if constexpr (op_kind(kOp) == OpKind::Unary)
+      map1(y, a, n, [](float x) { return scalar<kOp>(x); });
+    else
+      map2(y, a, b, n, [](float x, float z) { return scalar<kOp>(x, z); });
+  });
 }
 
 namespace {

@@ -12,6 +12,9 @@ void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_attention(KernelTable& t);
+// Whether MatmulEpilogue runs these steps on these dtypes (oneDNN has a
+// post-op for each step; matmul.cpp).
+bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out);
 // Whether oneDNN runs bf16 matmuls on this CPU (probed once; matmul.cpp).
 bool native_bf16_gemm();
 

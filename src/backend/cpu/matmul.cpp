@@ -65,28 +65,40 @@ struct CachedMatmul {
   std::vector<dnnl::memory::desc> operand_mds;  // one per binary post-op
 };
 
-// The oneDNN post-op for one epilogue step (see post_op_for below).
-void append_post_op(dnnl::post_ops& ops, const EpilogueStep& st, const dnnl::memory::desc& md) {
+// The oneDNN post-op that runs an epilogue step of `op`, if oneDNN has one:
+// the epilogue steps a batched MatmulEpilogue can run (supports_epilogue).
+struct PostOp {
+  bool binary;
+  dnnl::algorithm alg;
+  float alpha = 0, beta = 0;
+};
+std::optional<PostOp> post_op_for(Op op) {
   using alg = dnnl::algorithm;
-  auto eltwise = [&](alg a, float alpha = 0, float beta = 0) {
-    ops.append_eltwise(1.0f, a, alpha, beta);
-  };
-  switch (st.op) {
-    case Op::Add: return ops.append_binary(alg::binary_add, md);
-    case Op::Sub: return ops.append_binary(alg::binary_sub, md);
-    case Op::Mul: return ops.append_binary(alg::binary_mul, md);
-    case Op::Div: return ops.append_binary(alg::binary_div, md);
-    case Op::Maximum: return ops.append_binary(alg::binary_max, md);
-    case Op::Minimum: return ops.append_binary(alg::binary_min, md);
-    case Op::Gelu: return eltwise(alg::eltwise_gelu_erf);
-    case Op::GeluTanh: return eltwise(alg::eltwise_gelu_tanh);
-    case Op::Relu: return eltwise(alg::eltwise_relu);
-    case Op::Tanh: return eltwise(alg::eltwise_tanh);
-    case Op::Exp: return eltwise(alg::eltwise_exp);
-    case Op::Abs: return eltwise(alg::eltwise_abs);
-    case Op::Neg: return eltwise(alg::eltwise_linear, -1.0f, 0.0f);
-    default: fail("MatmulEpilogue", std::string("no oneDNN post-op for ") + op_name(st.op));
+  switch (op) {
+    case Op::Add: return PostOp{true, alg::binary_add};
+    case Op::Sub: return PostOp{true, alg::binary_sub};
+    case Op::Mul: return PostOp{true, alg::binary_mul};
+    case Op::Div: return PostOp{true, alg::binary_div};
+    case Op::Maximum: return PostOp{true, alg::binary_max};
+    case Op::Minimum: return PostOp{true, alg::binary_min};
+    case Op::Gelu: return PostOp{false, alg::eltwise_gelu_erf};
+    case Op::GeluTanh: return PostOp{false, alg::eltwise_gelu_tanh};
+    case Op::Relu: return PostOp{false, alg::eltwise_relu};
+    case Op::Tanh: return PostOp{false, alg::eltwise_tanh};
+    case Op::Exp: return PostOp{false, alg::eltwise_exp};
+    case Op::Abs: return PostOp{false, alg::eltwise_abs};
+    case Op::Neg: return PostOp{false, alg::eltwise_linear, -1.0f, 0.0f};
+    default: return std::nullopt;
   }
+}
+
+void append_post_op(dnnl::post_ops& ops, const EpilogueStep& st, const dnnl::memory::desc& md) {
+  const auto po = post_op_for(st.op);
+  if (!po) fail("MatmulEpilogue", std::string("no oneDNN post-op for ") + op_name(st.op));
+  if (po->binary)
+    ops.append_binary(po->alg, md);
+  else
+    ops.append_eltwise(1.0f, po->alg, po->alpha, po->beta);
 }
 
 class MatmulCache {
@@ -351,6 +363,17 @@ bool native_bf16_gemm() {
     }
   }();
   return native;
+}
+
+bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out) {
+  if (inputs.size() < 2 || out != DType::f32 || inputs[0] != inputs[1] ||
+      (inputs[0] != DType::f32 && inputs[0] != DType::bf16))
+    return false;
+  for (size_t i = 2; i < inputs.size(); ++i)
+    if (inputs[i] != DType::f32) return false;
+  for (const auto& st : attrs.steps)
+    if (!post_op_for(st.op) || post_op_for(st.op)->binary != (st.operand >= 0)) return false;
+  return true;
 }
 
 void register_matmul(KernelTable& t) {

@@ -1,0 +1,138 @@
+// kiln compiler: elementwise fusion — chains of f32 elementwise ops become
+// one FusedElementwise kernel — and the pieces the other fusing passes share
+// (compiler/fusion.h).
+#include <algorithm>
+#include <unordered_map>
+
+#include "compiler/fusion.h"
+#include "compiler/passes.h"
+#include "compiler/rewrite.h"
+#include "ops/dispatch.h"
+#include "ops/op_facts.h"
+
+namespace kiln::compiler {
+
+bool backend_fuses(const Node& node) {
+  const Op op = node.prim->op();
+  if (!op_has(op, kFusable)) return false;
+  const bool unary = op_kind(op) == OpKind::Unary;
+  FusedAttrs one{std::vector<FusedRead>(unary ? 1 : 2, FusedRead::Whole),
+                 {{op, 0, unary ? -1 : 1}}};
+  return backend_supports(node.device, Primitive(Op::FusedElementwise, std::move(one)),
+                          std::vector<DType>(unary ? 1 : 2, DType::f32), DType::f32);
+}
+
+bool read_mode(const Shape& in, const Shape& out, FusedRead& mode) {
+  if (in == out) {
+    mode = FusedRead::Whole;
+    return true;
+  }
+  if (numel(in) == 1) {
+    mode = FusedRead::Scalar;
+    return true;
+  }
+  size_t lead = 0;
+  while (lead < in.size() && in[lead] == 1) ++lead;
+  Shape tail(in.begin() + lead, in.end());
+  if (tail.size() <= out.size() && std::equal(tail.begin(), tail.end(), out.end() - tail.size())) {
+    mode = FusedRead::Row;
+    return true;
+  }
+  return false;
+}
+
+bool as_program(const Graph& g, int i, FusedAttrs& out) {
+  const Node& node = g.nodes[i];
+  if (node.is_input() || node.dtype != DType::f32) return false;
+  if (node.prim->op() == Op::FusedElementwise) {
+    out = node.prim->attrs<FusedAttrs>();
+    return true;
+  }
+  if (!backend_fuses(node)) return false;
+  out = {};
+  for (size_t j = 0; j < node.inputs.size(); ++j) {
+    const int k = node.inputs[j];
+    FusedRead mode;
+    if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode))
+      return false;
+    if (j == 0 || k != node.inputs[0]) out.reads.push_back(mode);  // x * x reads x once
+  }
+  const int b = node.inputs.size() < 2 ? -1 : node.inputs[1] == node.inputs[0] ? 0 : 1;
+  out.program.push_back({node.prim->op(), 0, b});
+  return true;
+}
+
+std::vector<int> program_inputs(const Graph& g, int i) {
+  std::vector<int> ins = g.nodes[i].inputs;
+  if (g.nodes[i].prim->op() != Op::FusedElementwise && ins.size() == 2 && ins[0] == ins[1])
+    ins.pop_back();
+  return ins;
+}
+
+
+Graph fuse_elementwise(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  const Uses uses(g);
+  auto fusable = [&](int i) {
+    const Node& node = g.nodes[i];
+    if (node.is_input() || node.dtype != DType::f32 || !backend_fuses(node)) return false;
+    FusedRead mode;
+    for (int k : node.inputs)
+      if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode))
+        return false;
+    return true;
+  };
+  // group[i]: the root (last op) of the chain i belongs to, or -1.
+  std::vector<int> group(n, -1);
+  std::vector<std::vector<int>> members(n);
+  for (int i = 0; i < n; ++i) {
+    if (!fusable(i)) continue;
+    group[i] = i;
+    members[i] = {i};
+    for (int k : g.nodes[i].inputs) {
+      if (group[k] < 0 || group[k] == i || !uses.read_once(k) || g.nodes[k].shape != g.nodes[i].shape)
+        continue;
+      int from = group[k];
+      for (int m : members[from]) group[m] = i;
+      members[i].insert(members[i].end(), members[from].begin(), members[from].end());
+      members[from].clear();
+    }
+  }
+  return rewrite_ops(g, [&](int i) -> Emit {
+    if (group[i] < 0 || members[group[i]].size() < 2) return {};
+    if (group[i] != i) return {Emit::Drop};  // emitted with its root
+    const Node& node = g.nodes[i];
+    std::vector<int> chain = members[i];
+    std::sort(chain.begin(), chain.end());
+    FusedAttrs attrs;
+    std::vector<int> ext;              // external operands, by input register
+    std::unordered_map<int, int> reg;  // node -> register
+    auto operand = [&](int k) {
+      if (group[k] == i) return reg.at(k);
+      auto it = std::find(ext.begin(), ext.end(), k);
+      if (it != ext.end()) return static_cast<int>(it - ext.begin());
+      ext.push_back(k);
+      FusedRead mode;
+      read_mode(g.nodes[k].shape, node.shape, mode);
+      attrs.reads.push_back(mode);
+      return static_cast<int>(ext.size()) - 1;
+    };
+    std::vector<std::pair<int, std::pair<int, int>>> pending;  // member, operand registers
+    for (int m : chain) {
+      const Node& mn = g.nodes[m];
+      int a = operand(mn.inputs[0]);
+      int b = mn.inputs.size() > 1 ? operand(mn.inputs[1]) : -1;
+      pending.push_back({m, {a, b}});
+      reg[m] = -2 - static_cast<int>(pending.size() - 1);  // instruction index, resolved below
+    }
+    // Registers: inputs first, then one per instruction.
+    int ni = static_cast<int>(ext.size());
+    auto resolve = [&](int r) { return r <= -2 ? ni + (-2 - r) : r; };
+    for (auto& [m, ab] : pending)
+      attrs.program.push_back(
+          {g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
+    return {Emit::Replace, std::make_shared<Primitive>(Op::FusedElementwise, attrs), ext};
+  });
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,26 @@
+// kiln compiler: what the fusing passes share — how a fused kernel reads an
+// operand, and an op as a fused program.
+#pragma once
+#include <vector>
+
+#include "compiler/graph.h"
+
+namespace kiln::compiler {
+
+// Whether op `node` (an f32 op of the fact table's kFusable set) may join a
+// fused elementwise program on its device: its backend says it runs it.
+bool backend_fuses(const Node& node);
+
+// How a fused kernel reads an operand of shape `in` for an output of shape
+// `out` (whole, as a scalar, or as a row repeated over the leading axes);
+// false when it cannot.
+bool read_mode(const Shape& in, const Shape& out, FusedRead& mode);
+
+// An f32 op as a FusedAttrs program over its inputs (a FusedElementwise as it
+// is, a fusable op as a one-instruction program); false when it is neither.
+bool as_program(const Graph& g, int i, FusedAttrs& out);
+
+// The operands of op i as as_program numbers its input registers.
+std::vector<int> program_inputs(const Graph& g, int i);
+
+}  // namespace kiln::compiler
