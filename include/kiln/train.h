@@ -118,10 +118,11 @@ struct Callbacks {
   std::function<void(const StepTiming&)> on_step;
   std::function<void(const EvalResult&)> on_eval;
   std::function<void(int64_t step, const std::string& dir)> on_save;
+  // The device's peak GFLOP/s, asked for once at the end of the run, for the
+  // model FLOP utilization (the kiln command measures it, tools/kiln/peak.h);
+  // without it the report's peak_gflops and mfu are 0.
+  std::function<double()> peak_gflops;
 };
-
-// Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
-double measure_peak_gflops();
 
 // The checks run() makes before it reads or loads anything (steps, warm-up,
 // mode, precision, schedule, optimizer); errors name the flag.
@@ -152,10 +153,5 @@ struct GradResult {
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout,
                             DType matmul_dtype = DType::f32);
-
-// Draws the loss (training steps and evaluations) and the test accuracy of a
-// `kiln train --log-json` file as a PNG or SVG image (by `out`'s extension),
-// written atomically to `out`.
-void plot_log(const std::string& log, const std::string& out);
 
 }  // namespace kiln::train

@@ -21,6 +21,8 @@
 #include "kiln/kiln.h"
 #include "kiln/train.h"
 #include "ops/dispatch.h"
+#include "peak.h"
+#include "plot.h"
 
 using namespace kiln;
 
@@ -207,7 +209,7 @@ int run_train(cli::TrainFlags f) {
     std::printf("step 0/%lld  first step running", (long long)cfg.steps);
     std::fflush(stdout);
   }
-  train::TrainReport r = train::run(cfg, {on_step, on_eval, on_save});
+  train::TrainReport r = train::run(cfg, {on_step, on_eval, on_save, tools::measure_peak_gflops});
   std::printf("average step time: %.6f\n", r.mean);
   std::printf("median %s, p90 %s, min %s, max %s over %lld timed steps\n",
               fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
@@ -286,7 +288,7 @@ int main(int argc, char** argv) {
       case cli::Command::train: return run_train(cl.train);
       case cli::Command::eval: return run_eval(cl.eval);
       case cli::Command::plot:
-        train::plot_log(cl.plot.log, cl.plot.out);
+        tools::plot_log(cl.plot.log, cl.plot.out);
         std::printf("wrote %s\n", cl.plot.out.c_str());
         return 0;
       case cli::Command::grad: return run_grad(cl.grad);
