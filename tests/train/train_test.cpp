@@ -1,11 +1,13 @@
 // The training loop: checkpoints (transformers names, atomic saves,
-// bit-identical resume), evaluation, NaN detection, optimizers in every mode.
+// bit-identical resume), evaluation, NaN detection, optimizers in every mode,
+// the modes' names and the config checks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -35,7 +37,7 @@ train::TrainConfig small_run(const std::string& mode, const std::string& optimiz
   t.model = small_config();
   t.model_name = "small";
   t.batch_size = 4;
-  t.mode = mode;
+  t.mode = train::parse_mode(mode);
   t.steps = 4;
   t.warmup = 0;
   t.lr = 1e-2;
@@ -364,6 +366,68 @@ TEST(Train, AModelWithoutAClassifierIsRefusedNamingNumLabels) {
     EXPECT_NE(std::string(e.what()).find("[train] the model has num_labels 0 (no classifier"),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST(Mode, NamesAndTheReferenceScriptsAliasesParse) {
+  struct Case {
+    const char* name;
+    train::Mode mode;
+  } cases[] = {{"eager", train::Mode::eager}, {"pytorch", train::Mode::eager},
+               {"lazy", train::Mode::lazy},   {"torch_xla", train::Mode::lazy},
+               {"jit", train::Mode::jit},     {"jax", train::Mode::jit}};
+  for (const Case& c : cases) EXPECT_EQ(train::parse_mode(c.name), c.mode) << c.name;
+  EXPECT_EQ(train::mode_names(),
+            (std::vector<std::string>{"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
+  for (train::Mode m : {train::Mode::eager, train::Mode::lazy, train::Mode::jit}) {
+    EXPECT_EQ(train::parse_mode(train::mode_name(m)), m);
+    EXPECT_EQ(train::parse_mode(train::mode_alias(m)), m);
+  }
+  EXPECT_EQ(train::mode_alias(train::Mode::lazy), "torch_xla");
+  for (const char* bad : {"", "JIT", "tpu", "jit "}) {
+    try {
+      train::parse_mode(bad);
+      ADD_FAILURE() << "expected an error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[train] mode '" + std::string(bad) +
+                                           "', expected eager, lazy or jit"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Validate, EachBadSettingIsNamed) {
+  struct Case {
+    std::function<void(train::TrainConfig&)> change;
+    const char* error;
+  } cases[] = {
+      {[](auto& t) { t.batch_size = 0; }, "--batch-size must be positive"},
+      {[](auto& t) { t.steps = 0; }, "--steps must be positive"},
+      {[](auto& t) { t.warmup = 4; }, "--warmup must lie in [0, --steps), got 4 with --steps 4"},
+      {[](auto& t) { t.warmup = -1; }, "--warmup must lie in [0, --steps)"},
+      {[](auto& t) { t.mode = train::Mode::jit, t.compile_model = true; },
+       "--compile-model goes with --mode eager"},
+      {[](auto& t) { t.clip_norm = -1; }, "--clip-norm must be >= 0"},
+      {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
+      {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
+      {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},
+      {[](auto& t) { t.precision = "fp16"; }, "--precision 'fp16', expected fp32, bf16 or tf32"},
+      {[](auto& t) { t.lr_warmup = 4; }, "cosine decay needs total steps"},
+      {[](auto& t) { t.optimizer = "lamb"; }, "optimizer 'lamb', expected sgd or adamw"},
+      {[](auto& t) { t.optimizer = "adamw"; }, "--momentum goes with --optimizer sgd"},
+  };
+  train::validate(small_run("eager", "sgd"));  // the base case is good
+  for (const Case& c : cases) {
+    train::TrainConfig t = small_run("eager", "sgd");  // momentum 0.9, cosine, lr warm-up 1
+    c.change(t);
+    try {
+      train::validate(t);
+      ADD_FAILURE() << "expected: " << c.error;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(train::run(t), Error) << c.error;  // run() makes the same checks
   }
 }
 
