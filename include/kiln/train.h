@@ -117,6 +117,7 @@ struct TrainReport {
   double peak_rss_mib = 0;
   int64_t parameters = 0;
   uint64_t compiles = 0;       // lazy, jit, compile-model: executables built
+  uint64_t eval_compiles = 0;  // compiled evaluation: executables built (one per batch shape)
   double compile_ms = 0;       // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;
   std::vector<EvalResult> evals;
@@ -160,8 +161,29 @@ TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
 TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
                 const Callbacks& callbacks = {});
 
-// Loss and top-1 accuracy of `params` on a data set, in batches (eager, or
-// one compiled forward pass per batch shape when `compiled`).
+// Loss and top-1 accuracy of a model's parameters on data sets, in batches:
+// eager, or compiled, one forward pass per batch shape (the last batch of a
+// split may be smaller), built on first use and kept for later calls, so that
+// a run that evaluates every N steps compiles once per shape.
+class Evaluator {
+ public:
+  Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled,
+            DType matmul_dtype = DType::f32);
+  Evaluator(const Evaluator&) = delete;  // the compiled pass refers to this object
+  Evaluator& operator=(const Evaluator&) = delete;
+
+  EvalResult operator()(const Params& params, const data::Dataset& dataset, int64_t batch_size);
+  uint64_t compiles() const;  // executables built so far (0 when eager)
+
+ private:
+  nn::ViTForImageClassification model_;
+  nn::Layout layout_;
+  DType matmul_dtype_;
+  std::vector<std::string> names_;  // of the parameters, in flatten()'s order
+  std::optional<Jitted> forward_;   // when compiled
+};
+
+// One evaluation with an Evaluator of its own.
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled,
                     DType matmul_dtype = DType::f32);

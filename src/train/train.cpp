@@ -119,6 +119,7 @@ nlohmann::json summary_json(const TrainReport& report) {
   if (!report.evals.empty()) {
     j["eval_loss"] = report.evals.back().loss;
     j["eval_accuracy"] = report.evals.back().accuracy;
+    j["eval_compiles"] = report.eval_compiles;
   }
   return j;
 }
@@ -154,6 +155,7 @@ class Trainer {
   TrainReport report_;
   std::ofstream log_;
   TrainStep step_;
+  std::optional<Evaluator> evaluator_;  // when the data set has a held-out split
 };
 
 Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optimizer& optimizer,
@@ -184,6 +186,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
     if (!log_) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
+  if (data_.eval)
+    evaluator_.emplace(model_.config(), cfg.layout, cfg.mode != Mode::eager || cfg.compile_model,
+                       matmul_dtype_for(cfg.precision));
 }
 
 TrainReport Trainer::run() {
@@ -253,10 +258,8 @@ void Trainer::stop_at_non_finite(int64_t step, float loss, const StepInputs& in,
 }
 
 void Trainer::evaluate(int64_t step) {
-  if (!data_.eval) return;
-  EvalResult r = train::evaluate(model_.config(), params_, *data_.eval, cfg_.batch_size,
-                                 cfg_.layout, cfg_.mode != Mode::eager || cfg_.compile_model,
-                                 matmul_dtype_for(cfg_.precision));
+  if (!evaluator_) return;
+  EvalResult r = (*evaluator_)(params_, *data_.eval, cfg_.batch_size);
   r.step = step;
   report_.evals.push_back(r);
   if (log_)
@@ -286,6 +289,7 @@ void Trainer::summarize() {
     report_.arena_bytes = cs->arena_bytes;
     report_.intermediate_bytes = cs->intermediate_bytes;
   }
+  if (evaluator_) report_.eval_compiles = evaluator_->compiles();
   summarize_times(report_, first_step_ + cfg_.warmup, cfg_.batch_size);
   if (cb_.peak_gflops) {
     report_.peak_gflops = cb_.peak_gflops();

@@ -1,12 +1,14 @@
 // The training loop: checkpoints (transformers names, atomic saves,
-// bit-identical resume), evaluation, NaN detection, optimizers in every mode,
-// the modes' names and the config checks.
+// bit-identical resume), evaluation (compiled once per batch shape), NaN
+// detection, optimizers in every mode, the modes' names and the config checks.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "kiln/io.h"
@@ -429,6 +431,90 @@ TEST(Validate, EachBadSettingIsNamed) {
     }
     EXPECT_THROW(train::run(t), Error) << c.error;  // run() makes the same checks
   }
+}
+
+// The data sets' file format, for a tiny Fashion-MNIST-shaped data set.
+void write_idx_gz(const std::string& path, const Shape& shape, int modulo) {
+  std::vector<uint8_t> b{0, 0, 0x08, static_cast<uint8_t>(shape.size())};
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
+    n *= d;
+  }
+  for (int64_t i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 37) % modulo));
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, b.data(), b.size()), static_cast<int>(b.size()));
+  gzclose(f);
+}
+
+// 16 training and 10 test images in Fashion-MNIST's files, and a small model for them.
+train::TrainConfig tiny_fashion_run(const std::string& dir) {
+  fs::create_directories(dir);
+  write_idx_gz(dir + "/train-images-idx3-ubyte.gz", {16, 28, 28}, 256);
+  write_idx_gz(dir + "/train-labels-idx1-ubyte.gz", {16}, 10);
+  write_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
+  write_idx_gz(dir + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
+  train::TrainConfig t = small_run("jit", "sgd");
+  t.model.image_size = 28, t.model.patch_size = 14, t.model.num_channels = 1;
+  t.model.num_labels = 10, t.model.num_hidden_layers = 1;
+  t.data = "fashion-mnist";
+  t.data_dir = dir;
+  t.steps = 6;
+  t.eval_every = 2;  // evaluations at steps 2, 4 and 6
+  return t;
+}
+
+// Evaluation every --eval-every steps reuses its compiled forward pass: one
+// executable per batch shape of the held-out split (10 images in batches of
+// 4: shapes 4 and 2; in batches of 5: one shape), counted in the report and
+// in the log's summary line.
+TEST(Train, EvaluationCompilesOncePerBatchShape) {
+  std::string dir = temp_dir("eval-compiles"), log = dir + "/log.jsonl";
+  struct Case {
+    std::string mode;
+    int64_t batch_size;
+    uint64_t compiles;
+  } cases[] = {
+      {"jit", 4, 2}, {"jit", 5, 1}, {"lazy", 4, 2}, {"eager-compile", 4, 2}, {"eager", 4, 0}};
+  for (const Case& c : cases) {
+    train::TrainConfig t = tiny_fashion_run(dir);
+    t.mode = train::parse_mode(c.mode == "eager-compile" ? "eager" : c.mode);
+    t.compile_model = c.mode == "eager-compile";
+    t.batch_size = c.batch_size;
+    t.log_json = log;
+    auto report = train::run(t);
+    ASSERT_EQ(report.evals.size(), 3u) << c.mode;
+    EXPECT_EQ(report.evals[0].samples, 10) << c.mode;
+    EXPECT_EQ(report.eval_compiles, c.compiles) << c.mode << " batch " << c.batch_size;
+    std::ifstream in(log);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    EXPECT_NE(last.find("\"eval_compiles\":" + std::to_string(c.compiles)), std::string::npos)
+        << last;
+  }
+  fs::remove_all(dir);
+}
+
+// An Evaluator keeps its executables across calls; a new one starts afresh.
+TEST(Evaluate, AnEvaluatorCompilesEachShapeOnce) {
+  nn::ViTConfig c = small_config();
+  Params p = nn::ViTForImageClassification(c).init(random::Key(3));
+  data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
+  train::Evaluator compiled(c, nn::Layout::NCHW, true), eager(c, nn::Layout::NCHW, false);
+  auto first = compiled(p, ds, 4);  // batches of 4, 4, 2
+  EXPECT_EQ(compiled.compiles(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    auto again = compiled(p, ds, 4);
+    EXPECT_EQ(again.loss, first.loss);
+    EXPECT_EQ(again.accuracy, first.accuracy);
+  }
+  EXPECT_EQ(compiled.compiles(), 2u);
+  compiled(p, ds, 5);  // batches of 5: a third shape
+  EXPECT_EQ(compiled.compiles(), 3u);
+  auto e = eager(p, ds, 4);
+  EXPECT_EQ(eager.compiles(), 0u);
+  EXPECT_NEAR(e.loss, first.loss, 1e-5);
 }
 
 TEST(Evaluate, CompiledAndEagerAgree) {

@@ -247,6 +247,10 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
     std::printf("final %s accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
                 cfg.data == "fashion-mnist" ? "test" : "held-out", 100 * r.evals.back().accuracy,
                 r.evals.back().loss, (long long)cfg.steps, r.wall_seconds);
+  if (!r.evals.empty() && compiled)
+    std::printf("eval compiles: %llu (one per batch shape; %zu evaluation%s)\n",
+                (unsigned long long)r.eval_compiles, r.evals.size(),
+                r.evals.size() == 1 ? "" : "s");
   if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
 }
 
