@@ -15,6 +15,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
+#include "plot.h"
 
 namespace kiln::fuzz {
 namespace {
@@ -168,7 +169,7 @@ void feed_checkpoint(std::string_view bytes) {
 void feed_plot_log(std::string_view bytes) {
   std::string log = scratch().path("log.jsonl");
   write_file(log, bytes);
-  train::plot_log(log, scratch().path("plot.svg"));
+  tools::plot_log(log, scratch().path("plot.svg"));
 }
 
 void feed_command_line(std::string_view bytes) {

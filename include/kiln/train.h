@@ -1,22 +1,39 @@
-// kiln — the training loop of `kiln train`: the reference experiment.
+// kiln — the training loop of `kiln train` (the reference experiment): its
+// config and checks, the run, evaluation, and one forward-backward pass for
+// `kiln grad`.
 #pragma once
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "kiln/compiler.h"
 #include "kiln/data.h"
+#include "kiln/io.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 
 namespace kiln::train {
 
+// How a training step runs. eager: op by op (PyTorch); lazy: the step is
+// recorded, compiled and run at the barrier (torch_xla); jit: the whole step
+// is one compiled executable with the parameters donated (JAX).
+enum class Mode { eager, lazy, jit };
+
+// A mode from kiln's name or the reference script's alias of it (pytorch =
+// eager, torch_xla = lazy, jax = jit); any other name is an error.
+Mode parse_mode(const std::string& name);
+std::string mode_name(Mode mode);   // eager, lazy, jit
+std::string mode_alias(Mode mode);  // pytorch, torch_xla, jax
+// Every name parse_mode accepts, each mode's name before its alias.
+const std::vector<std::string>& mode_names();
+
 struct TrainConfig {
   std::string model_name = "vit-base";  // preset, or the --config path
   nn::ViTConfig model = nn::ViTConfig::preset("vit-base");
   int64_t batch_size = 32;
-  // eager: op by op (PyTorch); lazy: record the step, compile and run it at
-  // the barrier (torch_xla); jit: the whole step is one compiled executable
-  // with the parameters donated (JAX).
-  std::string mode = "eager";
+  Mode mode = Mode::eager;
   bool compile_model = false;  // eager: forward and backward compiled, the optimizer eager
   int64_t steps = 12;          // total steps, warm-up included
   int64_t warmup = 2;          // untimed steps at the start
@@ -99,8 +116,9 @@ struct TrainReport {
   double first_step_seconds = 0;
   double peak_rss_mib = 0;
   int64_t parameters = 0;
-  uint64_t compiles = 0;  // lazy, jit, compile-model: executables built
-  double compile_ms = 0;  // the last compile
+  uint64_t compiles = 0;       // lazy, jit, compile-model: executables built
+  uint64_t eval_compiles = 0;  // compiled evaluation: executables built (one per batch shape)
+  double compile_ms = 0;       // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;
   std::vector<EvalResult> evals;
   int64_t first_step = 1;      // > 1 when resumed
@@ -118,23 +136,54 @@ struct Callbacks {
   std::function<void(const StepTiming&)> on_step;
   std::function<void(const EvalResult&)> on_eval;
   std::function<void(int64_t step, const std::string& dir)> on_save;
+  // The device's peak GFLOP/s, asked for once at the end of the run, for the
+  // model FLOP utilization (the kiln command measures it, tools/kiln/peak.h);
+  // without it the report's peak_gflops and mfu are 0.
+  std::function<double()> peak_gflops;
 };
 
-// Measures the CPU's fp32 FMA throughput on all threads (GFLOP/s).
-double measure_peak_gflops();
-
-// The checks run() makes before it reads or loads anything (steps, warm-up,
-// mode, precision, schedule, optimizer); errors name the flag.
+// The checks run() makes before it reads or loads anything (batch size,
+// steps, warm-up, --compile-model, clipping, intervals, precision, schedule,
+// optimizer and its momentum); errors name the flag.
 void validate(const TrainConfig& cfg);
+
+// The checkpoint of cfg.resume_dir (none when it is empty), loaded once: the
+// command line shows its model before the run, which continues from it.
+std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg);
 
 // Runs the experiment: random images (or a data set), ViT, the loss of the
 // config's problem_type (mean softmax cross-entropy for classes; targets made
-// from the class labels otherwise, see targets_for in train.cpp), SGD or
-// AdamW. on_step is called after every step.
+// from the class labels otherwise, see targets_for in step.cpp), SGD or
+// AdamW. on_step is called after every step. `resumed` is the checkpoint of
+// cfg.resume_dir (load_resume), checked against cfg before the run goes on
+// from it; its model replaces cfg.model. The first form loads it itself.
 TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
+TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
+                const Callbacks& callbacks = {});
 
-// Loss and top-1 accuracy of `params` on a data set, in batches (eager, or
-// one compiled forward pass per batch shape when `compiled`).
+// Loss and top-1 accuracy of a model's parameters on data sets, in batches:
+// eager, or compiled, one forward pass per batch shape (the last batch of a
+// split may be smaller), built on first use and kept for later calls, so that
+// a run that evaluates every N steps compiles once per shape.
+class Evaluator {
+ public:
+  Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled,
+            DType matmul_dtype = DType::f32);
+  Evaluator(const Evaluator&) = delete;  // the compiled pass refers to this object
+  Evaluator& operator=(const Evaluator&) = delete;
+
+  EvalResult operator()(const Params& params, const data::Dataset& dataset, int64_t batch_size);
+  uint64_t compiles() const;  // executables built so far (0 when eager)
+
+ private:
+  nn::ViTForImageClassification model_;
+  nn::Layout layout_;
+  DType matmul_dtype_;
+  std::vector<std::string> names_;  // of the parameters, in flatten()'s order
+  std::optional<Jitted> forward_;   // when compiled
+};
+
+// One evaluation with an Evaluator of its own.
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled,
                     DType matmul_dtype = DType::f32);
@@ -152,10 +201,5 @@ struct GradResult {
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout,
                             DType matmul_dtype = DType::f32);
-
-// Draws the loss (training steps and evaluations) and the test accuracy of a
-// `kiln train --log-json` file as a PNG or SVG image (by `out`'s extension),
-// written atomically to `out`.
-void plot_log(const std::string& log, const std::string& out);
 
 }  // namespace kiln::train

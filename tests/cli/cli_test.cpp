@@ -315,6 +315,10 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   EXPECT_NE(r.output.find("on 10000 test images"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bf16 mixed precision"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("saved step 30 to " + ckpt), std::string::npos) << r.output;
+  // 10000 test images in batches of 64: 156 full batches and one of 16.
+  EXPECT_NE(r.output.find("eval compiles: 2 (one per batch shape; 2 evaluations)"),
+            std::string::npos)
+      << r.output;
   size_t at = r.output.find("final test accuracy ");
   ASSERT_NE(at, std::string::npos) << r.output;
   double acc = std::stod(r.output.substr(at + 20));

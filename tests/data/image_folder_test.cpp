@@ -257,7 +257,7 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   t.model.num_labels = 2;
   t.data = "imagefolder:" + f.root.string();
   t.augment = true;
-  t.batch_size = 4, t.steps = 3, t.warmup = 0, t.workers = 1, t.mode = "jit";
+  t.batch_size = 4, t.steps = 3, t.warmup = 0, t.workers = 1, t.mode = train::Mode::jit;
   std::string ckpt = (f.root.parent_path() / (f.root.filename().string() + "-ckpt")).string();
   t.save_dir = ckpt;
   auto r = train::run(t);

@@ -1,11 +1,15 @@
 // The training loop: checkpoints (transformers names, atomic saves,
-// bit-identical resume), evaluation, NaN detection, optimizers in every mode.
+// bit-identical resume), evaluation (compiled once per batch shape), NaN
+// detection, optimizers in every mode, the modes' names and the config checks.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -35,7 +39,7 @@ train::TrainConfig small_run(const std::string& mode, const std::string& optimiz
   t.model = small_config();
   t.model_name = "small";
   t.batch_size = 4;
-  t.mode = mode;
+  t.mode = train::parse_mode(mode);
   t.steps = 4;
   t.warmup = 0;
   t.lr = 1e-2;
@@ -365,6 +369,152 @@ TEST(Train, AModelWithoutAClassifierIsRefusedNamingNumLabels) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(Mode, NamesAndTheReferenceScriptsAliasesParse) {
+  struct Case {
+    const char* name;
+    train::Mode mode;
+  } cases[] = {{"eager", train::Mode::eager}, {"pytorch", train::Mode::eager},
+               {"lazy", train::Mode::lazy},   {"torch_xla", train::Mode::lazy},
+               {"jit", train::Mode::jit},     {"jax", train::Mode::jit}};
+  for (const Case& c : cases) EXPECT_EQ(train::parse_mode(c.name), c.mode) << c.name;
+  EXPECT_EQ(train::mode_names(),
+            (std::vector<std::string>{"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
+  for (train::Mode m : {train::Mode::eager, train::Mode::lazy, train::Mode::jit}) {
+    EXPECT_EQ(train::parse_mode(train::mode_name(m)), m);
+    EXPECT_EQ(train::parse_mode(train::mode_alias(m)), m);
+  }
+  EXPECT_EQ(train::mode_alias(train::Mode::lazy), "torch_xla");
+  for (const char* bad : {"", "JIT", "tpu", "jit "}) {
+    try {
+      train::parse_mode(bad);
+      ADD_FAILURE() << "expected an error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[train] mode '" + std::string(bad) +
+                                           "', expected eager, lazy or jit"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Validate, EachBadSettingIsNamed) {
+  struct Case {
+    std::function<void(train::TrainConfig&)> change;
+    const char* error;
+  } cases[] = {
+      {[](auto& t) { t.batch_size = 0; }, "--batch-size must be positive"},
+      {[](auto& t) { t.steps = 0; }, "--steps must be positive"},
+      {[](auto& t) { t.warmup = 4; }, "--warmup must lie in [0, --steps), got 4 with --steps 4"},
+      {[](auto& t) { t.warmup = -1; }, "--warmup must lie in [0, --steps)"},
+      {[](auto& t) { t.mode = train::Mode::jit, t.compile_model = true; },
+       "--compile-model goes with --mode eager"},
+      {[](auto& t) { t.clip_norm = -1; }, "--clip-norm must be >= 0"},
+      {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
+      {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
+      {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},
+      {[](auto& t) { t.precision = "fp16"; }, "--precision 'fp16', expected fp32, bf16 or tf32"},
+      {[](auto& t) { t.lr_warmup = 4; }, "cosine decay needs total steps"},
+      {[](auto& t) { t.optimizer = "lamb"; }, "optimizer 'lamb', expected sgd or adamw"},
+      {[](auto& t) { t.optimizer = "adamw"; }, "--momentum goes with --optimizer sgd"},
+  };
+  train::validate(small_run("eager", "sgd"));  // the base case is good
+  for (const Case& c : cases) {
+    train::TrainConfig t = small_run("eager", "sgd");  // momentum 0.9, cosine, lr warm-up 1
+    c.change(t);
+    try {
+      train::validate(t);
+      ADD_FAILURE() << "expected: " << c.error;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(train::run(t), Error) << c.error;  // run() makes the same checks
+  }
+}
+
+// The data sets' file format, for a tiny Fashion-MNIST-shaped data set.
+void write_idx_gz(const std::string& path, const Shape& shape, int modulo) {
+  std::vector<uint8_t> b{0, 0, 0x08, static_cast<uint8_t>(shape.size())};
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
+    n *= d;
+  }
+  for (int64_t i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 37) % modulo));
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, b.data(), b.size()), static_cast<int>(b.size()));
+  gzclose(f);
+}
+
+// 16 training and 10 test images in Fashion-MNIST's files, and a small model for them.
+train::TrainConfig tiny_fashion_run(const std::string& dir) {
+  fs::create_directories(dir);
+  write_idx_gz(dir + "/train-images-idx3-ubyte.gz", {16, 28, 28}, 256);
+  write_idx_gz(dir + "/train-labels-idx1-ubyte.gz", {16}, 10);
+  write_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
+  write_idx_gz(dir + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
+  train::TrainConfig t = small_run("jit", "sgd");
+  t.model.image_size = 28, t.model.patch_size = 14, t.model.num_channels = 1;
+  t.model.num_labels = 10, t.model.num_hidden_layers = 1;
+  t.data = "fashion-mnist";
+  t.data_dir = dir;
+  t.steps = 6;
+  t.eval_every = 2;  // evaluations at steps 2, 4 and 6
+  return t;
+}
+
+// Evaluation every --eval-every steps reuses its compiled forward pass: one
+// executable per batch shape of the held-out split (10 images in batches of
+// 4: shapes 4 and 2; in batches of 5: one shape), counted in the report and
+// in the log's summary line.
+TEST(Train, EvaluationCompilesOncePerBatchShape) {
+  std::string dir = temp_dir("eval-compiles"), log = dir + "/log.jsonl";
+  struct Case {
+    std::string mode;
+    int64_t batch_size;
+    uint64_t compiles;
+  } cases[] = {
+      {"jit", 4, 2}, {"jit", 5, 1}, {"lazy", 4, 2}, {"eager-compile", 4, 2}, {"eager", 4, 0}};
+  for (const Case& c : cases) {
+    train::TrainConfig t = tiny_fashion_run(dir);
+    t.mode = train::parse_mode(c.mode == "eager-compile" ? "eager" : c.mode);
+    t.compile_model = c.mode == "eager-compile";
+    t.batch_size = c.batch_size;
+    t.log_json = log;
+    auto report = train::run(t);
+    ASSERT_EQ(report.evals.size(), 3u) << c.mode;
+    EXPECT_EQ(report.evals[0].samples, 10) << c.mode;
+    EXPECT_EQ(report.eval_compiles, c.compiles) << c.mode << " batch " << c.batch_size;
+    std::ifstream in(log);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    EXPECT_NE(last.find("\"eval_compiles\":" + std::to_string(c.compiles)), std::string::npos)
+        << last;
+  }
+  fs::remove_all(dir);
+}
+
+// An Evaluator keeps its executables across calls; a new one starts afresh.
+TEST(Evaluate, AnEvaluatorCompilesEachShapeOnce) {
+  nn::ViTConfig c = small_config();
+  Params p = nn::ViTForImageClassification(c).init(random::Key(3));
+  data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
+  train::Evaluator compiled(c, nn::Layout::NCHW, true), eager(c, nn::Layout::NCHW, false);
+  auto first = compiled(p, ds, 4);  // batches of 4, 4, 2
+  EXPECT_EQ(compiled.compiles(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    auto again = compiled(p, ds, 4);
+    EXPECT_EQ(again.loss, first.loss);
+    EXPECT_EQ(again.accuracy, first.accuracy);
+  }
+  EXPECT_EQ(compiled.compiles(), 2u);
+  compiled(p, ds, 5);  // batches of 5: a third shape
+  EXPECT_EQ(compiled.compiles(), 3u);
+  auto e = eager(p, ds, 4);
+  EXPECT_EQ(eager.compiles(), 0u);
+  EXPECT_NEAR(e.loss, first.loss, 1e-5);
 }
 
 TEST(Evaluate, CompiledAndEagerAgree) {

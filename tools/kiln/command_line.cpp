@@ -1,4 +1,5 @@
-// kiln — the command line: subcommands, flags and their checks (CLI11).
+// kiln — the command line: subcommands, flags and their checks (CLI11), and
+// `kiln train`'s flags turned into a TrainConfig.
 #include "command_line.h"
 
 #include <CLI/CLI.hpp>
@@ -78,34 +79,45 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   s.info = app.add_subcommand("info", "show the build, devices and libraries");
 
   TrainFlags& tf = cl.train;
+  train::TrainConfig& tc = tf.config;
   auto* t = s.train = app.add_subcommand(
       "train", "train a ViT (default: the reference experiment on random images)");
-  t->add_option("--batch-size", tf.batch_size, "images per step")->check(kPositiveInt);
+  t->add_option("--batch-size", tc.batch_size, "images per step")->check(kPositiveInt);
   t->add_option("--mode", tf.mode,
                 "jit (alias jax, the default), eager (pytorch) or lazy (torch_xla)")
-      ->check(CLI::IsMember({"eager", "pytorch", "lazy", "torch_xla", "jit", "jax"}));
-  t->add_flag("--compile-model", tf.compile_model,
+      ->check(CLI::IsMember(train::mode_names()));
+  t->add_flag("--compile-model", tc.compile_model,
               "with --mode eager: compile forward and backward, the optimizer stays eager "
               "(lazy and jit compile the whole step already)");
   auto* model_opt =
       t->add_option("--model", tf.model, "preset")
           ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
-  t->add_option("--config", tf.config, "a HuggingFace config.json instead of a preset")
+  t->add_option("--config", tf.config_file, "a HuggingFace config.json instead of a preset")
       ->check(CLI::ExistingFile)
       ->excludes(model_opt);
-  t->add_option(
-       "--steps", tf.steps,
+  t->add_option_function<int64_t>(
+       "--steps",
+       [&](const int64_t& v) {
+         tc.steps = v;
+         tf.steps_given = true;
+       },
        "total steps, warm-up included (default: 8 for vit-base and vit-large, 20 otherwise)")
       ->check(kPositiveInt);
-  t->add_option("--warmup", tf.warmup, "untimed steps at the start (default 2)")
+  t->add_option_function<int64_t>(
+       "--warmup",
+       [&](const int64_t& v) {
+         tc.warmup = v;
+         tf.warmup_given = true;
+       },
+       "untimed steps at the start (default 2)")
       ->check(kNonNegativeInt);
-  t->add_option("--lr", tf.lr, "learning rate (the peak, with a schedule)")->check(kNonNegative);
-  t->add_option("--seed", tf.seed, "random seed for weights and data");
+  t->add_option("--lr", tc.lr, "learning rate (the peak, with a schedule)")->check(kNonNegative);
+  t->add_option("--seed", tc.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
-  t->add_option("--log-json", tf.log_json,
+  t->add_option("--log-json", tc.log_json,
                 "write one JSON object per step (and per evaluation) to this file");
-  t->add_option("--data", tf.data,
+  t->add_option("--data", tc.data,
                 "random (the reference experiment), fashion-mnist, or imagefolder:PATH "
                 "(PATH/<class>/*.jpg|png; every 10th file of a class held out)")
       ->check([](const std::string& v) {
@@ -113,34 +125,34 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
         if (v.rfind("imagefolder:", 0) == 0 && v.size() > 12) return std::string();
         return "'" + v + "': expected random, fashion-mnist or imagefolder:PATH";
       });
-  t->add_flag("--skip-bad-images", tf.skip_bad_images,
+  t->add_flag("--skip-bad-images", tc.skip_bad_images,
               "imagefolder: skip files that cannot be read (counted) instead of stopping");
-  t->add_option("--data-dir", tf.data_dir, "where the Fashion-MNIST IDX files are");
-  t->add_flag("--augment", tf.augment,
+  t->add_option("--data-dir", tc.data_dir, "where the Fashion-MNIST IDX files are");
+  t->add_flag("--augment", tc.augment,
               "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(kPositiveInt);
-  t->add_option("--optimizer", tf.optimizer, "sgd or adamw")
+  t->add_option("--optimizer", tc.optimizer, "sgd or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  t->add_option("--momentum", tf.momentum, "SGD momentum")->check(kNonNegative);
-  t->add_option("--weight-decay", tf.weight_decay, "weight decay (AdamW: decoupled)")
+  t->add_option("--momentum", tc.momentum, "SGD momentum")->check(kNonNegative);
+  t->add_option("--weight-decay", tc.weight_decay, "weight decay (AdamW: decoupled)")
       ->check(kNonNegative);
-  t->add_option("--schedule", tf.schedule, "learning rate: constant or cosine (after --lr-warmup)")
+  t->add_option("--schedule", tc.schedule, "learning rate: constant or cosine (after --lr-warmup)")
       ->check(CLI::IsMember({"constant", "cosine"}));
-  t->add_option("--lr-warmup", tf.lr_warmup, "steps of linear learning-rate warm-up")
+  t->add_option("--lr-warmup", tc.lr_warmup, "steps of linear learning-rate warm-up")
       ->check(kNonNegativeInt);
-  t->add_option("--clip-norm", tf.clip_norm, "clip gradients to this global L2 norm (0: off)")
+  t->add_option("--clip-norm", tc.clip_norm, "clip gradients to this global L2 norm (0: off)")
       ->check(kNonNegative);
-  t->add_option("--eval-every", tf.eval_every,
+  t->add_option("--eval-every", tc.eval_every,
                 "evaluate on the test split every N steps (always at the end)")
       ->check(kNonNegativeInt);
-  t->add_option("--save", tf.save,
+  t->add_option("--save", tc.save_dir,
                 "checkpoint directory (transformers-loadable), written at the end");
-  t->add_option("--save-every", tf.save_every, "also save every N steps")->check(kNonNegativeInt);
-  t->add_option("--resume", tf.resume, "continue from this checkpoint directory")
+  t->add_option("--save-every", tc.save_every, "also save every N steps")->check(kNonNegativeInt);
+  t->add_option("--resume", tc.resume_dir, "continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
-  t->add_option("--precision", tf.precision,
+  t->add_option("--precision", tc.precision,
                 "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   t->add_option("--attention", tf.attention,
@@ -195,9 +207,9 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
 
 // Default schedule: a few timed steps, so that the default run (vit-base on a
 // 2-core CPU) finishes in minutes. The reference schedule is --steps 52 --warmup 11.
-void default_schedule(TrainFlags& f) {
-  if (f.steps < 0) f.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
-  if (f.warmup < 0) f.warmup = std::min<int64_t>(2, f.steps - 1);
+void default_schedule(const TrainFlags& f, train::TrainConfig& cfg) {
+  if (!f.steps_given) cfg.steps = f.model == "vit-base" || f.model == "vit-large" ? 8 : 20;
+  if (!f.warmup_given) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
 }
 
 }  // namespace
@@ -248,62 +260,38 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
   return cl;
 }
 
-train::TrainConfig train_config(TrainFlags& f) {
-  if (f.mode == "pytorch") f.mode = "eager";
-  if (f.mode == "torch_xla") f.mode = "lazy";
-  if (f.mode == "jax") f.mode = "jit";
+train::TrainConfig train_config(const TrainFlags& f) {
+  train::TrainConfig cfg = f.config;
+  cfg.mode = train::parse_mode(f.mode);
   // As in the reference script, --compile-model only changes the eager mode;
   // lazy and jit compile the whole step already.
-  if (f.mode != "eager") f.compile_model = false;
-  f.steps_given = f.steps >= 0;
-  default_schedule(f);
-  train::TrainConfig cfg;
-  if (!f.config.empty()) {
-    cfg.model = io::load_vit_config(f.config);
-    cfg.model_name = f.config;
+  if (cfg.mode != train::Mode::eager) cfg.compile_model = false;
+  default_schedule(f, cfg);
+  if (!f.config_file.empty()) {
+    cfg.model = io::load_vit_config(f.config_file);
+    cfg.model_name = f.config_file;
   } else {
     cfg.model = nn::ViTConfig::preset(f.model);
     cfg.model_name = f.model;
   }
-  cfg.batch_size = f.batch_size;
-  cfg.mode = f.mode;
-  cfg.compile_model = f.compile_model;
-  cfg.steps = f.steps;
-  cfg.warmup = f.warmup;
-  cfg.lr = f.lr;
-  cfg.seed = f.seed;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
-  cfg.log_json = f.log_json;
-  cfg.data = f.data;
-  cfg.data_dir = f.data_dir;
-  cfg.augment = f.augment;
-  cfg.skip_bad_images = f.skip_bad_images;
-  cfg.optimizer = f.optimizer;
-  cfg.momentum = f.momentum;
-  cfg.weight_decay = f.weight_decay;
-  cfg.schedule = f.schedule;
-  cfg.lr_warmup = f.lr_warmup;
-  cfg.clip_norm = f.clip_norm;
-  cfg.eval_every = f.eval_every;
-  cfg.save_dir = f.save;
-  cfg.save_every = f.save_every;
-  cfg.resume_dir = f.resume;
-  cfg.precision = f.precision;
   cfg.fused_attention = f.attention == "fused";
-  train::matmul_dtype_for(f.precision);  // a bad value fails before anything runs
-  if (!f.resume.empty()) {
-    cfg.model = io::load_checkpoint(f.resume).config;
-    cfg.model_name = f.resume;
-  }
-  if (f.momentum != 0 && f.optimizer != "sgd")
-    fail("train", "--momentum goes with --optimizer sgd");
   if (f.epochs > 0) {
-    if (f.data == "random")
+    if (cfg.data == "random")
       fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
     if (f.steps_given)
       fail("train", "--epochs and --steps both set the length of the run; give one");
   }
   return cfg;
+}
+
+void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_samples) {
+  int64_t per_epoch = train_samples / cfg.batch_size;
+  if (per_epoch == 0)
+    fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
+                      std::to_string(train_samples) + " training samples");
+  cfg.steps = epochs * per_epoch;
+  if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
 }
 
 std::vector<std::string> command_line_words() {

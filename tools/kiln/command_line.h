@@ -20,27 +20,17 @@ struct DemoOptions {
   int threads = 0;
 };
 
+// `kiln train`'s flags. Those that are settings of the run are parsed
+// straight into `config` (train::run's TrainConfig); the others are the
+// command line's own, resolved into it by train_config().
 struct TrainFlags {
-  int64_t batch_size = 32;
-  std::string mode = "jax";  // the reference script's default
-  bool compile_model = false;
-  std::string model = "vit-base";
-  std::string config;
-  int64_t steps = -1, warmup = -1;
-  double lr = 1e-3;
-  uint64_t seed = 0;
-  std::string layout = "nchw";
+  train::TrainConfig config;
+  std::string mode = "jax";  // as spelled (the reference script's default; its header prints it)
+  std::string model = "vit-base", config_file;  // --model PRESET or --config FILE
+  std::string layout = "nchw", attention = "fused";
   int threads = 0;
-  std::string log_json;
-  std::string data = "random", data_dir = data::kFashionMnistDir;
-  bool augment = false, skip_bad_images = false;
-  std::string optimizer = "sgd", schedule = "constant";
-  double momentum = 0, weight_decay = 0, clip_norm = 0;
-  int64_t lr_warmup = 0, epochs = 0, eval_every = 0, save_every = 0, print_every = 0;
-  bool steps_given = false;
-  std::string save, resume;
-  std::string precision = "fp32";
-  std::string attention = "fused";
+  int64_t epochs = 0, print_every = 0;
+  bool steps_given = false, warmup_given = false;
 };
 
 struct EvalFlags {
@@ -76,11 +66,18 @@ struct CommandLine {
 CommandLine parse_command_line(const std::vector<std::string>& args, std::ostream& out,
                                std::ostream& err);
 
-// The TrainConfig of `kiln train`'s flags: mode aliases resolved, the default
-// schedule, the model from --config or --resume (read here, so that a bad file
-// fails before anything runs). Updates `f` to the resolved values. Data is not
-// loaded: with --epochs the caller turns the training split's size into steps.
-train::TrainConfig train_config(TrainFlags& f);
+// The TrainConfig of `kiln train`'s flags: the mode parsed (its aliases
+// resolved), --compile-model dropped outside eager mode, the default schedule
+// where --steps and --warmup are not given, the model from --config or the
+// preset, and the command line's own checks (--epochs). The checks of the
+// config itself are train::validate's; --resume's checkpoint is loaded by
+// train::load_resume, and data by train::load_data: with --epochs the caller
+// turns the training split's size into steps (steps_for_epochs).
+train::TrainConfig train_config(const TrainFlags& f);
+
+// --epochs passes over `train_samples` images: the steps of cfg, and the
+// warm-up cut to fit them as the default schedule would.
+void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_samples);
 
 // The long flag names of every subcommand (`--batch-size`), and the
 // subcommands' names: the words fuzz/'s command-line dictionary is made of.

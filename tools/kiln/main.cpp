@@ -1,4 +1,5 @@
-// kiln — the command line: runs what command_line.cpp parsed and checked.
+// kiln — the command line: runs what command_line.cpp parsed and checked
+// (kiln train: the run's description, its progress and its report).
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
 //   kiln eval --checkpoint DIR [--data fashion-mnist]
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -21,6 +23,8 @@
 #include "kiln/kiln.h"
 #include "kiln/train.h"
 #include "ops/dispatch.h"
+#include "peak.h"
+#include "plot.h"
 
 using namespace kiln;
 
@@ -106,55 +110,41 @@ std::string fmt_seconds(double s) {
   return buf;
 }
 
-int run_train(cli::TrainFlags f) {
-  // The reference script's first three lines, byte for byte (Python's
-  // f"Mode: {mode} \n" f"Batch size: {batch_size} \n" f"Compile model: {compile_model}"),
-  // so that runs of both can be compared by grepping them.
-  std::printf("Mode: %s \nBatch size: %lld \nCompile model: %s\n", f.mode.c_str(),
-              (long long)f.batch_size, f.compile_model ? "True" : "False");
-  std::fflush(stdout);
-  if (f.threads > 0) set_num_threads(f.threads);
-  train::TrainConfig cfg = cli::train_config(f);
-  if (f.epochs > 0) {
-    int64_t samples = train::load_data(cfg).train->size(), per_epoch = samples / cfg.batch_size;
-    if (per_epoch == 0)
-      fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
-                        std::to_string(samples) + " training samples");
-    cfg.steps = f.epochs * per_epoch;
-    if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
-  }
-  bool tty = ::isatty(STDOUT_FILENO);
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// The three lines after the reference script's: mode and model; batch, data
+// and optimizer; device, precision and schedule.
+void print_description(const train::TrainConfig& cfg) {
   int64_t params = 0;
   for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
     params += numel(shape);
-  int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
-
-  const char* alias = f.mode == "eager" ? "pytorch" : f.mode == "lazy" ? "torch_xla" : "jax";
-  std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n", f.mode.c_str(), alias,
-              f.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(), params / 1e6);
-  auto g = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
-  std::string opt = f.optimizer == "sgd" ? "SGD" : "AdamW";
-  if (f.momentum != 0) opt += " momentum " + g(f.momentum);
-  if (f.weight_decay != 0) opt += " weight decay " + g(f.weight_decay);
-  if (f.schedule != "constant" || f.lr_warmup > 0)
-    opt += ", " + std::to_string(f.lr_warmup) + " warm-up steps then " + f.schedule;
-  if (f.clip_norm > 0) opt += ", gradients clipped to norm " + g(f.clip_norm);
+  std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n",
+              train::mode_name(cfg.mode).c_str(), train::mode_alias(cfg.mode).c_str(),
+              cfg.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(),
+              params / 1e6);
+  std::string opt = cfg.optimizer == "sgd" ? "SGD" : "AdamW";
+  if (cfg.momentum != 0) opt += " momentum " + fmt_g(cfg.momentum);
+  if (cfg.weight_decay != 0) opt += " weight decay " + fmt_g(cfg.weight_decay);
+  if (cfg.schedule != "constant" || cfg.lr_warmup > 0)
+    opt += ", " + std::to_string(cfg.lr_warmup) + " warm-up steps then " + cfg.schedule;
+  if (cfg.clip_norm > 0) opt += ", gradients clipped to norm " + fmt_g(cfg.clip_norm);
   // The data sets' labels are classes; other problem types learn targets made from them.
   nn::ProblemType problem = cfg.model.problem_for(DType::i32);
   std::string loss = problem == nn::ProblemType::SingleLabel
                          ? ""
                          : std::string(" (") + nn::problem_type_name(problem) + ")";
-  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
-              (long long)cfg.batch_size, (long long)cfg.model.image_size.height,
-              (long long)cfg.model.image_size.width, f.layout == "nhwc" ? "NHWC" : "NCHW",
-              f.data == "random" ? "random data" : f.data.c_str(), (long long)cfg.model.num_labels,
-              loss.c_str(), opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
+  std::printf(
+      "batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
+      (long long)cfg.batch_size, (long long)cfg.model.image_size.height,
+      (long long)cfg.model.image_size.width, cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
+      cfg.data == "random" ? "random data" : cfg.data.c_str(), (long long)cfg.model.num_labels,
+      loss.c_str(), opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
   std::string precision = "fp32";
-  if (f.precision == "bf16")
+  if (cfg.precision == "bf16")
     precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
                                        : "bf16 mixed precision (this CPU has no bf16 GEMM: the "
                                          "bf16-rounded operands are multiplied in f32)";
@@ -163,51 +153,73 @@ int run_train(cli::TrainFlags f) {
               cpu_gemm_isa().c_str(), num_threads(), precision.c_str(), cpu_gemm_library().c_str(),
               (long long)cfg.steps, (long long)cfg.warmup);
   std::fflush(stdout);
+}
 
-  double elapsed = 0;
-  int64_t done = 0, first = -1;
-  double last_acc = -1;
-  auto on_step = [&](const train::StepTiming& s) {
-    elapsed += s.seconds;
-    ++done;
-    if (first < 0) first = s.step;
-    double eta = elapsed / done * (cfg.steps - s.step);
-    bool untimed = s.step < first + cfg.warmup;
-    if (tty) {
+// What the run shows while it goes: on a terminal a progress bar that
+// rewrites one line, otherwise a line every `print_every` steps; evaluations
+// and saves on lines of their own.
+class Progress {
+ public:
+  Progress(const train::TrainConfig& cfg, int64_t print_every)
+      : cfg_(cfg), print_every_(print_every), tty_(::isatty(STDOUT_FILENO)) {}
+
+  void started() const {
+    // The first step also touches all memory (and compiles): say it started.
+    if (!tty_) return;
+    std::printf("step 0/%lld  first step running", (long long)cfg_.steps);
+    std::fflush(stdout);
+  }
+
+  void on_step(const train::StepTiming& s) {
+    elapsed_ += s.seconds;
+    ++done_;
+    if (first_ < 0) first_ = s.step;
+    double eta = elapsed_ / done_ * (cfg_.steps - s.step);
+    bool untimed = s.step < first_ + cfg_.warmup;
+    if (tty_) {
       const int width = 20;
-      int filled = static_cast<int>(width * s.step / cfg.steps);
+      int filled = static_cast<int>(width * s.step / cfg_.steps);
       std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-      std::string acc = last_acc >= 0 ? "  acc " + g(std::round(1000 * last_acc) / 10) + "%" : "";
+      std::string acc =
+          last_acc_ >= 0 ? "  acc " + fmt_g(std::round(1000 * last_acc_) / 10) + "%" : "";
       std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f%s  %.1f img/s  ETA %s", bar.c_str(),
-                  (long long)s.step, (long long)cfg.steps, s.loss, acc.c_str(),
-                  cfg.batch_size / s.seconds, fmt_seconds(eta).c_str());
-      if (s.step == cfg.steps) std::printf("\n");
-    } else if (s.step % print_every == 0 || s.step == first || s.step == cfg.steps) {
+                  (long long)s.step, (long long)cfg_.steps, s.loss, acc.c_str(),
+                  cfg_.batch_size / s.seconds, fmt_seconds(eta).c_str());
+      if (s.step == cfg_.steps) std::printf("\n");
+    } else if (s.step % print_every_ == 0 || s.step == first_ || s.step == cfg_.steps) {
       std::printf("step %lld/%lld  loss %.4f  lr %.3g  %s%s\n", (long long)s.step,
-                  (long long)cfg.steps, s.loss, s.lr, fmt_seconds(s.seconds).c_str(),
+                  (long long)cfg_.steps, s.loss, s.lr, fmt_seconds(s.seconds).c_str(),
                   untimed ? "  (untimed)" : "");
     }
     std::fflush(stdout);
-  };
-  auto on_eval = [&](const train::EvalResult& e) {
-    last_acc = e.accuracy;
+  }
+
+  void on_eval(const train::EvalResult& e) {
+    last_acc_ = e.accuracy;
     std::printf("%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld %s images (%s)\n",
-                tty && e.step != cfg.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
+                tty_ && e.step != cfg_.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
                 100 * e.accuracy, (long long)e.samples,
-                f.data == "fashion-mnist" ? "test" : "held-out", fmt_seconds(e.seconds).c_str());
-    std::fflush(stdout);
-  };
-  auto on_save = [&](int64_t step, const std::string& dir) {
-    std::printf("%ssaved step %lld to %s\n", tty && step != cfg.steps ? "\r\033[K" : "",
-                (long long)step, dir.c_str());
-    std::fflush(stdout);
-  };
-  if (tty) {
-    // The first step also touches all memory (and compiles): say it started.
-    std::printf("step 0/%lld  first step running", (long long)cfg.steps);
+                cfg_.data == "fashion-mnist" ? "test" : "held-out", fmt_seconds(e.seconds).c_str());
     std::fflush(stdout);
   }
-  train::TrainReport r = train::run(cfg, {on_step, on_eval, on_save});
+
+  void on_save(int64_t step, const std::string& dir) const {
+    std::printf("%ssaved step %lld to %s\n", tty_ && step != cfg_.steps ? "\r\033[K" : "",
+                (long long)step, dir.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  const train::TrainConfig& cfg_;
+  const int64_t print_every_;
+  const bool tty_;
+  double elapsed_ = 0, last_acc_ = -1;
+  int64_t done_ = 0, first_ = -1;
+};
+
+// The summary after the run: step times, throughput, compilations, FLOP
+// utilization, the last evaluation.
+void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
   std::printf("average step time: %.6f\n", r.mean);
   std::printf("median %s, p90 %s, min %s, max %s over %lld timed steps\n",
               fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
@@ -216,7 +228,8 @@ int run_train(cli::TrainFlags f) {
   std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
               r.images_per_second, 100 * r.data_wait_share,
               fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
-  if (f.mode != "eager" || f.compile_model)
+  const bool compiled = cfg.mode != train::Mode::eager || cfg.compile_model;
+  if (compiled)
     std::printf(
         "time to first step %s (compile %.0f ms); %llu compilation%s; arena %.0f MiB for "
         "%.0f MiB of intermediates\n",
@@ -232,9 +245,41 @@ int run_train(cli::TrainFlags f) {
                 (long long)r.skipped_images);
   if (!r.evals.empty())
     std::printf("final %s accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
-                f.data == "fashion-mnist" ? "test" : "held-out", 100 * r.evals.back().accuracy,
+                cfg.data == "fashion-mnist" ? "test" : "held-out", 100 * r.evals.back().accuracy,
                 r.evals.back().loss, (long long)cfg.steps, r.wall_seconds);
+  if (!r.evals.empty() && compiled)
+    std::printf("eval compiles: %llu (one per batch shape; %zu evaluation%s)\n",
+                (unsigned long long)r.eval_compiles, r.evals.size(),
+                r.evals.size() == 1 ? "" : "s");
   if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
+}
+
+int run_train(const cli::TrainFlags& f) {
+  // The reference script's first three lines, byte for byte (Python's
+  // f"Mode: {mode} \n" f"Batch size: {batch_size} \n" f"Compile model: {compile_model}"),
+  // so that runs of both can be compared by grepping them.
+  std::printf("Mode: %s \nBatch size: %lld \nCompile model: %s\n", f.mode.c_str(),
+              (long long)f.config.batch_size, f.config.compile_model ? "True" : "False");
+  std::fflush(stdout);
+  if (f.threads > 0) set_num_threads(f.threads);
+  train::TrainConfig cfg = cli::train_config(f);
+  std::optional<io::Checkpoint> resumed = train::load_resume(cfg);  // loaded once
+  if (resumed) {
+    cfg.model = resumed->config;
+    cfg.model_name = cfg.resume_dir;
+  }
+  if (f.epochs > 0) cli::steps_for_epochs(cfg, f.epochs, train::load_data(cfg).train->size());
+  train::validate(cfg);
+  print_description(cfg);
+  int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
+  Progress progress(cfg, print_every);
+  progress.started();
+  train::Callbacks callbacks{
+      .on_step = [&](const train::StepTiming& s) { progress.on_step(s); },
+      .on_eval = [&](const train::EvalResult& e) { progress.on_eval(e); },
+      .on_save = [&](int64_t step, const std::string& dir) { progress.on_save(step, dir); },
+      .peak_gflops = tools::measure_peak_gflops};
+  print_report(cfg, train::run(cfg, std::move(resumed), callbacks));
   return 0;
 }
 
@@ -286,7 +331,7 @@ int main(int argc, char** argv) {
       case cli::Command::train: return run_train(cl.train);
       case cli::Command::eval: return run_eval(cl.eval);
       case cli::Command::plot:
-        train::plot_log(cl.plot.log, cl.plot.out);
+        tools::plot_log(cl.plot.log, cl.plot.out);
         std::printf("wrote %s\n", cl.plot.out.c_str());
         return 0;
       case cli::Command::grad: return run_grad(cl.grad);

@@ -1,5 +1,7 @@
-// kiln train: loss and accuracy curves of a --log-json file, as PNG or SVG
-// (drawn with cairo).
+// kiln plot: loss and accuracy curves of a `kiln train --log-json` file, as
+// PNG or SVG (drawn with cairo, which only the kiln command links, not libkiln).
+#include "plot.h"
+
 #include <cairo-svg.h>
 #include <cairo.h>
 
@@ -10,9 +12,8 @@
 #include <sstream>
 
 #include "kiln/io.h"
-#include "kiln/train.h"
 
-namespace kiln::train {
+namespace kiln::tools {
 namespace {
 
 struct Series {
@@ -237,4 +238,4 @@ void plot_log(const std::string& log, const std::string& out) {
   io::write_file_atomic(out, bytes);
 }
 
-}  // namespace kiln::train
+}  // namespace kiln::tools

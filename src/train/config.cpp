@@ -1,0 +1,92 @@
+// kiln train: the names of the modes, the checks of a TrainConfig, the
+// optimizer and matmul precision it asks for, and the checkpoint it resumes.
+#include <array>
+
+#include "internal.h"
+
+namespace kiln::train {
+namespace {
+
+struct ModeNames {
+  Mode mode;
+  const char *name, *alias;
+};
+constexpr std::array<ModeNames, 3> kModes{{{Mode::eager, "eager", "pytorch"},
+                                           {Mode::lazy, "lazy", "torch_xla"},
+                                           {Mode::jit, "jit", "jax"}}};
+
+const ModeNames& names_of(Mode mode) {
+  for (const ModeNames& m : kModes)
+    if (m.mode == mode) return m;
+  fail("train", "mode " + std::to_string(static_cast<int>(mode)) + " is not a mode");
+}
+
+}  // namespace
+
+Mode parse_mode(const std::string& name) {
+  for (const ModeNames& m : kModes)
+    if (name == m.name || name == m.alias) return m.mode;
+  fail("train", "mode '" + name + "', expected eager, lazy or jit (or pytorch, torch_xla, jax)");
+}
+
+std::string mode_name(Mode mode) {
+  return names_of(mode).name;
+}
+
+std::string mode_alias(Mode mode) {
+  return names_of(mode).alias;
+}
+
+const std::vector<std::string>& mode_names() {
+  static const std::vector<std::string> all = [] {
+    std::vector<std::string> v;
+    for (const ModeNames& m : kModes) v.insert(v.end(), {m.name, m.alias});
+    return v;
+  }();
+  return all;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
+  if (cfg.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(optim::SGDOptions{
+        .lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+  if (cfg.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(optim::AdamWOptions{
+        .lr = cfg.lr, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .weight_decay = cfg.weight_decay});
+  fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
+}
+
+DType matmul_dtype_for(const std::string& precision) {
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "tf32")
+    fail("train",
+         "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores); this build "
+         "runs on the cpu device only: use fp32, or bf16 for mixed precision");
+  fail("train", "--precision '" + precision + "', expected fp32, bf16 or tf32");
+}
+
+void validate(const TrainConfig& cfg) {
+  if (cfg.batch_size <= 0) fail("train", "--batch-size must be positive");
+  if (cfg.steps <= 0) fail("train", "--steps must be positive");
+  if (cfg.warmup < 0 || cfg.warmup >= cfg.steps)
+    fail("train", "--warmup must lie in [0, --steps), got " + std::to_string(cfg.warmup) +
+                      " with --steps " + std::to_string(cfg.steps));
+  if (cfg.compile_model && cfg.mode != Mode::eager)
+    fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
+  if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  if (cfg.eval_every < 0 || cfg.save_every < 0)
+    fail("train", "--eval-every and --save-every must be >= 0");
+  matmul_dtype_for(cfg.precision);
+  optim::Schedule{cfg.schedule, cfg.lr_warmup, cfg.steps}.validate();
+  make_optimizer(cfg);
+  if (cfg.momentum != 0 && cfg.optimizer != "sgd")
+    fail("train", "--momentum goes with --optimizer sgd");
+}
+
+std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg) {
+  if (cfg.resume_dir.empty()) return std::nullopt;
+  return io::load_checkpoint(cfg.resume_dir);
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,63 @@
+// kiln train: the data sets of a run, the training split and the held-out
+// split (random images, Fashion-MNIST, an image folder).
+#include "internal.h"
+
+namespace kiln::train {
+
+DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
+  DataSplits d;
+  if (cfg.data == "random") {
+    data::RandomImagesOptions dopt;
+    dopt.num_labels = mcfg.num_labels;
+    dopt.image_size = mcfg.image_size;  // height and width
+    dopt.channels = mcfg.num_channels;
+    dopt.layout = cfg.layout;
+    dopt.seed = cfg.seed;
+    dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
+    d.train = std::make_shared<data::RandomImages>(dopt);
+  } else if (cfg.data == "fashion-mnist") {
+    if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
+      fail("train",
+           "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
+           "num_labels 10 (e.g. --model vit-fmnist), got " +
+               std::to_string(mcfg.num_channels) + ", " + nn::to_string(mcfg.image_size) + " and " +
+               std::to_string(mcfg.num_labels));
+    d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{.dir = cfg.data_dir,
+                                                                             .split = "train",
+                                                                             .layout = cfg.layout,
+                                                                             .hflip = cfg.augment,
+                                                                             .seed = cfg.seed});
+    d.eval = std::make_shared<data::FashionMnist>(
+        data::FashionMnistOptions{.dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
+  } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
+    data::ImageFolderOptions o{.root = cfg.data.substr(12),
+                               .split = "train",
+                               .image_size = mcfg.image_size,
+                               .channels = mcfg.num_channels,
+                               .augment = cfg.augment,
+                               .layout = cfg.layout,
+                               .skip_bad = cfg.skip_bad_images,
+                               .seed = cfg.seed};
+    auto train_folder = std::make_shared<data::ImageFolder>(o);
+    if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
+      fail("train", "--data " + cfg.data + " has " +
+                        std::to_string(train_folder->classes().size()) +
+                        " classes (sub-folders), the model has num_labels " +
+                        std::to_string(mcfg.num_labels));
+    o.split = "holdout";
+    o.augment = false;
+    auto held = std::make_shared<data::ImageFolder>(o);
+    if (held->size() > 0) d.eval = held;  // else fewer than 10 files per class: no evaluation
+    d.skipped = train_folder->skipped();
+    d.train = train_folder;
+  } else {
+    fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
+  }
+  return d;
+}
+
+DataSplits load_data(const TrainConfig& cfg) {
+  return make_datasets(cfg, cfg.model);
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,33 @@
+// kiln train: what its source files share and nothing outside src/train uses
+// (the clock, the optimizer of a config, the targets a model learns).
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kiln/train.h"
+
+namespace kiln::train {
+
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// cfg.optimizer with cfg's learning rate, betas, momentum and weight decay.
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg);
+
+// The data sets of cfg for `model` (cfg.model, or a resumed checkpoint's).
+DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model);
+
+// The data sets label each image with a class (integer). A model trained for
+// another problem type learns from the class in the form that problem needs:
+// its one-hot vector (float) for multi-label classification and for
+// regression with several outputs, the class index as a number for
+// regression with one output.
+Array targets_for(const nn::ViTConfig& cfg, const Array& classes);
+
+// A model without a classifier (num_labels 0) has no classes to learn.
+void require_classifier(const nn::ViTConfig& cfg, const std::string& origin);
+
+}  // namespace kiln::train

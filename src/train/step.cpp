@@ -1,0 +1,157 @@
+// kiln train: the training step of each mode, and the loss a model learns
+// from the data sets' class labels.
+#include "step.h"
+
+#include <cmath>
+
+#include "internal.h"
+
+namespace kiln::train {
+
+Array targets_for(const nn::ViTConfig& cfg, const Array& classes) {
+  switch (cfg.problem_for(classes.dtype())) {
+    case nn::ProblemType::Regression:
+      if (cfg.num_labels == 1) return astype(classes, DType::f32);
+      return one_hot(classes, cfg.num_labels, DType::f32);
+    case nn::ProblemType::MultiLabel: return one_hot(classes, cfg.num_labels, DType::f32);
+    default: return classes;
+  }
+}
+
+void require_classifier(const nn::ViTConfig& cfg, const std::string& origin) {
+  if (cfg.num_labels == 0)
+    fail(origin,
+         "the model has num_labels 0 (no classifier: its logits are the final [CLS] features), "
+         "but training and evaluation learn classes; use num_labels >= 1");
+}
+
+TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification& model,
+                     const optim::Optimizer& optimizer, const Params& params,
+                     const optim::State& state)
+    : cfg_(cfg),
+      model_(model),
+      optimizer_(optimizer),
+      matmul_dtype_(matmul_dtype_for(cfg.precision)) {
+  const nn::ViTConfig& m = model.config();
+  dropout_ = m.hidden_dropout_prob > 0 || m.attention_probs_dropout_prob > 0;
+  for (auto& [name, p] : params) names_.push_back(name);
+  for (auto& [name, b] : state.buffers) buffer_names_.push_back(name);
+  if (cfg.mode == Mode::jit) {
+    // The parameters and the optimizer state are donated.
+    std::vector<int> donate(names_.size() + buffer_names_.size());
+    for (size_t i = 0; i < donate.size(); ++i) donate[i] = static_cast<int>(i);
+    jitted_.emplace(
+        jit([this](const std::vector<Array>& args) { return step_fn(args); }, {.donate = donate}));
+  } else if (cfg.compile_model) {
+    jitted_.emplace(jit([this](const std::vector<Array>& args) { return grad_fn(args); }));
+  }
+  lazy_compiles_before_ = lazy_cache_stats().compiles;
+}
+
+std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array& images,
+                                                   const Array& labels, const Array& key) const {
+  nn::ApplyOptions opt{.layout = cfg_.layout,
+                       .train = dropout_,
+                       .dropout_key_array = key,
+                       .matmul_dtype = matmul_dtype_,
+                       .fused_attention = cfg_.fused_attention};
+  // The loss of config.json's problem_type (softmax cross-entropy for classes).
+  auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ApplyOptions& o) {
+    return model_.loss(model_.apply(q, x, o), targets_for(model_.config(), y));
+  };
+  auto [loss, grads] = value_and_grad(loss_fn)(p, images, labels, opt);
+  if (cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
+  return {loss, grads};
+}
+
+std::vector<Array> TrainStep::step_fn(const std::vector<Array>& args) const {
+  const size_t np = names_.size(), nb = buffer_names_.size();
+  Params p = unflatten(names_, args);
+  optim::State st{unflatten(buffer_names_, args, np), 0};
+  const size_t at = np + nb;
+  auto [loss, grads] = loss_and_grads(p, args[at], args[at + 1], args[at + 2]);
+  std::vector<Array> scalars(args.begin() + at + 3, args.end());
+  auto [next, next_state] = optimizer_.apply(grads, st, p, scalars);
+  if (cfg_.mode == Mode::jit) {
+    // The parameters and buffers are donated: on a non-finite loss the step
+    // returns its inputs unchanged, so that the step can be re-run to find
+    // the op where the NaN starts (one select per element, no copy).
+    Array finite = less(abs(loss), scalar_like(loss, INFINITY));
+    for (auto& [name, q] : next) q = where(finite, q, p.at(name));
+    for (auto& [name, b] : next_state.buffers) b = where(finite, b, st.buffers.at(name));
+  }
+  std::vector<Array> out = flatten(next);
+  for (auto& b : flatten(next_state.buffers)) out.push_back(b);
+  out.push_back(loss);
+  return out;
+}
+
+std::vector<Array> TrainStep::grad_fn(const std::vector<Array>& args) const {
+  const size_t np = names_.size();
+  auto [loss, grads] =
+      loss_and_grads(unflatten(names_, args), args[np], args[np + 1], args[np + 2]);
+  std::vector<Array> out{loss};
+  for (auto& g : flatten(grads)) out.push_back(g);
+  return out;
+}
+
+Array TrainStep::operator()(Params& params, optim::State& state, const StepInputs& in) {
+  if (cfg_.mode != Mode::eager) return whole(params, state, in);
+  return cfg_.compile_model ? eager_compiled(params, state, in) : eager(params, state, in);
+}
+
+Array TrainStep::eager(Params& params, optim::State& state, const StepInputs& in) {
+  auto [loss, grads] = loss_and_grads(params, in.images, in.labels, in.key);
+  std::tie(params, state) = optimizer_.apply(grads, state, params, in.scalars);
+  eval(params);
+  eval(state.buffers);
+  return loss;
+}
+
+Array TrainStep::eager_compiled(Params& params, optim::State& state, const StepInputs& in) {
+  std::vector<Array> args = flatten(params);
+  args.push_back(in.images);
+  args.push_back(in.labels);
+  args.push_back(in.key);
+  auto out = (*jitted_)(args);
+  std::tie(params, state) = optimizer_.apply(unflatten(names_, out, 1), state, params, in.scalars);
+  eval(params);
+  eval(state.buffers);
+  return out[0];
+}
+
+Array TrainStep::whole(Params& params, optim::State& state, const StepInputs& in) {
+  std::vector<Array> args = flatten(params);
+  for (auto& b : flatten(state.buffers)) args.push_back(b);
+  args.push_back(in.images);
+  args.push_back(in.labels);
+  args.push_back(in.key);
+  for (auto& s : in.scalars) args.push_back(s);
+  std::vector<Array> out;
+  if (cfg_.mode == Mode::jit) {
+    out = (*jitted_)(args);
+  } else {
+    {
+      LazyScope lazy;
+      out = step_fn(args);
+    }
+    mark_step(out);  // the step barrier
+  }
+  params = unflatten(names_, out);
+  state = optim::State{unflatten(buffer_names_, out, names_.size()), state.step + 1};
+  return out.back();
+}
+
+uint64_t TrainStep::compiles() const {
+  if (jitted_) return jitted_->cache_stats().compiles;
+  if (cfg_.mode == Mode::lazy) return lazy_cache_stats().compiles - lazy_compiles_before_;
+  return 0;
+}
+
+const CompileStats* TrainStep::last_compile() const {
+  if (jitted_) return &jitted_->last_compile();
+  if (cfg_.mode == Mode::lazy) return &lazy_last_compile();
+  return nullptr;
+}
+
+}  // namespace kiln::train

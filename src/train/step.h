@@ -1,0 +1,66 @@
+// kiln train: one training step, built once per run for its mode (eager,
+// eager with --compile-model, lazy, jit).
+#pragma once
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "kiln/compiler.h"
+#include "kiln/train.h"
+
+namespace kiln::train {
+
+// A step's inputs besides the parameters and the optimizer state.
+struct StepInputs {
+  Array images, labels;
+  Array key;                   // the dropout key (random::key_array)
+  std::vector<Array> scalars;  // the optimizer's f32 scalars of this step
+};
+
+class TrainStep {
+ public:
+  // `params` and `state` give the names the compiled steps flatten by. The
+  // config, model and optimizer must outlive the step.
+  TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification& model,
+            const optim::Optimizer& optimizer, const Params& params, const optim::State& state);
+  TrainStep(const TrainStep&) = delete;  // the compiled functions refer to this object
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Runs one step: `params` and `state` become their update (in jit mode,
+  // where they are donated, their inputs again when the loss is not finite).
+  // Returns the loss, whose value exists once read.
+  Array operator()(Params& params, optim::State& state, const StepInputs& in);
+
+  // The loss and the gradients (clipped to --clip-norm) of one batch, eagerly
+  // in the current scope: the eager step's, and the re-run that finds where a
+  // NaN starts.
+  std::pair<Array, Params> loss_and_grads(const Params& p, const Array& images, const Array& labels,
+                                          const Array& key) const;
+
+  // Executables built since the step was made, and the last one's statistics
+  // (none in plain eager mode).
+  uint64_t compiles() const;
+  const CompileStats* last_compile() const;
+
+ private:
+  Array eager(Params& params, optim::State& state, const StepInputs& in);
+  Array eager_compiled(Params& params, optim::State& state, const StepInputs& in);
+  Array whole(Params& params, optim::State& state, const StepInputs& in);  // lazy and jit
+  // The whole step over flat arrays: (parameters..., buffers..., images,
+  // labels, dropout key, scalars...) -> (parameters..., buffers..., loss).
+  std::vector<Array> step_fn(const std::vector<Array>& args) const;
+  // Forward and backward only (--compile-model): (parameters..., images,
+  // labels, dropout key) -> (loss, gradients...).
+  std::vector<Array> grad_fn(const std::vector<Array>& args) const;
+
+  const TrainConfig& cfg_;
+  const nn::ViTForImageClassification& model_;
+  const optim::Optimizer& optimizer_;
+  DType matmul_dtype_;
+  bool dropout_;
+  std::vector<std::string> names_, buffer_names_;
+  std::optional<Jitted> jitted_;  // jit: step_fn; eager with --compile-model: grad_fn
+  uint64_t lazy_compiles_before_ = 0;
+};
+
+}  // namespace kiln::train
