@@ -6,7 +6,9 @@
 # environment instead (e.g. "KILN_COMPILE=no_epilogue" or "--attention unfused").
 # MODE "-" passes no --mode, for specs that give their own (eager against jit).
 # KILN_BIN runs another build of kiln (e.g. build-avx2/kiln) instead of
-# building and running build/kiln.
+# building and running build/kiln; a leading KILN_BIN=PATH word in a SPEC runs
+# that variant on PATH (two builds against each other, e.g. before and after
+# a change).
 # Writes OUT_DIR/<model>-<label>-<round>.{jsonl,txt} and OUT_DIR/summary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,11 +23,12 @@ mode_flags=(--mode "$mode")
 [ "$mode" = - ] && mode_flags=()
 for r in $(seq 1 "$rounds"); do
   for i in 0 1; do
-    envs=() flags=()
+    envs=() flags=() run_bin=$bin
     for w in ${specs[$i]}; do
-      if [[ ${#flags[@]} -eq 0 && "$w" == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
+      if [[ ${#flags[@]} -eq 0 && "$w" == KILN_BIN=* ]]; then run_bin=${w#KILN_BIN=}
+      elif [[ ${#flags[@]} -eq 0 && "$w" == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
     done
-    env "${envs[@]}" "$bin" train --model "$model" "${mode_flags[@]}" --steps 7 --warmup 2 \
+    env "${envs[@]}" "$run_bin" train --model "$model" "${mode_flags[@]}" --steps 7 --warmup 2 \
       "${flags[@]}" --log-json "$out/$model-${labels[$i]}-$r.jsonl" \
       > "$out/$model-${labels[$i]}-$r.txt" 2>&1
   done

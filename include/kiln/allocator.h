@@ -34,6 +34,9 @@ void cpu_allocator_trim();  // gives cached blocks back to the system
 
 // The allocator of each device type; backends register theirs.
 void register_allocator(DeviceType type, Allocator* alloc);
+// Registers the built-in backends' kernels and allocators, once (defined by
+// the backends layer; allocator_for and the kernel dispatch call it first).
+void register_builtin_backends();
 Allocator& allocator_for(Device device);
 
 class Buffer {

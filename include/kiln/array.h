@@ -87,6 +87,10 @@ class Array {
 
   // Runs whatever is pending to produce this array (no-op when materialized).
   void eval() const;
+  // The same values on `device`: a Copy primitive (run at once in eager
+  // mode, recorded under lazy and jit like any op, differentiable); this
+  // array itself when it is there already.
+  Array to(Device device) const;
 
   // Raw storage; the array must be materialized.
   void* raw() const;
@@ -95,7 +99,8 @@ class Array {
     return static_cast<T*>(raw());
   }
 
-  // Evaluates, then copies to host converting to T.
+  // Evaluates, then copies to host converting to T: the one point where a
+  // value is read (an asynchronous device finishes its work first).
   template <typename T>
   std::vector<T> to_vector() const {
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()

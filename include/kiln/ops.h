@@ -16,8 +16,9 @@ Array zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device
 Array ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Array full(const Shape& shape, double value, DType dtype = DType::f32,
            Device device = Device::cpu());
-Array arange(int64_t start, int64_t stop, int64_t step = 1, DType dtype = DType::f32);
-Array arange(int64_t stop, DType dtype = DType::f32);
+Array arange(int64_t start, int64_t stop, int64_t step = 1, DType dtype = DType::f32,
+             Device device = Device::cpu());
+Array arange(int64_t stop, DType dtype = DType::f32, Device device = Device::cpu());
 Array zeros_like(const Array& a);
 Array ones_like(const Array& a);
 
@@ -130,6 +131,13 @@ Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqk
 Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);
 Array slice_grad(const Array& g, const SliceAttrs& attrs);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
+
+// Kernel time per primitive, collected when KILN_PROFILE=1: whether it is
+// on, the table so far (one line per primitive, most time first), and a
+// fresh start (after warm-up steps).
+bool kernel_profile_enabled();
+std::string kernel_profile_report();
+void kernel_profile_reset();
 
 void set_num_threads(int n);
 int num_threads();

@@ -7,6 +7,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/shape.h"
 
@@ -39,7 +40,9 @@ namespace kiln {
   X(Attention, Fused) X(AttentionGrad, Fused) X(LayerNormParamGrad, Fused)              \
   /* made by the compiler's fusion pass */                                               \
   X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
-  X(Random, Source)
+  X(Random, Source)                                                                      \
+  /* moving values between devices, and filling memory on any device */                  \
+  X(Copy, Transfer) X(Fill, Source)
 // clang-format on
 
 enum class OpKind : uint8_t {
@@ -53,7 +56,8 @@ enum class OpKind : uint8_t {
   Contraction,
   Layout,
   Fused,
-  Source
+  Source,
+  Transfer
 };
 
 enum class Op : uint8_t {
@@ -198,9 +202,24 @@ struct FusedReduceAttrs {
   bool operator==(const FusedReduceAttrs&) const = default;
 };
 
+// Copy: the input's values on device `to` (kernels of the destination's
+// backend run it; host-visible pairs copy memory).
+struct DeviceAttrs {
+  Device to;
+  bool operator==(const DeviceAttrs&) const = default;
+};
+// Fill: element i of the output is start + i * step (full: step 0; arange),
+// converted to the output's dtype. Run at once by the creation functions, on
+// the array's device, never recorded.
+struct FillAttrs {
+  double start = 0, step = 0;
+  bool operator==(const FillAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
                            AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
-                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs>;
+                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
+                           DeviceAttrs, FillAttrs>;
 
 class Primitive {
  public:

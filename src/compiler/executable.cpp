@@ -30,13 +30,15 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
     plan_.arena_bytes = 0;
   }
   if (plan_.arena_bytes)
-    arena_ = std::make_shared<Buffer>(&cpu_allocator(), plan_.arena_bytes, Device::cpu());
+    arena_ = std::make_shared<Buffer>(&allocator_for(plan_.device), plan_.arena_bytes,
+                                      plan_.device);
   values_.resize(graph_.nodes.size());
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     if (graph_.nodes[i].is_input()) continue;
     auto node = std::make_shared<ArrayNode>();
     node->shape = graph_.nodes[i].shape;
     node->dtype = graph_.nodes[i].dtype;
+    node->device = graph_.nodes[i].device;
     values_[i] = std::move(node);
   }
   stats_.nodes_traced = g.num_ops();
@@ -70,6 +72,9 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
     const Node& n = graph_.nodes[i];
     if (!n.is_input()) continue;
     const Array& a = inputs[slot];
+    if (a.device() != n.device)
+      fail("compile", "input " + std::to_string(slot) + " is on " + a.device().str() +
+                          ", the executable was compiled for " + n.device.str());
     if (a.shape() != n.shape || a.dtype() != n.dtype)
       fail("compile", "input " + std::to_string(slot) + " is " + name_of(a.dtype()) + " " +
                           str(a.shape()) + ", the executable was compiled for " + name_of(n.dtype) +
@@ -90,7 +95,7 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
         out.offset = s.offset;
         break;
       case MemoryPlan::Kind::Fresh:
-        out.buffer = std::make_shared<Buffer>(&cpu_allocator(), s.bytes, Device::cpu());
+        out.buffer = std::make_shared<Buffer>(&allocator_for(n.device), s.bytes, n.device);
         out.offset = 0;
         break;
       case MemoryPlan::Kind::Donated:

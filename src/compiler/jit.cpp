@@ -13,14 +13,23 @@ namespace {
 using compiler::Executable;
 using compiler::Graph;
 
+// What a jitted function is traced for: each argument's shape, dtype and
+// device.
 struct Signature {
-  std::vector<std::pair<Shape, DType>> args;
+  struct Arg {
+    Shape shape;
+    DType dtype;
+    Device device;
+    bool operator==(const Arg&) const = default;
+  };
+  std::vector<Arg> args;
   bool operator==(const Signature&) const = default;
   size_t hash() const {
     size_t h = args.size();
-    for (auto& [s, d] : args) {
-      for (auto x : s) h = h * 1000003u ^ static_cast<size_t>(x);
-      h = h * 31 + static_cast<size_t>(d);
+    for (auto& a : args) {
+      for (auto x : a.shape) h = h * 1000003u ^ static_cast<size_t>(x);
+      h = h * 31 + static_cast<size_t>(a.dtype);
+      h = h * 31 + static_cast<size_t>(a.device.type) * 64 + static_cast<size_t>(a.device.index);
     }
     return h;
   }
@@ -129,7 +138,7 @@ std::vector<Array> Jitted::operator()(const std::vector<Array>& args) {
   Signature sig;
   for (auto& a : args) {
     if (!a.valid()) fail("jit", "an argument is an empty Array handle");
-    sig.args.push_back({a.shape(), a.dtype()});
+    sig.args.push_back({a.shape(), a.dtype(), a.device()});
   }
   for (int d : impl_->opt.donate)
     if (d < 0 || d >= static_cast<int>(args.size()))

@@ -103,6 +103,18 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, 
     for (int k : g.nodes[i].inputs) last_use[root[k]] = std::max(last_use[root[k]], i);
   for (int o : g.outputs) escapes[root[o]] = true;
 
+  // The arena lives on the device most ops run on (every op, in a graph on
+  // one device); values on another device get their own buffers per run.
+  std::map<std::pair<int, int>, int> ops_on;
+  for (const Node& node : g.nodes)
+    if (!node.is_input())
+      ++ops_on[{static_cast<int>(node.device.type), node.device.index}];
+  int most = -1;
+  for (const auto& [d, count] : ops_on)
+    if (count > most)
+      most = count,
+      plan.device = Device{static_cast<DeviceType>(d.first), d.second};
+
   Arena arena;
   std::vector<std::vector<int>> dies_at(n);
   std::vector<bool> claimed(n, false);  // donated inputs already written into
@@ -123,12 +135,15 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<bool>& donated_inputs, 
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         int k = node.inputs[j], r = root[k];
         if (last_use[r] == i && g.nodes[k].shape == node.shape &&
-            plan.slots[r].bytes == slot.bytes && inplace_input_ok(node, j, root) && accept(r))
+            g.nodes[r].device == node.device && plan.slots[r].bytes == slot.bytes &&
+            inplace_input_ok(node, j, root) && accept(r))
           return r;
       }
       return -1;
     };
-    if (escapes[i]) {
+    if (node.device != plan.device) {
+      slot.kind = MemoryPlan::Kind::Fresh;  // not in the arena's memory
+    } else if (escapes[i]) {
       int d = dying_operand([&](int r) {
         return g.nodes[r].is_input() && donated_inputs[g.nodes[r].input_slot] && !claimed[r] &&
                !escapes[r];

@@ -11,7 +11,8 @@ struct MemoryPlan {
   enum class Kind : uint8_t {
     Input,    // the caller's array
     Arena,    // a block of the executable's arena, reused once dead
-    Fresh,    // an output: a new buffer per run (the caller keeps it)
+    Fresh,    // a new buffer per run: an output (the caller keeps it), or a
+              // value on another device than the arena's
     Donated,  // an output written in place into a donated input's buffer
     Alias     // shares its operand's storage (reshape, stop_gradient)
   };
@@ -23,6 +24,7 @@ struct MemoryPlan {
     int first = -1, last = -1;  // live range (node positions) of an Arena block
   };
   std::vector<Slot> slots;                // one per node
+  Device device = Device::cpu();          // where the arena lives
   size_t arena_bytes = 0;                 // the arena's size
   size_t naive_bytes = 0;                 // all arena values side by side (no reuse)
   size_t peak_live_bytes = 0;             // most arena bytes live at one node: no

@@ -162,9 +162,12 @@ std::string check_program(const FusedAttrs& f) {
 std::string check_op(const Graph& g, int i) {
   const Node& n = g.nodes[i];
   const Primitive& p = *n.prim;
+  const bool transfer = op_kind(p.op()) == OpKind::Transfer;
+  if (transfer && p.attrs<DeviceAttrs>().to != n.device)
+    return "copies to " + p.attrs<DeviceAttrs>().to.str() + " but runs on " + n.device.str();
   for (int k : n.inputs) {
     if (k < 0 || k >= i) return "reads %" + std::to_string(k) + ", not defined before it";
-    if (g.nodes[k].device != n.device)
+    if (!transfer && g.nodes[k].device != n.device)
       return "runs on " + n.device.str() + " but reads %" + std::to_string(k) + " on " +
              g.nodes[k].device.str();
   }

@@ -79,8 +79,9 @@ Graph rewrite_ops(const Graph& g, const std::function<Emit(int)>& decide,
 // Checks that g is well formed: inputs numbered by slot, operands defined
 // before use, outputs in range, every op's operand count, shapes and dtypes
 // consistent with its primitive where a rule is cheap to state, and each op
-// on its operands' device. Fails naming `after` (the pass that made g) and
-// the node. Run after every pass when KILN_DEBUG is set.
+// on its operands' device (a Copy on the device it copies to). Fails naming
+// `after` (the pass that made g) and the node. Run after every pass when
+// KILN_DEBUG is set.
 void verify(const Graph& g, const std::string& after);
 
 }  // namespace kiln::compiler

@@ -126,6 +126,7 @@ void register_allocator(DeviceType type, Allocator* alloc) {
 
 Allocator& allocator_for(Device device) {
   if (device.type == DeviceType::cpu) return cpu_allocator();
+  register_builtin_backends();
   Allocator* a = g_allocators[static_cast<int>(device.type)];
   if (!a) fail("allocator", "no backend is available for device " + device.str());
   return *a;

@@ -41,8 +41,7 @@ Array Array::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Array Array::from_data(const void* data, const Shape& shape, DType dtype, Device device) {
-  if (device.type != DeviceType::cpu)
-    fail("array", "from_data onto " + device.str() + " is not supported yet");
+  if (!device.host_visible()) return from_data(data, shape, dtype, Device::cpu()).to(device);
   Array a = empty(shape, dtype, device);
   if (a.nbytes()) std::memcpy(a.raw(), data, a.nbytes());
   return a;
@@ -64,8 +63,7 @@ void* Array::raw() const {
 
 void Array::copy_to_host(void* dst, DType dst_dtype) const {
   eval();
-  if (device().type != DeviceType::cpu)
-    fail("array", "copy from " + device().str() + " is not supported yet");
+  if (!device().host_visible()) return to(Device::cpu()).copy_to_host(dst, dst_dtype);
   convert(raw(), dtype(), dst, dst_dtype, size());
 }
 

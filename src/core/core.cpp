@@ -66,7 +66,12 @@ DType promote(DType a, DType b) {
 }
 
 std::string Device::str() const {
-  return type == DeviceType::cpu ? "cpu" : "cuda:" + std::to_string(index);
+  switch (type) {
+    case DeviceType::cpu: return "cpu";
+    case DeviceType::ref: return "ref";
+    case DeviceType::cuda: break;
+  }
+  return "cuda:" + std::to_string(index);
 }
 
 int64_t numel(const Shape& s) {

@@ -46,7 +46,7 @@ class Dropout {
     Array keep = key_array_.valid()
                      ? random::bernoulli(key_array_, site, x.shape(), 1.0 - p)
                      : random::bernoulli(random::fold_in(key_, site), x.shape(), 1.0 - p);
-    return where(keep, x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
+    return where(keep.to(x.device()), x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
   }
 
  private:

@@ -1,6 +1,7 @@
 // kiln ops: kernel dispatch and array construction.
 #include "ops/dispatch.h"
 
+#include "kiln/ops.h"
 #include "ops/vjp.h"
 
 #include <algorithm>
@@ -19,9 +20,16 @@ void register_kernels(DeviceType type, const KernelTable* table) {
   g_tables[static_cast<int>(type)] = table;
 }
 
+namespace {
+const KernelTable* table_for(DeviceType type) {
+  register_builtin_backends();
+  return g_tables[static_cast<int>(type)];
+}
+}  // namespace
+
 bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
                       DType out) {
-  const KernelTable* table = g_tables[static_cast<int>(device.type)];
+  const KernelTable* table = table_for(device.type);
   if (!table || !table->kernels[static_cast<int>(prim.op())]) return false;
   return !table->supports || table->supports(prim, inputs, out);
 }
@@ -64,10 +72,16 @@ void check_finite(const Primitive& prim, const std::vector<Array>& inputs, const
 }  // namespace
 
 void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out) {
-  const KernelTable* table = g_tables[static_cast<int>(out.device.type)];
-  if (!table) fail(prim.name(), "no backend is available for " + out.device.str());
+  // A kernel runs on its output's device; a copy between host memory and a
+  // device's own memory runs on that device's backend (either direction).
+  Device on = out.device;
+  if (op_kind(prim.op()) == OpKind::Transfer && on.host_visible() &&
+      !inputs[0].device().host_visible())
+    on = inputs[0].device();
+  const KernelTable* table = table_for(on.type);
+  if (!table) fail(prim.name(), "no backend is available for " + on.str());
   Kernel k = table->kernels[static_cast<int>(prim.op())];
-  if (!k) fail(prim.name(), "no kernel on " + out.device.str());
+  if (!k) fail(prim.name(), "no kernel on " + on.str());
   KernelProfile& prof = kernel_profile();
   if (exec_state().check_finite) {
     k(prim, inputs, out);
@@ -80,6 +94,16 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
   std::lock_guard<std::mutex> lock(prof.mu);
   prof.seconds[static_cast<int>(prim.op())] += s;
   prof.calls[static_cast<int>(prim.op())] += 1;
+}
+
+bool kernel_profile_enabled() {
+  return kernel_profile().enabled;
+}
+std::string kernel_profile_report() {
+  return kernel_profile().report();
+}
+void kernel_profile_reset() {
+  kernel_profile().reset();
 }
 
 void KernelProfile::reset() {
@@ -197,9 +221,14 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
   auto node = std::make_shared<ArrayNode>();
   node->shape = std::move(shape);
   node->dtype = dtype;
-  node->device = inputs.empty() ? Device::cpu() : inputs[0].device();
+  // A transfer makes its value on the device its attributes name; every
+  // other op runs on its inputs' device.
+  const bool transfer = op_kind(prim.op()) == OpKind::Transfer;
+  node->device = transfer            ? prim.attrs<DeviceAttrs>().to
+                 : inputs.empty() ? Device::cpu()
+                                  : inputs[0].device();
   for (auto& in : inputs)
-    if (in.device() != node->device)
+    if (!transfer && in.device() != node->device)
       fail(prim.name(),
            "inputs on different devices: " + node->device.str() + " and " + in.device().str());
   node->primitive = std::make_shared<Primitive>(std::move(prim));

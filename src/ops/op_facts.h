@@ -121,6 +121,8 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::MatmulEpilogue,            0,            kAll},
     {Op::FusedReduce,               I,            kAll},   // some operands: in_place_safe
     {Op::Random,                    0,            kNone},
+    {Op::Copy,                      0,            kNone},
+    {Op::Fill,                      0,            kNone},
   }};
 }();
 // clang-format on

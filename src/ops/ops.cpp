@@ -86,20 +86,18 @@ Array reduce(Op op, const Array& a, std::vector<int> axes, bool keepdims, DType 
 
 }  // namespace
 
-// ---- creation ----
-Array full(const Shape& shape, double value, DType dtype, Device device) {
+// ---- creation: a Fill run at once on the array's device ----
+namespace {
+Array filled(const Shape& shape, DType dtype, Device device, double start, double step) {
+  if (dtype == DType::f16) fail("full", "f16 arrays are not supported yet");
   Array a = Array::empty(shape, dtype, device);
-  int64_t n = a.size();
-  switch (dtype) {
-    case DType::f32: std::fill_n(a.data<float>(), n, static_cast<float>(value)); break;
-    case DType::f64: std::fill_n(a.data<double>(), n, value); break;
-    case DType::bf16: std::fill_n(a.data<bf16>(), n, bf16(static_cast<float>(value))); break;
-    case DType::i32: std::fill_n(a.data<int32_t>(), n, static_cast<int32_t>(value)); break;
-    case DType::i64: std::fill_n(a.data<int64_t>(), n, static_cast<int64_t>(value)); break;
-    case DType::bool_: std::fill_n(a.data<bool>(), n, value != 0.0); break;
-    case DType::f16: fail("full", "f16 arrays are not supported yet");
-  }
+  run_kernel_with(Primitive(Op::Fill, FillAttrs{start, step}), {}, *a.node());
   return a;
+}
+}  // namespace
+
+Array full(const Shape& shape, double value, DType dtype, Device device) {
+  return filled(shape, dtype, device, value, 0);
 }
 Array zeros(const Shape& shape, DType dtype, Device device) {
   return full(shape, 0, dtype, device);
@@ -114,17 +112,19 @@ Array ones_like(const Array& a) {
   return ones(a.shape(), a.dtype(), a.device());
 }
 
-Array arange(int64_t start, int64_t stop, int64_t step, DType dtype) {
+Array arange(int64_t start, int64_t stop, int64_t step, DType dtype, Device device) {
   if (step == 0) fail("arange", "step must not be 0");
   int64_t n = std::max<int64_t>(0, (stop - start + step - (step > 0 ? 1 : -1)) / step);
-  std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(start + i * step);
-  Array a = Array::empty({n}, dtype);
-  convert(v.data(), DType::f64, a.raw(), dtype, n);
-  return a;
+  return filled({n}, dtype, device, static_cast<double>(start), static_cast<double>(step));
 }
-Array arange(int64_t stop, DType dtype) {
-  return arange(0, stop, 1, dtype);
+Array arange(int64_t stop, DType dtype, Device device) {
+  return arange(0, stop, 1, dtype, device);
+}
+
+Array Array::to(Device device) const {
+  if (!valid()) fail("to", "use of an empty Array handle");
+  if (node_->device == device) return *this;
+  return make_array(Primitive(Op::Copy, DeviceAttrs{device}), {*this}, shape(), dtype());
 }
 
 Array scalar_like(const Array& a, double v) {

@@ -97,6 +97,10 @@ size_t Primitive::hash() const {
           for (auto& st : a.steps)
             h = mix(mix(mix(h, static_cast<size_t>(st.op)), static_cast<size_t>(st.operand + 1)),
                     static_cast<size_t>(st.read));
+        } else if constexpr (std::is_same_v<A, DeviceAttrs>) {
+          h = mix(mix(h, static_cast<size_t>(a.to.type)), static_cast<size_t>(a.to.index));
+        } else if constexpr (std::is_same_v<A, FillAttrs>) {
+          h = mix(mix(h, std::hash<double>{}(a.start)), std::hash<double>{}(a.step));
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
           h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
@@ -140,6 +144,10 @@ std::string Primitive::str() const {
         } else if constexpr (std::is_same_v<A, NormAttrs>) {
           os << "eps=" << a.eps;
           if (a.residual) os << ",residual";
+        } else if constexpr (std::is_same_v<A, DeviceAttrs>) {
+          os << "to=" << a.to.str();
+        } else if constexpr (std::is_same_v<A, FillAttrs>) {
+          os << "start=" << a.start << ",step=" << a.step;
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           os << "scale=" << a.scale;
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {

@@ -217,7 +217,9 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
     case Op::FusedReduce:
       fail("vjp",
            std::string(p.name()) + " exists only inside compiled graphs, after differentiation");
-    case Op::Random: break;
+    case Op::Random:
+    case Op::Fill: break;
+    case Op::Copy: ct[0] = g.to(in[0].device()); break;
     case Op::Count: break;
   }
   for (size_t i = 0; i < ct.size(); ++i)

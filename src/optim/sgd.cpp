@@ -24,9 +24,12 @@ const Array& buffer(const State& s, const std::string& key, const char* who) {
 
 std::pair<Params, State> Optimizer::update(const Params& grads, const State& state,
                                            const Params& params, double lr_factor) const {
+  // The step's scalars (learning rate, bias corrections) on the parameters'
+  // device.
+  const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
   std::vector<Array> s;
   for (double v : scalars(state.step + 1, lr() * lr_factor))
-    s.push_back(Array::scalar(static_cast<float>(v)));
+    s.push_back(full({}, static_cast<float>(v), DType::f32, device));
   return apply(grads, state, params, s);
 }
 

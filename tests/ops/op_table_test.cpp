@@ -10,6 +10,7 @@
 #include "backend/cpu/sgemm.h"
 #include "compiler/executable.h"
 #include "compiler/graph.h"
+#include "ops/dispatch.h"
 #include "reference.h"
 
 namespace kiln::testing {
@@ -234,6 +235,17 @@ std::vector<Case> cases() {
        [](auto& h) { return ref_map(h, [](const double* a) { return a[0] * a[1] + a[1]; }); },
        2e-6,
        false});  // its VJP differs from finite differences by design: see autodiff_test
+  // Copy: the values on the other device (ref from cpu, cpu from ref), an op
+  // there, and back; its VJP copies the cotangent back the other way.
+  c.push_back(
+      {"copy_between_devices",
+       {F({3, 4}), F({4})},
+       [](auto& x) {
+         const Device home = x[0].device();
+         const Device other = home == Device::ref() ? Device::cpu() : Device::ref();
+         return (x[0].to(other) * x[1].to(other)).to(home) + x[0];
+       },
+       [](auto& h) { return binary_ref(h, [](double a, double b) { return a * b + a; }); }});
 
   // reductions
   auto red = [&](std::string name, Shape s, std::vector<int> axes, bool keep, RefReduce kind) {
@@ -708,7 +720,9 @@ std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
 // backward-only ops (no second order), and Cast and StopGradient, whose VJPs
 // finite differences cannot check (an f32 round trip swamps the step; a
 // stopped gradient is zero by definition): tests/transforms/autodiff_test.cpp
-// checks those two.
+// checks those two. Fill is exempt too: the creation functions run it at once
+// and it is never recorded in a graph (RefBackend.FillMatchesCpu checks it on
+// both backends; every test's inputs are made by it).
 TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
   const std::set<Op> no_grad_check{
       Op::Equal,         Op::NotEqual,           Op::Less,          Op::LessEqual,
@@ -726,12 +740,310 @@ TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
   }
   for (int i = 0; i < kOpCount; ++i) {
     const Op op = static_cast<Op>(i);
-    if (compiler_made.count(op) || op == Op::Random) continue;
+    if (compiler_made.count(op) || op == Op::Random || op == Op::Fill) continue;
     EXPECT_TRUE(checked.count(op)) << op_name(op) << " is checked by no case of the op table";
     if (!no_grad_check.count(op)) {
       EXPECT_TRUE(differentiated.count(op))
           << op_name(op) << " has no finite-difference gradient case";
     }
+  }
+}
+
+// ---- the reference backend against the cpu backend ----
+// Every case runs on the cpu backend and on the ref backend (the same inputs
+// moved with to(Device::ref())): forward in f64 and f32, under jit (which
+// must give eager ref's bits), and every VJP in f64. The ref backend computes
+// each primitive in plain f64 loops, so this checks every cpu kernel
+// (threads, libraries, vector math) against a second implementation on the
+// same inputs, and the ref kernels with it.
+
+std::vector<Array> moved(const std::vector<Array>& xs, Device d) {
+  std::vector<Array> out;
+  for (const Array& x : xs) out.push_back(x.to(d));
+  return out;
+}
+
+bool on_ref(const Array& a) {
+  return a.device() == Device::ref();
+}
+
+TEST_P(OpTable, RefBackendMatchesCpu) {
+  const Case& c = GetParam();
+  std::mt19937 rng(4321);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  auto check = [&](const std::vector<Host>& h, DType fdt, double tol, const char* what) {
+    auto ins = arrays(c, h, fdt);
+    Array cpu = c.fn(ins);
+    Array ref = c.fn(moved(ins, Device::ref()));
+    EXPECT_TRUE(on_ref(ref)) << c.name << ": result on " << ref.device().str();
+    EXPECT_EQ(ref.dtype(), cpu.dtype()) << c.name;
+    expect_close(to_host(ref), to_host(cpu), tol, c.name + what);
+  };
+  if (!c.large) check(hs, DType::f64, 1e-9, " (f64, ref vs cpu)");
+  check(rounded(c, hs), DType::f32, c.f32_tol, " (f32, ref vs cpu)");
+}
+
+TEST_P(OpTable, RefJitEqualsEager) {
+  const Case& c = GetParam();
+  if (c.large) GTEST_SKIP() << "forward-only thread-splitting case";
+  std::mt19937 rng(77);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  for (DType fdt : {DType::f64, DType::f32}) {
+    auto ins = moved(arrays(c, fdt == DType::f32 ? rounded(c, hs) : hs, fdt), Device::ref());
+    Array eager = c.fn(ins);
+    auto compiled = jit([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; });
+    std::vector<Array> got = compiled(ins);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(on_ref(got[0])) << c.name << ": jit result on " << got[0].device().str();
+    // Bit for bit (tolerance 0): the ref backend's fused kernels round every
+    // intermediate as the unfused ops store it.
+    const std::string what = c.name + " (" + name_of(fdt) + ", ref jit vs eager)";
+    expect_close(to_host(got[0]), to_host(eager), 0, what);
+    // A second call replays the compiled executable.
+    expect_close(to_host(compiled(ins)[0]), to_host(eager), 0, what + ", replayed");
+  }
+}
+
+TEST_P(OpTableGrad, RefVjpMatchesCpu) {
+  const Case& c = GetParam();
+  std::mt19937 rng(8);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  auto ins = arrays(c, hs, DType::f64);
+  Host r{c.fn(ins).shape(), {}};
+  std::normal_distribution<double> nd;
+  for (int64_t i = 0; i < r.size(); ++i) r.v.push_back(nd(rng));
+  auto run = [&](Device d) {
+    return vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; },
+               moved(ins, d), {from_host(r, DType::f64).to(d)});
+  };
+  auto [cpu_out, cpu_grads] = run(Device::cpu());
+  auto [ref_out, ref_grads] = run(Device::ref());
+  expect_close(to_host(ref_out[0]), to_host(cpu_out[0]), 1e-9, c.name + " (vjp output)");
+  for (size_t k = 0; k < hs.size(); ++k) {
+    if (c.inputs[k].kind != Input::Float) continue;
+    ASSERT_EQ(ref_grads[k].valid(), cpu_grads[k].valid()) << c.name << " input " << k;
+    if (!cpu_grads[k].valid()) continue;
+    EXPECT_TRUE(on_ref(ref_grads[k]))
+        << c.name << ": gradient " << k << " on " << ref_grads[k].device().str();
+    expect_close(to_host(ref_grads[k]), to_host(cpu_grads[k]), 1e-9,
+                 c.name + ": d/d input " + std::to_string(k) + " (ref vs cpu)");
+  }
+}
+
+// The compiler's fused primitives on ref (FusedElementwise, FusedReduce with
+// and without an epilogue, MatmulEpilogue batched and not, with each kind of
+// operand read): jit on ref equals eager on ref and jit on the cpu.
+TEST(RefBackend, FusedPrimitivesMatchCpu) {
+  auto f = [](const std::vector<Array>& x) {
+    return std::vector<Array>{x[4] * matmul(x[0], x[1]) + x[2] + x[3],   // MatmulEpilogue
+                              gelu(matmul(x[5], x[6]) + x[2]),           // batched, a Row operand
+                              x[2] - sum(x[3] * x[7] * 2.0, {0}) * 0.5,  // FusedReduce + epilogue
+                              tanh(x[3]) * x[7] + 1.0,                   // FusedElementwise
+                              sum(exp(x[3] - x[2]), {1})};               // FusedReduce, row sums
+  };
+  const std::vector<Shape> shapes{{6, 8}, {8, 5}, {5}, {6, 5}, {}, {2, 6, 8}, {2, 8, 5}, {6, 5}};
+  std::vector<Array> cpu;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    cpu.push_back(random::normal(random::Key(40 + i), shapes[i]));
+  const std::vector<Array> ref = moved(cpu, Device::ref());
+  {
+    LazyScope scope;
+    std::vector<Array> leaves;
+    compiler::Graph g = compiler::optimize(compiler::capture(f(ref), leaves), {});
+    std::set<Op> ops;
+    for (const auto& node : g.nodes) {
+      EXPECT_TRUE(node.device == Device::ref()) << node.device.str();
+      if (node.prim) ops.insert(node.prim->op());
+    }
+    for (Op op : {Op::FusedElementwise, Op::FusedReduce, Op::MatmulEpilogue})
+      EXPECT_TRUE(ops.count(op)) << op_name(op) << " not made on ref";
+  }
+  const std::vector<Array> eager = f(ref), jit_ref = jit(f)(ref), jit_cpu = jit(f)(cpu);
+  for (size_t o = 0; o < eager.size(); ++o) {
+    EXPECT_TRUE(on_ref(jit_ref[o]));
+    expect_close(to_host(jit_ref[o]), to_host(eager[o]), 1e-5, "output " + std::to_string(o));
+    expect_close(to_host(jit_ref[o]), to_host(jit_cpu[o]), 1e-5, "output " + std::to_string(o));
+  }
+}
+
+// The dtypes the table does not run: integer arithmetic (exact, integer
+// division truncating), integer reductions and layout ops, and bf16 (within
+// one bf16 rounding of the cpu's f32 math).
+TEST(RefBackend, IntegerAndBf16MatchCpu) {
+  using F1 = std::function<Array(const Array&, const Array&)>;
+  const std::vector<std::pair<const char*, F1>> int_ops{
+      {"add", [](auto& a, auto& b) { return a + b; }},
+      {"sub", [](auto& a, auto& b) { return a - b; }},
+      {"mul", [](auto& a, auto& b) { return a * b; }},
+      {"div", [](auto& a, auto& b) { return divide(a, abs(b) + 1); }},
+      {"div_negative", [](auto& a, auto& b) { return divide(a, neg(abs(b) + 1)); }},
+      {"maximum", [](auto& a, auto& b) { return maximum(a, b); }},
+      {"minimum", [](auto& a, auto& b) { return minimum(a, b); }},
+      {"neg_relu_abs", [](auto& a, auto& b) { return neg(a) + relu(b) * abs(a); }},
+      {"compare", [](auto& a, auto& b) { return astype(less(a, b), a.dtype()); }},
+      {"where", [](auto& a, auto& b) { return where(greater_equal(a, b), a, b); }},
+      {"sum", [](auto& a, auto&) { return sum(a, {0}); }},
+      {"sum_bool", [](auto& a, auto& b) { return sum(equal(a, b)); }},
+      {"max", [](auto& a, auto&) { return max(a, {1}); }},
+      {"argmax", [](auto& a, auto&) { return argmax(a, 0); }},
+      {"cast", [](auto& a, auto&) { return astype(astype(a, DType::f32) * 0.7, a.dtype()); }},
+      {"transpose", [](auto& a, auto&) { return transpose(a); }},
+      {"concatenate",
+       [](auto& a, auto& b) {
+         return concatenate({a, b}, 0);
+       }},
+      {"slice",
+       [](auto& a, auto&) {
+         return slice(a, {1, 0}, {4, 5}, {2, 2});
+       }},
+      {"broadcast",
+       [](auto& a, auto&) {
+         return broadcast_to(slice(a, {0}, {1}), {3, 4, 5});
+       }},
+      {"take", [](auto& a, auto& b) { return take(a, slice(abs(b), {0}, {1}), 1); }},
+      {"one_hot", [](auto& a, auto&) { return one_hot(a, 4, a.dtype()); }},
+  };
+  for (DType dt : {DType::i32, DType::i64}) {
+    const Array a = astype(random::uniform(random::Key(1), {4, 5}, -9, 9), dt);
+    const Array b = astype(random::uniform(random::Key(2), {4, 5}, -4, 4), dt);
+    for (const auto& [name, f] : int_ops) {
+      SCOPED_TRACE(std::string(name_of(dt)) + " " + name);
+      const Array cpu = f(a, b), ref = f(a.to(Device::ref()), b.to(Device::ref()));
+      EXPECT_TRUE(on_ref(ref));
+      EXPECT_EQ(ref.dtype(), cpu.dtype());
+      EXPECT_EQ(ref.to_vector<int64_t>(), cpu.to_vector<int64_t>());
+    }
+  }
+  using F2 = std::function<Array(const std::vector<Array>&)>;
+  const std::vector<std::pair<const char*, F2>> bf16_ops{
+      {"unary", [](auto& x) { return gelu(x[0]) + exp(x[1]) * tanh(x[0]); }},
+      {"matmul_f32_out",
+       [](auto& x) {
+         return matmul(x[0], x[1], {false, true, DType::f32});
+       }},
+      {"matmul",
+       [](auto& x) {
+         return matmul(x[0], x[1], {true, false, std::nullopt});
+       }},
+      {"sum_max", [](auto& x) { return sum(x[0], {1}) + max(x[1], {1}); }},
+      {"softmax", [](auto& x) { return log_softmax(x[0]) + softmax(x[1], 0); }},
+      {"layer_norm", [](auto& x) { return layer_norm(x[0], 1e-5); }},
+      {"scatter_add",
+       [](auto& x) {
+         return scatter_add(Array::from_vector<int32_t>({1, 1, 0, 3}, {4}).to(x[0].device()), x[0],
+                            0, {5, 6});
+       }},
+  };
+  const Array x0 = astype(random::normal(random::Key(5), {4, 6}), DType::bf16);
+  const Array x1 = astype(random::normal(random::Key(6), {4, 6}), DType::bf16);
+  for (const auto& [name, f] : bf16_ops) {
+    SCOPED_TRACE(std::string("bf16 ") + name);
+    const Array cpu = f({x0, x1});
+    const Array ref = f(moved({x0, x1}, Device::ref()));
+    EXPECT_TRUE(on_ref(ref));
+    EXPECT_EQ(ref.dtype(), cpu.dtype());
+    expect_close(to_host(ref), to_host(cpu), 2e-2, name);
+  }
+}
+
+// Every primitive the cpu backend runs has a ref kernel. (The fused
+// primitives are asked with empty programs: the cpu backend's `supports`
+// reads their attributes.)
+TEST(RefBackend, HasAKernelForEveryCpuPrimitive) {
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    Primitive prim = op == Op::FusedElementwise ? Primitive(op, FusedAttrs{})
+                     : op == Op::FusedReduce    ? Primitive(op, FusedReduceAttrs{})
+                     : op == Op::MatmulEpilogue
+                         ? Primitive(op, EpilogueAttrs{MatmulAttrs{false, false, DType::f32}, {}})
+                         : Primitive(op);
+    const std::vector<DType> f32x2{DType::f32, DType::f32};
+    EXPECT_TRUE(backend_supports(Device::cpu(), prim, f32x2, DType::f32))
+        << op_name(op) << ": no cpu kernel";
+    EXPECT_TRUE(backend_supports(Device::ref(), prim, f32x2, DType::f32))
+        << op_name(op) << ": no ref kernel";
+  }
+}
+
+// Fill (full, arange and what is built on them) on ref equals the cpu's, in
+// every dtype, and the array is on ref.
+TEST(RefBackend, FillMatchesCpu) {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::bool_}) {
+    SCOPED_TRACE(name_of(dt));
+    std::vector<std::pair<Array, Array>> pairs{
+        {full({3, 4}, 2.5, dt, Device::ref()), full({3, 4}, 2.5, dt, Device::cpu())},
+        {full({}, -1.75, dt, Device::ref()), full({}, -1.75, dt, Device::cpu())},
+        {full({0, 3}, 1, dt, Device::ref()), full({0, 3}, 1, dt, Device::cpu())},
+        {arange(-3, 40, 3, dt, Device::ref()), arange(-3, 40, 3, dt, Device::cpu())},
+        {arange(7, dt, Device::ref()), arange(7, dt, Device::cpu())},
+        {zeros({2, 2}, dt, Device::ref()), zeros({2, 2}, dt, Device::cpu())},
+        {ones({5}, dt, Device::ref()), ones({5}, dt, Device::cpu())}};
+    for (const auto& [ref, cpu] : pairs) {
+      EXPECT_TRUE(on_ref(ref)) << ref.device().str();
+      EXPECT_EQ(ref.dtype(), dt);
+      EXPECT_EQ(str(ref.shape()), str(cpu.shape()));
+      EXPECT_EQ(ref.to_vector<double>(), cpu.to_vector<double>());
+    }
+  }
+}
+
+// Random on ref (the key held in an array on ref) draws the cpu's numbers,
+// bit for bit, for every distribution.
+TEST(RefBackend, RandomMatchesCpu) {
+  const Array key = Array::from_vector<int32_t>({123, -456}, {2});
+  struct Draw {
+    RandomKind kind;
+    double a, b;
+    DType dtype;
+  };
+  for (const Draw& d :
+       {Draw{RandomKind::Uniform, -1, 3, DType::f32}, Draw{RandomKind::Normal, 0, 1, DType::f64},
+        Draw{RandomKind::TruncatedNormal, -2, 2, DType::f32},
+        Draw{RandomKind::Bernoulli, 0.3, 0, DType::bool_},
+        Draw{RandomKind::Uniform, 0, 1, DType::bf16}}) {
+    auto draw = [&](Device dev) {
+      RandomAttrs attrs{{0, 0}, d.kind, d.a, d.b, {7, 5}, d.dtype, true, 9};
+      return make_array(Primitive(Op::Random, attrs), {key.to(dev)}, {7, 5}, d.dtype);
+    };
+    Array ref = draw(Device::ref()), cpu = draw(Device::cpu());
+    EXPECT_TRUE(on_ref(ref));
+    EXPECT_EQ(ref.to_vector<double>(), cpu.to_vector<double>()) << static_cast<int>(d.kind);
+  }
+  // Through the public API: bernoulli with a key array.
+  EXPECT_EQ(random::bernoulli(key.to(Device::ref()), 3, {4, 9}, 0.5).to_vector<double>(),
+            random::bernoulli(key, 3, {4, 9}, 0.5).to_vector<double>());
+}
+
+// The ref backend's errors are the cpu backend's: out-of-range indices and
+// labels, integer division by zero.
+TEST(RefBackend, ErrorsMatchCpu) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const Array x = from_host(Host{{4, 3}, std::vector<double>(12, 1.0)}, DType::f32);
+  const Array bad = Array::from_vector<int32_t>({0, 4, 1}, {3});
+  const Array zero = Array::from_vector<int32_t>({2, 0}, {2});
+  const Array labels = Array::from_vector<int32_t>({0, 1, -1, 2}, {4});
+  std::vector<std::function<Array(Device)>> cases{
+      [&](Device d) { return take(x.to(d), bad.to(d), 0); },
+      [&](Device d) {
+        return scatter_add(bad.to(d), slice(x.to(d), {0}, {3}), 0, {4, 3});
+      },
+      [&](Device d) { return softmax_cross_entropy(x.to(d), labels.to(d)); },
+      [&](Device d) { return divide(zero.to(d), zero.to(d)); }};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string cpu = message([&] { cases[i](Device::cpu()).eval(); });
+    const std::string ref = message([&] { cases[i](Device::ref()).eval(); });
+    EXPECT_NE(cpu, "no error") << "case " << i;
+    EXPECT_EQ(ref, cpu) << "case " << i;
   }
 }
 

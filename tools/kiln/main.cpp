@@ -22,7 +22,6 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
-#include "ops/dispatch.h"
 #include "peak.h"
 #include "plot.h"
 
@@ -251,7 +250,7 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
     std::printf("eval compiles: %llu (one per batch shape; %zu evaluation%s)\n",
                 (unsigned long long)r.eval_compiles, r.evals.size(),
                 r.evals.size() == 1 ? "" : "s");
-  if (kernel_profile().enabled) std::printf("%s", kernel_profile().report().c_str());
+  if (kernel_profile_enabled()) std::printf("%s", kernel_profile_report().c_str());
 }
 
 int run_train(const cli::TrainFlags& f) {

@@ -1,4 +1,5 @@
-// kiln cpu backend: the kernel table, registered when the library loads.
+// kiln cpu backend: its kernel table and what it supports, registered by
+// register_builtin_backends (src/backend/registry.cpp).
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "kiln/ops.h"
@@ -26,23 +27,23 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
   }
 }
 
-struct Registrar {
-  Registrar() {
-    static KernelTable table;
-    register_elementwise(table);
-    register_reduce(table);
-    register_matmul(table);
-    register_layout(table);
-    register_nn(table);
-    register_random(table);
-    register_fused(table);
-    register_attention(table);
-    table.supports = supports;
-    register_kernels(DeviceType::cpu, &table);
-  }
-} registrar;
-
 }  // namespace
+
+void register_backend() {
+  static KernelTable table;
+  register_elementwise(table);
+  register_reduce(table);
+  register_matmul(table);
+  register_layout(table);
+  register_nn(table);
+  register_random(table);
+  register_fused(table);
+  register_attention(table);
+  register_transfer(table);
+  table.supports = supports;
+  register_kernels(DeviceType::cpu, &table);
+}
+
 }  // namespace cpu
 
 void set_num_threads(int n) {

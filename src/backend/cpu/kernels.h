@@ -4,6 +4,9 @@
 
 namespace kiln::cpu {
 
+// Registers the cpu backend's kernel table (called by register_builtin_backends).
+void register_backend();
+
 void register_elementwise(KernelTable& t);
 void register_reduce(KernelTable& t);
 void register_matmul(KernelTable& t);
@@ -12,6 +15,7 @@ void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_attention(KernelTable& t);
+void register_transfer(KernelTable& t);
 // Whether MatmulEpilogue runs these steps on these dtypes (oneDNN has a
 // post-op for each step; matmul.cpp).
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out);

@@ -1,0 +1,95 @@
+// kiln ref backend: its allocator (plain aligned host memory), the shared
+// f64 load/store and index helpers, Copy and Fill, and its registration.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/ref/ref_common.h"
+#include "kiln/allocator.h"
+
+namespace kiln::ref {
+namespace {
+
+// Every buffer straight from the system: no caching, nothing clever.
+class RefAllocator : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* ptr, size_t) override { std::free(ptr); }
+};
+
+void copy_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+  if (!in[0].device().host_visible())
+    fail("copy", "from " + in[0].device().str() + " to " + out.device.str() +
+                     ": the ref backend reads host memory only");
+  void* y = alloc_output(out);
+  if (in[0].nbytes()) std::memcpy(y, in[0].raw(), in[0].nbytes());
+}
+
+void fill_kernel(const Primitive& p, const std::vector<Array>&, ArrayNode& out) {
+  const auto& a = p.attrs<FillAttrs>();
+  std::vector<double> v(numel(out.shape));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = a.start + static_cast<double>(i) * a.step;
+  store(out, v);
+}
+
+}  // namespace
+
+std::vector<double> load(const Array& a) {
+  std::vector<double> v(a.size());
+  convert(a.raw(), a.dtype(), v.data(), DType::f64, a.size());
+  return v;
+}
+
+void store(ArrayNode& out, const std::vector<double>& v) {
+  void* y = alloc_output(out);
+  convert(v.data(), DType::f64, y, out.dtype, static_cast<int64_t>(v.size()));
+}
+
+std::vector<int64_t> unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    idx[d] = s[d] ? i % s[d] : 0;
+    i = s[d] ? i / s[d] : 0;
+  }
+  return idx;
+}
+
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t i = 0;
+  for (size_t d = 0; d < s.size(); ++d) i = i * s[d] + idx[d];
+  return i;
+}
+
+int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& s) {
+  const size_t lead = out_idx.size() - s.size();
+  int64_t i = 0;
+  for (size_t d = 0; d < s.size(); ++d) i = i * s[d] + (s[d] == 1 ? 0 : out_idx[lead + d]);
+  return i;
+}
+
+void register_transfer(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Copy)] = copy_kernel;
+  t.kernels[static_cast<int>(Op::Fill)] = fill_kernel;
+}
+
+void register_backend() {
+  static RefAllocator allocator;
+  static KernelTable table;
+  register_elementwise(table);
+  register_reduce(table);
+  register_matmul(table);
+  register_layout(table);
+  register_nn(table);
+  register_fused(table);
+  register_random(table);
+  register_transfer(table);
+  register_allocator(DeviceType::ref, &allocator);
+  register_kernels(DeviceType::ref, &table);
+}
+
+}  // namespace kiln::ref

@@ -1,0 +1,97 @@
+// kiln ref backend: reductions — Sum (f64 accumulation for floats, int64 for
+// integers), Max (NaN skipped, as the cpu backend's comparisons skip it) and
+// Argmax (i32 output; first maximum wins, a NaN beats any number) — over any
+// set of axes, by one pass over the input in row-major order.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "backend/ref/ref_common.h"
+
+namespace kiln::ref {
+namespace {
+
+// The output position of every input element: its multi-index without the
+// reduced axes (keepdims only inserts 1s, which leave the flat order alone).
+std::vector<int64_t> output_positions(const Shape& s, const std::vector<int>& axes) {
+  std::vector<bool> reduced(s.size(), false);
+  for (int a : axes) reduced[a] = true;
+  Shape kept;
+  for (size_t d = 0; d < s.size(); ++d)
+    if (!reduced[d]) kept.push_back(s[d]);
+  std::vector<int64_t> pos(numel(s));
+  for (int64_t i = 0; i < static_cast<int64_t>(pos.size()); ++i) {
+    std::vector<int64_t> idx = unravel(i, s), k;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (!reduced[d]) k.push_back(idx[d]);
+    pos[i] = ravel(k, kept);
+  }
+  return pos;
+}
+
+// The identity of Max: the lowest finite value of the type the cpu backend
+// compares in (float for f32 and bf16), so that a slice of NaNs or -infs
+// gives what it gives there.
+double max_identity(DType dt) {
+  switch (dt) {
+    case DType::f64: return std::numeric_limits<double>::lowest();
+    case DType::f32:
+    case DType::bf16: return std::numeric_limits<float>::lowest();
+    case DType::i32: return std::numeric_limits<int32_t>::lowest();
+    case DType::i64: return static_cast<double>(std::numeric_limits<int64_t>::lowest());
+    default: return 0;
+  }
+}
+
+void reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& attrs = p.attrs<ReduceAttrs>();
+  const Array& x = in[0];
+  const DType dt = x.dtype();
+  if (dt == DType::bool_ || dt == DType::f16)
+    fail(p.name(), std::string("no ref kernel for dtype ") + name_of(dt));
+  const std::vector<double> v = load(x);
+  const std::vector<int64_t> pos = output_positions(x.shape(), attrs.axes);
+  const int64_t n = numel(out.shape);
+  std::vector<double> y(n);
+  switch (p.op()) {
+    case Op::Sum:
+      if (is_integral(dt)) {
+        std::vector<int64_t> acc(n, 0);
+        for (size_t i = 0; i < v.size(); ++i) acc[pos[i]] += static_cast<int64_t>(v[i]);
+        for (int64_t o = 0; o < n; ++o) y[o] = static_cast<double>(acc[o]);
+      } else {
+        for (size_t i = 0; i < v.size(); ++i) y[pos[i]] += v[i];
+      }
+      break;
+    case Op::Max:
+      std::fill(y.begin(), y.end(), max_identity(dt));
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] > y[pos[i]]) y[pos[i]] = v[i];
+      break;
+    case Op::Argmax: {
+      // The input is visited in row-major order, so each output position
+      // sees its slice in increasing index along the reduced axis.
+      std::vector<double> best(n);
+      std::vector<int64_t> count(n, 0);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const int64_t o = pos[i];
+        const int64_t r = count[o]++;
+        if (r == 0 || v[i] > best[o] || (std::isnan(v[i]) && !std::isnan(best[o]))) {
+          best[o] = v[i];
+          y[o] = static_cast<double>(r);
+        }
+      }
+      break;
+    }
+    default: fail(p.name(), "not a reduction");
+  }
+  store(out, y);
+}
+
+}  // namespace
+
+void register_reduce(KernelTable& t) {
+  for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
+}
+
+}  // namespace kiln::ref

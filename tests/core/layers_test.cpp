@@ -1,0 +1,183 @@
+// DESIGN's layer rule, checked on the sources: a layer includes only its own
+// headers and those of the layers below it (public ones in include/kiln/ and
+// internal ones in src/<layer>/); nothing outside src/backend includes a
+// backend's headers; the command line (tools/kiln) uses the public headers
+// only; and every source and header says what it holds in its first comment.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Layers, lowest first. The backends sit beside the compiler: both build on
+// the ops, neither includes the other, and nothing above them includes a
+// backend (nothing above knows how a kernel is written).
+const std::vector<std::string> kLayers{"core", "ops",   "transforms", "compiler", "nn",
+                                       "optim", "data", "io",         "train"};
+
+int rank_of(const std::string& layer) {
+  if (layer == "backend") return 3;  // beside the compiler
+  for (size_t i = 0; i < kLayers.size(); ++i)
+    if (kLayers[i] == layer) return static_cast<int>(i);
+  return -1;
+}
+
+// The layer that owns each public header.
+const std::map<std::string, std::string> kPublic{
+    {"allocator.h", "core"},       {"array.h", "core"},   {"device.h", "core"},
+    {"dtype.h", "core"},           {"error.h", "core"},   {"shape.h", "core"},
+    {"primitive.h", "ops"},        {"ops.h", "ops"},      {"random.h", "ops"},
+    {"transforms.h", "transforms"}, {"compiler.h", "compiler"}, {"kiln.h", "compiler"},
+    {"nn.h", "nn"},                {"optim.h", "optim"},  {"data.h", "data"},
+    {"io.h", "io"},                {"train.h", "train"}};
+
+// The layer an included path belongs to ("" when it is not kiln's).
+std::string layer_of_include(const std::string& inc) {
+  if (inc.rfind("kiln/", 0) == 0) {
+    auto it = kPublic.find(inc.substr(5));
+    return it == kPublic.end() ? "?" + inc : it->second;
+  }
+  const auto slash = inc.find('/');
+  if (slash == std::string::npos) return "";
+  const std::string first = inc.substr(0, slash);
+  return rank_of(first) >= 0 ? first : "";
+}
+
+std::vector<std::string> includes_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> out;
+  static const std::regex re(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);)
+    if (std::regex_search(line, m, re)) out.push_back(m[1]);
+  return out;
+}
+
+bool is_source(const fs::path& p) {
+  const auto e = p.extension();
+  return e == ".cpp" || e == ".h";
+}
+
+const fs::path kRoot = KILN_SOURCE_DIR;
+
+// Every file of the library (src/<layer>/..., include/kiln/...) with its layer.
+std::vector<std::pair<fs::path, std::string>> library_files() {
+  std::vector<std::pair<fs::path, std::string>> files;
+  for (const auto& e : fs::recursive_directory_iterator(kRoot / "src"))
+    if (e.is_regular_file() && is_source(e.path()))
+      files.push_back({e.path(), fs::relative(e.path(), kRoot / "src").begin()->string()});
+  for (const auto& e : fs::directory_iterator(kRoot / "include" / "kiln"))
+    if (e.is_regular_file() && is_source(e.path()))
+      files.push_back({e.path(), kPublic.count(e.path().filename().string())
+                                     ? kPublic.at(e.path().filename().string())
+                                     : "?"});
+  return files;
+}
+
+TEST(Layers, LowerNeverIncludesHigher) {
+  int checked = 0;
+  for (const auto& [file, layer] : library_files()) {
+    ASSERT_GE(rank_of(layer), 0) << file << ": in no layer of DESIGN.md";
+    for (const std::string& inc : includes_of(file)) {
+      const std::string to = layer_of_include(inc);
+      if (to.empty()) continue;
+      ++checked;
+      ASSERT_GE(rank_of(to), 0) << file << " includes \"" << inc << "\", which is in no layer";
+      if (to == "backend")
+        EXPECT_EQ(layer, "backend") << file << " (" << layer << ") includes a backend's \"" << inc
+                                    << "\": only backends know how a kernel is written";
+      else if (layer == "backend")
+        EXPECT_TRUE(to == "core" || to == "ops")
+            << file << " (backend) includes \"" << inc << "\" of layer " << to;
+      else
+        EXPECT_LE(rank_of(to), rank_of(layer))
+            << file << " (layer " << layer << ") includes \"" << inc << "\" of higher layer " << to;
+    }
+  }
+  EXPECT_GT(checked, 100);  // the scan found the includes
+}
+
+TEST(Layers, TheCommandLineUsesPublicHeadersOnly) {
+  for (const auto& e : fs::directory_iterator(kRoot / "tools" / "kiln")) {
+    if (!is_source(e.path())) continue;
+    for (const std::string& inc : includes_of(e.path())) {
+      const std::string to = layer_of_include(inc);
+      EXPECT_TRUE(to.empty() || inc.rfind("kiln/", 0) == 0)
+          << e.path() << " includes the library's internal \"" << inc << "\"";
+    }
+  }
+}
+
+TEST(Layers, EveryFileSaysWhatItHoldsFirst) {
+  std::vector<fs::path> files;
+  for (const auto& [file, layer] : library_files()) files.push_back(file);
+  for (const auto& e : fs::directory_iterator(kRoot / "tools" / "kiln"))
+    if (is_source(e.path())) files.push_back(e.path());
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::string first;
+    std::getline(in, first);
+    EXPECT_EQ(first.rfind("// ", 0), 0u) << file << " does not start with a comment";
+  }
+}
+
+// The length of each function body in `file` (a brace count over the text
+// without comments and string literals; the bodies of namespaces, classes,
+// structs and enums are not functions, the functions inside them are).
+std::vector<std::pair<int, int>> function_lengths(const fs::path& file) {
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text = std::regex_replace(text, std::regex(R"(/\*[\s\S]*?\*/)"), "");
+  text = std::regex_replace(text, std::regex(R"(//[^\n]*)"), "");
+  text = std::regex_replace(text, std::regex(R"re("(\\.|[^"\\\n])*")re"), "\"\"");
+  text = std::regex_replace(text, std::regex(R"re('(\\.|[^'\\\n])')re"), "' '");
+  static const std::regex scope(R"(\b(namespace|class|struct|enum|union)\b[^;{}()]*$)");
+  struct Open {
+    int line;
+    bool scope;
+  };
+  std::vector<Open> stack;
+  std::vector<std::pair<int, int>> out;  // (first line, length)
+  int line = 1;
+  size_t start = 0;  // where the current line starts
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      start = i + 1;
+    } else if (c == '{') {
+      stack.push_back({line, std::regex_search(text.substr(start, i - start), scope)});
+    } else if (c == '}' && !stack.empty()) {
+      const Open o = stack.back();
+      stack.pop_back();
+      bool top = !o.scope;
+      for (const Open& s : stack) top = top && s.scope;
+      if (top) out.push_back({o.line, line - o.line + 1});
+    }
+  }
+  return out;
+}
+
+// Issue #15: the compiler and the trainer in readable pieces.
+TEST(Layers, NoFunctionInTheCompilerOrTheTrainerIsOver120Lines) {
+  int functions = 0;
+  for (const char* dir : {"compiler", "train"})
+    for (const auto& e : fs::directory_iterator(kRoot / "src" / dir)) {
+      if (!is_source(e.path())) continue;
+      for (auto [first, length] : function_lengths(e.path())) {
+        ++functions;
+        EXPECT_LE(length, 120) << e.path() << ":" << first << ": a function of " << length
+                               << " lines";
+      }
+    }
+  EXPECT_GT(functions, 50);
+}
+
+}  // namespace

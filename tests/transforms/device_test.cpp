@@ -1,0 +1,142 @@
+// Device-aware execution, proved on the reference backend (Device::ref(), a
+// second real device on every machine): arrays move between devices, are
+// created on them, run eagerly, lazily and under jit there, and a ViT
+// training step on ref equals the CPU's within rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+
+namespace kiln {
+namespace {
+
+const Device kRef = Device::ref();
+
+TEST(Devices, ArraysMoveBetweenDevicesAndBack) {
+  Array x = random::normal(random::Key(1), {3, 4});
+  Array r = x.to(kRef);
+  EXPECT_EQ(r.device(), kRef);
+  EXPECT_EQ(r.shape(), x.shape());
+  EXPECT_EQ(r.to_vector<float>(), x.to_vector<float>());  // read straight from ref
+  Array back = r.to(Device::cpu());
+  EXPECT_EQ(back.device(), Device::cpu());
+  EXPECT_EQ(back.to_vector<float>(), x.to_vector<float>());
+  EXPECT_TRUE(x.to(Device::cpu()).same(x));  // already there: the array itself
+  // Mixing devices in one op is an error that names both.
+  try {
+    (void)(x + r);
+    FAIL() << "an op over two devices ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu and ref"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Devices, CreationRunsOnTheDevice) {
+  Array f = full({2, 3}, 1.5, DType::f32, kRef);
+  EXPECT_EQ(f.device(), kRef);
+  EXPECT_EQ(f.to_vector<float>(), std::vector<float>(6, 1.5f));
+  Array a = arange(2, 11, 3, DType::i32, kRef);
+  EXPECT_EQ(a.device(), kRef);
+  EXPECT_EQ(a.to_vector<int32_t>(), (std::vector<int32_t>{2, 5, 8}));
+  Array z = zeros_like(f) + scalar_like(f, 2.0);  // constants follow their array
+  EXPECT_EQ(z.device(), kRef);
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(6, 2.0f));
+}
+
+TEST(Devices, GradientsFlowThroughCopies) {
+  Array x = random::normal(random::Key(2), {5});
+  auto f = [](const std::vector<Array>& in) {
+    Array y = exp(in[0].to(kRef)) * 3.0;  // computed on ref
+    return std::vector<Array>{sum(y.to(Device::cpu()))};
+  };
+  auto [outs, grads] = vjp(f, {x}, {scalar_like(x, 1.0)});
+  EXPECT_EQ(grads[0].device(), Device::cpu());
+  auto g = grads[0].to_vector<float>(), xv = x.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], 3.0f * std::exp(xv[i]), 1e-5f);
+}
+
+TEST(Devices, LazyAndJitRunOnTheArgumentsDevice) {
+  auto f = [](const std::vector<Array>& in) {
+    return std::vector<Array>{gelu(matmul(in[0], in[1]) + 1.0), sum(in[0] * in[0], {1})};
+  };
+  std::vector<Array> cpu_args{random::normal(random::Key(3), {4, 6}),
+                              random::normal(random::Key(4), {6, 5})};
+  std::vector<Array> ref_args{cpu_args[0].to(kRef), cpu_args[1].to(kRef)};
+  auto eager = f(ref_args);
+  std::vector<Array> lazy;
+  {
+    LazyScope scope;
+    lazy = f(ref_args);
+  }
+  Jitted jf(f, {});
+  auto compiled = jf(ref_args);
+  auto on_cpu = f(cpu_args);
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(compiled[i].device(), kRef);
+    EXPECT_EQ(lazy[i].to_vector<float>(), eager[i].to_vector<float>());
+    EXPECT_EQ(compiled[i].to_vector<float>(), eager[i].to_vector<float>());
+    auto c = on_cpu[i].to_vector<float>(), r = eager[i].to_vector<float>();
+    for (size_t k = 0; k < c.size(); ++k) EXPECT_NEAR(r[k], c[k], 1e-5f * (1 + std::fabs(c[k])));
+  }
+  // The device is part of the signature: the same shapes on the cpu compile anew.
+  jf(cpu_args);
+  EXPECT_EQ(jf.cache_stats().compiles, 2u);
+  jf(ref_args);
+  EXPECT_EQ(jf.cache_stats().compiles, 2u);
+}
+
+// One SGD training step of a small ViT, jitted with donated parameters, on
+// the reference backend and on the CPU: the same loss and updated parameters
+// within f32 rounding (the CPU's kernels use approximations and f32
+// accumulation, ref f64 throughout).
+TEST(Devices, VitTrainingStepOnRefEqualsTheCpus) {
+  nn::ViTConfig cfg = nn::ViTConfig::preset("vit-tiny");
+  cfg.image_size = 16, cfg.patch_size = 8, cfg.hidden_size = 16, cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 32, cfg.num_hidden_layers = 2, cfg.num_labels = 5;
+  nn::ViTForImageClassification model(cfg);
+  const Params init = model.init(random::Key(7));
+  const Array pixels = random::normal(random::Key(8), {4, 3, 16, 16});
+  const Array labels = Array::from_vector<int32_t>({0, 1, 2, 3}, {4});
+  auto opt = optim::sgd({.lr = 0.1});
+
+  auto run = [&](Device d) {
+    Params p;
+    for (const auto& [name, a] : init) p.emplace(name, a.to(d));
+    optim::State s = opt.init(p);
+    std::vector<std::string> names;
+    for (const auto& [name, a] : p) names.push_back(name);
+    std::vector<Array> args = flatten(p);
+    const size_t np = args.size();
+    args.push_back(pixels.to(d));
+    args.push_back(labels.to(d));
+    auto step = [&](const std::vector<Array>& in) {
+      Params params = unflatten(names, in);
+      auto loss_fn = [&](const Params& q) { return model.loss(model.apply(q, in[np]), in[np + 1]); };
+      auto [loss, grads] = value_and_grad(loss_fn)(params);
+      auto [updated, state] = opt.update(grads, s, params);
+      std::vector<Array> out = flatten(updated);
+      out.push_back(loss);
+      return out;
+    };
+    Jitted jstep(step, {});
+    auto out = jstep(args);
+    for (const auto& a : out) EXPECT_EQ(a.device(), d);
+    return out;
+  };
+  auto cpu = run(Device::cpu()), ref = run(kRef);
+  ASSERT_EQ(cpu.size(), ref.size());
+  EXPECT_NEAR(ref.back().item<float>(), cpu.back().item<float>(), 1e-5);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    auto c = cpu[i].to_vector<float>(), r = ref[i].to_vector<float>();
+    double scale = 1e-6;
+    for (float v : c) scale = std::max(scale, double(std::fabs(v)));
+    for (size_t k = 0; k < c.size(); ++k)
+      ASSERT_NEAR(r[k], c[k], 2e-5 * scale) << "output " << i << " at " << k;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
