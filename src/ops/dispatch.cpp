@@ -82,14 +82,15 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
   if (!table) fail(prim.name(), "no backend is available for " + on.str());
   Kernel k = table->kernels[static_cast<int>(prim.op())];
   if (!k) fail(prim.name(), "no kernel on " + on.str());
+  const KernelContext ctx{on, nullptr, &allocator_for(on)};
   KernelProfile& prof = kernel_profile();
   if (exec_state().check_finite) {
-    k(prim, inputs, out);
+    k(ctx, prim, inputs, out);
     return check_finite(prim, inputs, out);
   }
-  if (!prof.enabled) return k(prim, inputs, out);
+  if (!prof.enabled) return k(ctx, prim, inputs, out);
   auto t0 = std::chrono::steady_clock::now();
-  k(prim, inputs, out);
+  k(ctx, prim, inputs, out);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(prof.mu);
   prof.seconds[static_cast<int>(prim.op())] += s;

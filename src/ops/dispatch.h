@@ -12,9 +12,21 @@
 
 namespace kiln {
 
+// What a kernel runs with: the device it runs on, that device's stream (null
+// for the host backends, whose kernels finish before they return; a queue
+// on a device that runs asynchronously, so that ops are enqueued in order and
+// only reading a value waits), and the allocator for scratch memory that
+// lives until the kernel returns.
+struct KernelContext {
+  Device device;
+  void* stream = nullptr;
+  Allocator* scratch = nullptr;
+};
+
 // A kernel reads its materialized inputs and materializes `out` (whose shape
 // and dtype are already set): it allocates out's buffer, or aliases an input's.
-using Kernel = void (*)(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out);
+using Kernel = void (*)(const KernelContext& ctx, const Primitive& prim,
+                        const std::vector<Array>& inputs, ArrayNode& out);
 
 // What a backend states about what it runs: for each primitive whether it
 // runs it with the given attributes on inputs of the given dtypes (its

@@ -137,7 +137,8 @@ void dispatch_f32_f64(DType dt, const char* op, F&& f) {
   }
 }
 
-void attention_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void attention_kernel(const KernelContext&, const Primitive& p,
+                      const std::vector<Array>& in, ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
   dispatch_f32_f64(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
@@ -147,7 +148,8 @@ void attention_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
   });
 }
 
-void attention_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void attention_grad_kernel(const KernelContext&, const Primitive& p,
+                           const std::vector<Array>& in, ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
   dispatch_f32_f64(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);

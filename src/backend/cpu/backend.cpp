@@ -17,11 +17,16 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
       if (!op_has(ins.op, kFusable)) return false;
     return true;
   };
+  const Attrs& a = p.attrs_variant();
   switch (p.op()) {
-    case Op::MatmulEpilogue: return supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
-    case Op::FusedElementwise: return fusable(p.attrs<FusedAttrs>());
+    case Op::MatmulEpilogue:
+      return std::holds_alternative<EpilogueAttrs>(a) &&
+             supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
+    case Op::FusedElementwise:
+      return std::holds_alternative<FusedAttrs>(a) && fusable(p.attrs<FusedAttrs>());
     case Op::FusedReduce:
-      return fusable(p.attrs<FusedReduceAttrs>().body) &&
+      return std::holds_alternative<FusedReduceAttrs>(a) &&
+             fusable(p.attrs<FusedReduceAttrs>().body) &&
              fusable(p.attrs<FusedReduceAttrs>().epilogue);
     default: return true;
   }

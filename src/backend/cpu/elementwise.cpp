@@ -17,7 +17,8 @@ void unary_apply(const Array& in, ArrayNode& out, F f) {
 }
 
 // Neg, ReLU and Abs also run on integers; the other unary ops on floats.
-void unary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void unary_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   const Op op = p.op();
   auto run = [&](auto t) {
     using T = decltype(t);
@@ -69,7 +70,8 @@ void binary_apply(const std::vector<Array>& in, ArrayNode& out, F f) {
   });
 }
 
-void binary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void binary_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
@@ -90,7 +92,8 @@ void binary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
   });
 }
 
-void compare_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void compare_kernel(const KernelContext&, const Primitive& p,
+                    const std::vector<Array>& in, ArrayNode& out) {
   dispatch_all(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
@@ -104,7 +107,8 @@ void compare_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode&
   });
 }
 
-void where_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void where_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   dispatch_all(in[1].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     const bool* c = in[0].data<bool>();
@@ -119,7 +123,8 @@ void where_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
   });
 }
 
-void cast_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void cast_kernel(const KernelContext&, const Primitive&,
+                 const std::vector<Array>& in, ArrayNode& out) {
   void* y = alloc_output(out);
   DType from = in[0].dtype(), to = out.dtype;
   const char* x = static_cast<const char*>(in[0].raw());
@@ -130,7 +135,8 @@ void cast_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out)
 }
 
 // The output shares the input's storage.
-void alias_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void alias_kernel(const KernelContext&, const Primitive&,
+                  const std::vector<Array>& in, ArrayNode& out) {
   out.buffer = in[0].node()->buffer;
   out.offset = in[0].node()->offset;
 }

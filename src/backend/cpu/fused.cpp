@@ -100,7 +100,8 @@ struct BodyEval {
   }
 };
 
-void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void fused_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   BodyEval body(p.attrs<FusedAttrs>(), in);
   const int64_t total = numel(out.shape);
   float* y = static_cast<float*>(alloc_output(out));
@@ -125,7 +126,8 @@ void reduce_dims(const Shape& s, const std::vector<int>& axes, int64_t& outer, i
   for (size_t i = last + 1; i < s.size(); ++i) inner *= s[i];
 }
 
-void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void fused_reduce_kernel(const KernelContext&, const Primitive& p,
+                         const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<FusedReduceAttrs>();
   const auto& axes = attrs.reduce.axes;
   for (size_t i = 1; i < axes.size(); ++i)

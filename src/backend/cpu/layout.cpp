@@ -31,7 +31,8 @@ void by_size(size_t bytes, const char* op, F&& f) {
   fail(op, "unsupported element size");
 }
 
-void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void transpose_kernel(const KernelContext&, const Primitive& p,
+                      const std::vector<Array>& in, ArrayNode& out) {
   const auto& perm = p.attrs<PermAttrs>().perm;
   auto in_strides = contiguous_strides(in[0].shape());
   StridedView v;
@@ -77,7 +78,8 @@ void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
   });
 }
 
-void broadcast_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void broadcast_kernel(const KernelContext&, const Primitive& p,
+                      const std::vector<Array>& in, ArrayNode& out) {
   void* y = alloc_output(out);
   auto v = make_broadcast_view(out.shape, {in[0].shape()});
   by_size(size_of(out.dtype), p.name(), [&](auto t) {
@@ -86,7 +88,8 @@ void broadcast_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
   });
 }
 
-void concatenate_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void concatenate_kernel(const KernelContext&, const Primitive& p,
+                        const std::vector<Array>& in, ArrayNode& out) {
   int ax = p.attrs<AxisAttrs>().axis;
   size_t es = size_of(out.dtype);
   int64_t outer = 1, inner = es;
@@ -124,7 +127,8 @@ int64_t slice_offset(const SliceAttrs& s) {
   return off;
 }
 
-void slice_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void slice_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<SliceAttrs>();
   void* y = alloc_output(out);
   auto v = collapse(slice_view(s, out.shape));
@@ -134,7 +138,8 @@ void slice_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
   });
 }
 
-void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void slice_grad_kernel(const KernelContext&, const Primitive& p,
+                       const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<SliceAttrs>();
   void* y = alloc_output(out);
   std::memset(y, 0, numel(out.shape) * size_of(out.dtype));
@@ -147,7 +152,8 @@ void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
   });
 }
 
-void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void take_kernel(const KernelContext&, const Primitive& p,
+                 const std::vector<Array>& in, ArrayNode& out) {
   int ax = p.attrs<AxisAttrs>().axis;
   const Array &a = in[0], &idx = in[1];
   int64_t outer = 1, inner = size_of(a.dtype()), dim = a.shape()[ax];
@@ -165,7 +171,8 @@ void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& ou
   });
 }
 
-void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void scatter_add_kernel(const KernelContext&, const Primitive& p,
+                        const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<ScatterAttrs>();
   const Array &idx = in[0], &upd = in[1];
   int64_t outer = 1, inner = 1, dim = s.shape[s.axis];
@@ -191,7 +198,8 @@ void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayN
   });
 }
 
-void one_hot_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void one_hot_kernel(const KernelContext&, const Primitive& p,
+                    const std::vector<Array>& in, ArrayNode& out) {
   const auto& a = p.attrs<OneHotAttrs>();
   std::vector<int64_t> labels(in[0].size());
   dispatch_int(in[0].dtype(), "one_hot", [&](auto t) {

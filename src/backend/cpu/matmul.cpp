@@ -242,7 +242,8 @@ GemmShape gemm_shape(const MatmulAttrs& attrs, const Array& a, const Array& b) {
   return s;
 }
 
-void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void matmul_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   const Array &a = in[0], &b = in[1];
   GemmShape s = gemm_shape(p.attrs<MatmulAttrs>(), a, b);
   void* c = alloc_output(out);
@@ -310,7 +311,8 @@ void apply_epilogue(float* c, int64_t rows, int64_t cols, const std::vector<Epil
 // cache), without a separate kernel or intermediate buffer. (Interleaving the
 // pass with the GEMM per row panel was measured and gained nothing:
 // bench/results/2026-11-30-cpu-analysis-s6.md.)
-void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
+                            const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<EpilogueAttrs>();
   const Array &a = in[0], &b = in[1];
   GemmShape s = gemm_shape(attrs.mm, a, b);

@@ -55,7 +55,8 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
   });
 }
 
-void softmax_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void softmax_kernel(const KernelContext&, const Primitive& p,
+                    const std::vector<Array>& in, ArrayNode& out) {
   int ax = p.attrs<AxisAttrs>().axis;
   const Shape& s = in[0].shape();
   int64_t outer = 1, inner = 1, n = s[ax];
@@ -88,7 +89,8 @@ void row_stats(const T* x, int64_t c, double eps, A& mean, A& rstd) {
 }
 
 // y = (x - mean) * rstd * gamma + beta over the last axis.
-void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void layer_norm_kernel(const KernelContext&, const Primitive& p,
+                       const std::vector<Array>& in, ArrayNode& out) {
   double eps = p.attrs<NormAttrs>().eps;
   int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
   bool affine = in.size() == 3;
@@ -120,7 +122,8 @@ void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
 
 // dx = rstd * (dŷ - mean(dŷ) - x̂ * mean(dŷ * x̂)), with dŷ = dy * gamma.
 // With NormAttrs::residual, the last input r is added: dx + r.
-void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void layer_norm_grad_kernel(const KernelContext&, const Primitive& p,
+                            const std::vector<Array>& in, ArrayNode& out) {
   double eps = p.attrs<NormAttrs>().eps;
   const bool residual = p.attrs<NormAttrs>().residual;
   const size_t n_in = in.size() - (residual ? 1 : 0);
@@ -178,8 +181,8 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
 // blocks then added in order: the result does not depend on the thread count.
 // Within a block, kFlush rows at a time are summed in the compute type and
 // then added to the f64 sums (f32 vectors are twice as wide as f64 ones).
-void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& in,
-                                  ArrayNode& out) {
+void layer_norm_param_grad_kernel(const KernelContext&, const Primitive& p,
+                                  const std::vector<Array>& in, ArrayNode& out) {
   double eps = p.attrs<NormAttrs>().eps;
   const Array &x = in[0], &dy = in[1];
   int64_t c = x.shape().back(), rows = c ? x.size() / c : 0;
@@ -238,7 +241,8 @@ std::vector<int64_t> labels_of(const Array& labels, int64_t classes) {
 }
 
 // loss[r] = logsumexp(logits[r]) - logits[r, label[r]]
-void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void sce_kernel(const KernelContext&, const Primitive& p,
+                const std::vector<Array>& in, ArrayNode& out) {
   const Array& logits = in[0];
   int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
   auto labels = labels_of(in[1], c);
@@ -266,7 +270,8 @@ void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out
 }
 
 // dlogits[r] = (softmax(logits[r]) - onehot(label[r])) * dloss[r]
-void sce_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void sce_grad_kernel(const KernelContext&, const Primitive& p,
+                     const std::vector<Array>& in, ArrayNode& out) {
   const Array& logits = in[0];
   int64_t c = logits.shape().back(), rows = c ? logits.size() / c : 0;
   auto labels = labels_of(in[1], c);

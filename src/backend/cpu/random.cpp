@@ -5,7 +5,8 @@
 namespace kiln::cpu {
 namespace {
 
-void random_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void random_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   const auto& a = p.attrs<RandomAttrs>();
   random::Key key(a.key[0], a.key[1]);
   if (!in.empty()) {  // the key's bits come from an i32[2] array

@@ -99,7 +99,8 @@ Array reduced_last(const Array& x, const std::vector<int>& axes) {
   return t;
 }
 
-void reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void reduce_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<ReduceAttrs>();
   Array x = in[0];
   ReduceView v;

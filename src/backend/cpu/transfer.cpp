@@ -5,7 +5,8 @@
 namespace kiln::cpu {
 namespace {
 
-void copy_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void copy_kernel(const KernelContext&, const Primitive& p,
+                 const std::vector<Array>& in, ArrayNode& out) {
   if (!in[0].device().host_visible())
     fail("copy", "from " + in[0].device().str() + " to " + out.device.str() +
                      ": the cpu backend reads host memory only");
@@ -15,7 +16,8 @@ void copy_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& ou
   parallel_for(bytes, 1, [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, e - b); });
 }
 
-void fill_kernel(const Primitive& p, const std::vector<Array>&, ArrayNode& out) {
+void fill_kernel(const KernelContext&, const Primitive& p,
+                 const std::vector<Array>&, ArrayNode& out) {
   const auto& a = p.attrs<FillAttrs>();
   void* y = alloc_output(out);
   dispatch_all(out.dtype, "fill", [&](auto t) {

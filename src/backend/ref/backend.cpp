@@ -22,7 +22,8 @@ class RefAllocator : public Allocator {
   void release(void* ptr, size_t) override { std::free(ptr); }
 };
 
-void copy_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void copy_kernel(const KernelContext&, const Primitive&,
+                 const std::vector<Array>& in, ArrayNode& out) {
   if (!in[0].device().host_visible())
     fail("copy", "from " + in[0].device().str() + " to " + out.device.str() +
                      ": the ref backend reads host memory only");
@@ -30,7 +31,8 @@ void copy_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out)
   if (in[0].nbytes()) std::memcpy(y, in[0].raw(), in[0].nbytes());
 }
 
-void fill_kernel(const Primitive& p, const std::vector<Array>&, ArrayNode& out) {
+void fill_kernel(const KernelContext&, const Primitive& p,
+                 const std::vector<Array>&, ArrayNode& out) {
   const auto& a = p.attrs<FillAttrs>();
   std::vector<double> v(numel(out.shape));
   for (size_t i = 0; i < v.size(); ++i) v[i] = a.start + static_cast<double>(i) * a.step;

@@ -19,7 +19,8 @@ bool integer_like(DType dt) {
 
 // Neg, ReLU and Abs also run on integers; the other unary ops on floats
 // (f32, f64, bf16), as on the cpu backend.
-void unary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void unary_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   const DType dt = in[0].dtype();
   const bool integer = is_integral(dt);
   if (dt == DType::bool_ || dt == DType::f16 || (integer && !op_has(p.op(), kIntegers)))
@@ -55,7 +56,8 @@ std::vector<int64_t> operand_indices(const Shape& out, const Shape& s) {
 
 // Binary and comparison ops: out[i] = op(a[ia], b[ib]) over the broadcast
 // shape. Operands share a dtype (the op constructors promote them).
-void binary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void binary_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   const DType dt = in[0].dtype();
   const bool compare = op_kind(p.op()) == OpKind::Compare;
   if (dt == DType::f16 || (!compare && dt == DType::bool_)) no_kernel(p, dt);
@@ -85,7 +87,8 @@ void binary_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
 }
 
 // out = cond ? a : b, all three broadcast to the output's shape.
-void where_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void where_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   if (in[1].dtype() == DType::f16) no_kernel(p, in[1].dtype());
   const std::vector<double> c = load(in[0]), a = load(in[1]), b = load(in[2]);
   const std::vector<int64_t> ic = operand_indices(out.shape, in[0].shape());
@@ -99,7 +102,8 @@ void where_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
 // A dtype conversion, element by element with kiln's conversion rule (the
 // one rule every backend shares: bool is x != 0, bf16 rounds through f32,
 // floats to integers truncate).
-void cast_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void cast_kernel(const KernelContext&, const Primitive&,
+                 const std::vector<Array>& in, ArrayNode& out) {
   void* y = alloc_output(out);
   const char* x = static_cast<const char*>(in[0].raw());
   const size_t sx = size_of(in[0].dtype()), sy = size_of(out.dtype);
@@ -108,7 +112,8 @@ void cast_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out)
 }
 
 // Reshape and StopGradient: the output shares the input's storage.
-void alias_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void alias_kernel(const KernelContext&, const Primitive&,
+                  const std::vector<Array>& in, ArrayNode& out) {
   out.buffer = in[0].node()->buffer;
   out.offset = in[0].node()->offset;
 }

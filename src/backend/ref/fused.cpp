@@ -54,7 +54,8 @@ Values run_program(const FusedAttrs& f, std::vector<Values> reg, int64_t n, DTyp
   return std::move(reg.back());
 }
 
-void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void fused_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   const auto& f = p.attrs<FusedAttrs>();
   if (f.reads.size() != in.size())
     fail("FusedElementwise", "expected " + std::to_string(f.reads.size()) + " inputs, got " +
@@ -69,7 +70,8 @@ void fused_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
 // registers in order. The body runs over attrs.shape; its values are summed
 // over attrs.reduce.axes into the output (of the reduced shape); the
 // epilogue, if any, runs over the sums (register epilogue_sum) and is stored.
-void fused_reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void fused_reduce_kernel(const KernelContext&, const Primitive& p,
+                         const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<FusedReduceAttrs>();
   const size_t nbody = attrs.body.reads.size();
   const bool has_epilogue = !attrs.epilogue.program.empty();

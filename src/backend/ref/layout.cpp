@@ -17,7 +17,8 @@ inline void move_element(void* dst, int64_t o, const void* src, int64_t i, size_
 }
 
 // out[j] = in[j[perm^-1]]: output axis d is input axis perm[d].
-void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void transpose_kernel(const KernelContext&, const Primitive& p,
+                      const std::vector<Array>& in, ArrayNode& out) {
   const auto& perm = p.attrs<PermAttrs>().perm;
   const Shape& s = in[0].shape();
   const size_t es = size_of(out.dtype);
@@ -29,14 +30,16 @@ void transpose_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
   }
 }
 
-void broadcast_kernel(const Primitive&, const std::vector<Array>& in, ArrayNode& out) {
+void broadcast_kernel(const KernelContext&, const Primitive&,
+                      const std::vector<Array>& in, ArrayNode& out) {
   const size_t es = size_of(out.dtype);
   void* y = alloc_output(out);
   for (int64_t o = 0; o < numel(out.shape); ++o)
     move_element(y, o, in[0].raw(), broadcast_index(unravel(o, out.shape), in[0].shape()), es);
 }
 
-void concatenate_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void concatenate_kernel(const KernelContext&, const Primitive& p,
+                        const std::vector<Array>& in, ArrayNode& out) {
   const int ax = p.attrs<AxisAttrs>().axis;
   const size_t es = size_of(out.dtype);
   void* y = alloc_output(out);
@@ -49,7 +52,8 @@ void concatenate_kernel(const Primitive& p, const std::vector<Array>& in, ArrayN
 }
 
 // Output element j is element start + j * step of the full (input) array.
-void slice_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void slice_kernel(const KernelContext&, const Primitive& p,
+                  const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<SliceAttrs>();
   const size_t es = size_of(out.dtype);
   void* y = alloc_output(out);
@@ -62,7 +66,8 @@ void slice_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& o
 
 // The transpose of Slice: zeros of the full shape, input element j written at
 // start + j * step.
-void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void slice_grad_kernel(const KernelContext&, const Primitive& p,
+                       const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<SliceAttrs>();
   const size_t es = size_of(out.dtype);
   void* y = alloc_output(out);
@@ -77,7 +82,8 @@ void slice_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
 
 // a viewed as [outer, dim, inner], indices as n values: the output is
 // [outer, n, inner] with out[o, j, k] = a[o, index[j], k].
-void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void take_kernel(const KernelContext&, const Primitive& p,
+                 const std::vector<Array>& in, ArrayNode& out) {
   const int ax = p.attrs<AxisAttrs>().axis;
   const Array &a = in[0], &idx = in[1];
   const Shape& s = a.shape();
@@ -97,7 +103,8 @@ void take_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& ou
 
 // The transpose of Take: zeros(shape), viewed as [outer, dim, inner], plus
 // updates [outer, n, inner] added at out[o, index[j], k] (repeats add up).
-void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void scatter_add_kernel(const KernelContext&, const Primitive& p,
+                        const std::vector<Array>& in, ArrayNode& out) {
   const auto& s = p.attrs<ScatterAttrs>();
   const Array &idx = in[0], &upd = in[1];
   int64_t outer = 1, inner = 1;
@@ -127,7 +134,8 @@ void scatter_add_kernel(const Primitive& p, const std::vector<Array>& in, ArrayN
 
 // Row i is 1 at labels[i] and 0 elsewhere; a label outside [0, depth) gives
 // a row of zeros (as in JAX).
-void one_hot_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void one_hot_kernel(const KernelContext&, const Primitive& p,
+                    const std::vector<Array>& in, ArrayNode& out) {
   const int64_t depth = p.attrs<OneHotAttrs>().depth;
   if (!is_integral(in[0].dtype()))
     fail("one_hot", std::string("indices must be i32 or i64, got ") + name_of(in[0].dtype()));

@@ -56,7 +56,8 @@ std::vector<double> gemm(const Gemm& g, const std::vector<double>& a,
   return c;
 }
 
-void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void matmul_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   check_float(p, in[0], in[1]);
   const Gemm g = gemm_of(p.attrs<MatmulAttrs>(), in[0], in[1]);
   store(out, gemm(g, load(in[0]), load(in[1])));
@@ -65,7 +66,8 @@ void matmul_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& 
 // Each step applies its op to the running value (the left operand) and, for a
 // binary step, operand 2 + step.operand read at output element i as Whole
 // (element i), Row (element i mod N: one value per output column) or Scalar.
-void matmul_epilogue_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
+                            const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<EpilogueAttrs>();
   check_float(p, in[0], in[1]);
   const Gemm g = gemm_of(attrs.mm, in[0], in[1]);

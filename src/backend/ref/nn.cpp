@@ -27,7 +27,8 @@ double row_max(const double* x, int64_t n, int64_t stride) {
 
 // x viewed as [outer, n, inner]; each of the outer * inner rows (stride
 // inner) is normalized.
-void softmax_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void softmax_kernel(const KernelContext&, const Primitive& p,
+                    const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const int ax = p.attrs<AxisAttrs>().axis;
   const Shape& s = in[0].shape();
@@ -64,7 +65,8 @@ void row_stats(const double* x, int64_t c, double eps, double& mean, double& rst
 
 // y = (x - mean) * rstd [* gamma + beta] over the last axis; inputs x or
 // x, gamma, beta.
-void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void layer_norm_kernel(const KernelContext&, const Primitive& p,
+                       const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const double eps = p.attrs<NormAttrs>().eps;
   const bool affine = in.size() == 3;
@@ -88,7 +90,8 @@ void layer_norm_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNo
 // dx = rstd * (dŷ - mean(dŷ) - x̂ * mean(dŷ * x̂)), plus r with
 // NormAttrs::residual (dx rounded to the dtype first, as the unfused
 // LayerNormGrad stores it before the Add).
-void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void layer_norm_grad_kernel(const KernelContext&, const Primitive& p,
+                            const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const auto& attrs = p.attrs<NormAttrs>();
   const size_t n_in = in.size() - (attrs.residual ? 1 : 0);
@@ -122,8 +125,8 @@ void layer_norm_grad_kernel(const Primitive& p, const std::vector<Array>& in, Ar
 }
 
 // [2, C]: the sums over rows of dy * x̂ (gamma's gradient) and of dy (beta's).
-void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& in,
-                                  ArrayNode& out) {
+void layer_norm_param_grad_kernel(const KernelContext&, const Primitive& p,
+                                  const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const double eps = p.attrs<NormAttrs>().eps;
   const int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
@@ -142,7 +145,8 @@ void layer_norm_param_grad_kernel(const Primitive& p, const std::vector<Array>& 
 
 // loss[r] = logsumexp(logits[r]) - logits[r, label[r]] (f64 for f64 logits,
 // else f32: the output's dtype).
-void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void sce_kernel(const KernelContext&, const Primitive& p,
+                const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
   const std::vector<int64_t> labels =
@@ -160,7 +164,8 @@ void sce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out
 
 // Inputs logits, labels, dloss: dlogits[r] = (softmax(logits[r]) -
 // onehot(label[r])) * dloss[r].
-void sce_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void sce_grad_kernel(const KernelContext&, const Primitive& p,
+                     const std::vector<Array>& in, ArrayNode& out) {
   require_float(p, in[0].dtype());
   const int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
   const std::vector<int64_t> labels =
@@ -215,7 +220,8 @@ std::vector<double> probabilities(const std::vector<double>& qkv, const Qkv& g, 
 }
 
 // out [B, T, H, D]: O = P V per batch and head.
-void attention_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void attention_kernel(const KernelContext&, const Primitive& p,
+                      const std::vector<Array>& in, ArrayNode& out) {
   require_attention_dtype(p, in[0].dtype());
   const double scale = p.attrs<AttentionAttrs>().scale;
   const Qkv g(in[0].shape());
@@ -238,7 +244,8 @@ void attention_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNod
 // S = scale · Q Kᵀ, P = softmax(S), O = P V:
 //   dV = Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP - rowsum(dP ⊙ P)),
 //   dQ = scale · dS K, dK = scale · dSᵀ Q.
-void attention_grad_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void attention_grad_kernel(const KernelContext&, const Primitive& p,
+                           const std::vector<Array>& in, ArrayNode& out) {
   require_attention_dtype(p, in[0].dtype());
   const double scale = p.attrs<AttentionAttrs>().scale;
   const Qkv g(in[0].shape());

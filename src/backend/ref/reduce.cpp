@@ -43,7 +43,8 @@ double max_identity(DType dt) {
   }
 }
 
-void reduce_kernel(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+void reduce_kernel(const KernelContext&, const Primitive& p,
+                   const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<ReduceAttrs>();
   const Array& x = in[0];
   const DType dt = x.dtype();
