@@ -21,18 +21,22 @@ struct Key {
 std::vector<Key> split(const Key& key, int num = 2);
 Key fold_in(const Key& key, uint32_t data);
 
+// Draws on `device` (the same numbers on every device for the same key).
 Array uniform(const Key& key, const Shape& shape, double low = 0.0, double high = 1.0,
-              DType dtype = DType::f32);
-Array normal(const Key& key, const Shape& shape, DType dtype = DType::f32);
+              DType dtype = DType::f32, Device device = Device::cpu());
+Array normal(const Key& key, const Shape& shape, DType dtype = DType::f32,
+             Device device = Device::cpu());
 // Standard normal conditioned on [lower, upper] (jax.random.truncated_normal).
 Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0, double upper = 2.0,
-                       DType dtype = DType::f32);
-Array bernoulli(const Key& key, const Shape& shape, double p = 0.5);  // bool
+                       DType dtype = DType::f32, Device device = Device::cpu());
+Array bernoulli(const Key& key, const Shape& shape, double p = 0.5,
+                Device device = Device::cpu());  // bool
 
 // A key as an i32[2] array of its bits: a key that a compiled function takes
 // as an argument, so that each call draws anew (as JAX passes keys to jit).
-Array key_array(const Key& key);
-// bernoulli(fold_in(key, data), shape, p) for a key held in an array.
+Array key_array(const Key& key, Device device = Device::cpu());
+// bernoulli(fold_in(key, data), shape, p) for a key held in an array, on the
+// key array's device.
 Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p = 0.5);
 
 // Threefry-2x32 with 20 rounds: the block function used by all of the above.

@@ -43,10 +43,11 @@ class Dropout {
     if (!active_ || p <= 0) return x;
     if (p >= 1) return x * 0.0;
     uint32_t site = counter_++;
-    Array keep = key_array_.valid()
-                     ? random::bernoulli(key_array_, site, x.shape(), 1.0 - p)
-                     : random::bernoulli(random::fold_in(key_, site), x.shape(), 1.0 - p);
-    return where(keep.to(x.device()), x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
+    Array keep =
+        key_array_.valid()
+            ? random::bernoulli(key_array_.to(x.device()), site, x.shape(), 1.0 - p)
+            : random::bernoulli(random::fold_in(key_, site), x.shape(), 1.0 - p, x.device());
+    return where(keep, x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
   }
 
  private:

@@ -216,7 +216,8 @@ void forget_release_candidates() {
   release_candidates().clear();
 }
 
-Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype, int reuse) {
+Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype, int reuse,
+                 std::optional<Device> device) {
   for (auto& in : inputs)
     if (!in.valid()) fail(prim.name(), "use of an empty Array handle as an input");
   auto node = std::make_shared<ArrayNode>();
@@ -225,7 +226,8 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
   // A transfer makes its value on the device its attributes name; every
   // other op runs on its inputs' device.
   const bool transfer = op_kind(prim.op()) == OpKind::Transfer;
-  node->device = transfer            ? prim.attrs<DeviceAttrs>().to
+  node->device = transfer         ? prim.attrs<DeviceAttrs>().to
+                 : device         ? *device
                  : inputs.empty() ? Device::cpu()
                                   : inputs[0].device();
   for (auto& in : inputs)

@@ -4,6 +4,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,10 @@ ExecState& exec_state();
 // eager mode, records it otherwise. An elementwise kernel may be offered input
 // `reuse` (its shape and dtype the output's) for its output buffer; eager
 // mode takes it when no handle, view or VJP rule can read that input again.
+// The array is on `device` where given (an op without inputs: a random
+// draw), else on its inputs' device (a Copy: on the device it copies to).
 Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype,
-                 int reuse = -1);
+                 int reuse = -1, std::optional<Device> device = std::nullopt);
 
 // Drops a materialized node's graph edges (its producer and inputs).
 void detach(ArrayNode& node);

@@ -23,14 +23,14 @@ Key derive(const Key& key, uint32_t domain, uint32_t data) {
 }
 
 Array draw(const Key& key, const Shape& shape, RandomKind kind, double a, double b, DType dtype,
-           const char* op) {
+           Device device, const char* op) {
   for (auto d : shape)
     if (d < 0) fail(op, "negative dimension in shape " + str(shape));
   if (kind != RandomKind::Bernoulli &&
       !(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16))
     fail(op, std::string("dtype must be f32, f64 or bf16, got ") + name_of(dtype));
   RandomAttrs attrs{{key.k[0], key.k[1]}, kind, a, b, shape, dtype};
-  return make_array(Primitive(Op::Random, attrs), {}, shape, dtype);
+  return make_array(Primitive(Op::Random, attrs), {}, shape, dtype, -1, device);
 }
 
 }  // namespace
@@ -136,25 +136,26 @@ Key fold_in(const Key& key, uint32_t data) {
   return derive(key, kFoldIn, data);
 }
 
-Array uniform(const Key& key, const Shape& shape, double low, double high, DType dtype) {
+Array uniform(const Key& key, const Shape& shape, double low, double high, DType dtype,
+              Device device) {
   if (!(low < high)) fail("random.uniform", "low must be below high");
-  return draw(key, shape, RandomKind::Uniform, low, high, dtype, "random.uniform");
+  return draw(key, shape, RandomKind::Uniform, low, high, dtype, device, "random.uniform");
 }
 
-Array normal(const Key& key, const Shape& shape, DType dtype) {
-  return draw(key, shape, RandomKind::Normal, 0, 1, dtype, "random.normal");
+Array normal(const Key& key, const Shape& shape, DType dtype, Device device) {
+  return draw(key, shape, RandomKind::Normal, 0, 1, dtype, device, "random.normal");
 }
 
 Array truncated_normal(const Key& key, const Shape& shape, double lower, double upper,
-                       DType dtype) {
+                       DType dtype, Device device) {
   if (!(lower < upper)) fail("random.truncated_normal", "lower must be below upper");
-  return draw(key, shape, RandomKind::TruncatedNormal, lower, upper, dtype,
+  return draw(key, shape, RandomKind::TruncatedNormal, lower, upper, dtype, device,
               "random.truncated_normal");
 }
 
-Array key_array(const Key& key) {
+Array key_array(const Key& key, Device device) {
   std::vector<int32_t> bits{static_cast<int32_t>(key.k[0]), static_cast<int32_t>(key.k[1])};
-  return Array::from_vector(bits, {2});
+  return Array::from_data(bits.data(), {2}, DType::i32, device);
 }
 
 Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p) {
@@ -166,10 +167,10 @@ Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p) {
   return make_array(Primitive(Op::Random, attrs), {key}, shape, DType::bool_);
 }
 
-Array bernoulli(const Key& key, const Shape& shape, double p) {
+Array bernoulli(const Key& key, const Shape& shape, double p, Device device) {
   if (!(p >= 0 && p <= 1))
     fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));
-  return draw(key, shape, RandomKind::Bernoulli, p, 0, DType::bool_, "random.bernoulli");
+  return draw(key, shape, RandomKind::Bernoulli, p, 0, DType::bool_, device, "random.bernoulli");
 }
 
 }  // namespace kiln::random

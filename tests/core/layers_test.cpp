@@ -5,10 +5,11 @@
 // only; and every source and header says what it holds in its first comment.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,10 +54,15 @@ std::string layer_of_include(const std::string& inc) {
 std::vector<std::string> includes_of(const fs::path& file) {
   std::ifstream in(file);
   std::vector<std::string> out;
-  static const std::regex re(R"re(^\s*#\s*include\s*"([^"]+)")re");
-  std::smatch m;
-  for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, m, re)) out.push_back(m[1]);
+  for (std::string line; std::getline(in, line);) {
+    const size_t hash = line.find_first_not_of(" \t");
+    if (hash == std::string::npos || line[hash] != '#') continue;
+    const size_t inc = line.find_first_not_of(" \t", hash + 1);
+    if (inc == std::string::npos || line.compare(inc, 7, "include") != 0) continue;
+    const size_t open = line.find('"', inc + 7);
+    const size_t close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close != std::string::npos) out.push_back(line.substr(open + 1, close - open - 1));
+  }
   return out;
 }
 
@@ -128,23 +134,67 @@ TEST(Layers, EveryFileSaysWhatItHoldsFirst) {
   }
 }
 
-// The length of each function body in `file` (a brace count over the text
-// without comments and string literals; the bodies of namespaces, classes,
-// structs and enums are not functions, the functions inside them are).
-std::vector<std::pair<int, int>> function_lengths(const fs::path& file) {
+// The text of `file` with comments, string literals and character literals
+// blanked out (newlines kept, so that line numbers stay).
+std::string code_only(const fs::path& file) {
   std::ifstream in(file);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  text = std::regex_replace(text, std::regex(R"(/\*[\s\S]*?\*/)"), "");
-  text = std::regex_replace(text, std::regex(R"(//[^\n]*)"), "");
-  text = std::regex_replace(text, std::regex(R"re("(\\.|[^"\\\n])*")re"), "\"\"");
-  text = std::regex_replace(text, std::regex(R"re('(\\.|[^'\\\n])')re"), "' '");
-  static const std::regex scope(R"(\b(namespace|class|struct|enum|union)\b[^;{}()]*$)");
+  std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out(t.size(), ' ');
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '\n') {
+      out[i] = '\n';
+    } else if (t.compare(i, 2, "//") == 0) {
+      while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+    } else if (t.compare(i, 2, "/*") == 0) {
+      for (i += 2; i + 1 < t.size() && t.compare(i, 2, "*/") != 0; ++i)
+        if (t[i] == '\n') out[i] = '\n';
+      ++i;
+    } else if (t[i] == '"' || t[i] == '\'') {
+      const char q = t[i];
+      if (q == '"' && i > 0 && t[i - 1] == 'R') {  // a raw string: R"delim( ... )delim"
+        const size_t paren = t.find('(', i);
+        const std::string end = ")" + t.substr(i + 1, paren - i - 1) + "\"";
+        const size_t stop = t.find(end, paren);
+        for (size_t k = i; k < stop; ++k)
+          if (t[k] == '\n') out[k] = '\n';
+        i = stop + end.size() - 1;
+        continue;
+      }
+      for (++i; i < t.size() && t[i] != q && t[i] != '\n'; ++i)
+        if (t[i] == '\\') ++i;
+    } else {
+      out[i] = t[i];
+    }
+  }
+  return out;
+}
+
+// Whether the code before a '{' on its line opens a namespace, class, struct,
+// enum or union body (not a function's).
+bool opens_scope(const std::string& before) {
+  for (const char* kw : {"namespace", "class", "struct", "enum", "union"}) {
+    const size_t at = before.rfind(kw);
+    if (at == std::string::npos) continue;
+    const size_t end = at + std::string(kw).size();
+    const bool word = (at == 0 || !(std::isalnum(static_cast<unsigned char>(before[at - 1])) ||
+                                     before[at - 1] == '_')) &&
+                      (end == before.size() || before[end] == ' ' || before[end] == '{');
+    if (word && before.find_first_of(";(){}", end) == std::string::npos) return true;
+  }
+  return false;
+}
+
+// The first line and length of each function body in `file`: a brace count
+// over its code; the bodies of namespaces, classes, structs and enums are not
+// functions, the functions inside them are.
+std::vector<std::pair<int, int>> function_lengths(const fs::path& file) {
+  const std::string text = code_only(file);
   struct Open {
     int line;
     bool scope;
   };
   std::vector<Open> stack;
-  std::vector<std::pair<int, int>> out;  // (first line, length)
+  std::vector<std::pair<int, int>> out;
   int line = 1;
   size_t start = 0;  // where the current line starts
   for (size_t i = 0; i < text.size(); ++i) {
@@ -153,7 +203,7 @@ std::vector<std::pair<int, int>> function_lengths(const fs::path& file) {
       ++line;
       start = i + 1;
     } else if (c == '{') {
-      stack.push_back({line, std::regex_search(text.substr(start, i - start), scope)});
+      stack.push_back({line, opens_scope(text.substr(start, i - start))});
     } else if (c == '}' && !stack.empty()) {
       const Open o = stack.back();
       stack.pop_back();

@@ -4,6 +4,8 @@
 // finite differences in f64.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -658,6 +660,29 @@ TEST_P(OpTableGrad, VjpMatchesFiniteDifferences) {
       EXPECT_NEAR(g.v[i], numeric, 1e-6 + 1e-5 * std::fabs(numeric))
           << c.name << ": d/d input " << k << " at flat index " << i;
     }
+  }
+}
+
+// Max propagates NaN and gives -inf for a slice of -infs (as NumPy, JAX and
+// PyTorch), along rows and columns, on the cpu and on ref, eager and jit.
+TEST(Reduce, MaxPropagatesNanAndKeepsMinusInfinity) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  // Rows of 11 (past the row kernel's 8 accumulators): a NaN, all -inf, plain.
+  std::vector<float> v(33, -inf);
+  for (int k = 0; k < 11; ++k) v[k] = static_cast<float>(k), v[22 + k] = static_cast<float>(-k);
+  v[5] = nan;
+  Array x = Array::from_vector(v, {3, 11});
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    auto f = [](const std::vector<Array>& a) {
+      return std::vector<Array>{max(a[0], {1}), max(transpose(a[0]), {0})};
+    };
+    for (const auto& outs : {f({x.to(d)}), jit(f)({x.to(d)})})
+      for (const Array& m : outs) {
+        auto r = m.to_vector<float>();
+        EXPECT_TRUE(std::isnan(r[0])) << d.str();
+        EXPECT_EQ(r[1], -inf) << d.str();
+        EXPECT_EQ(r[2], 0.0f) << d.str();
+      }
   }
 }
 

@@ -46,6 +46,25 @@ TEST(Devices, CreationRunsOnTheDevice) {
   EXPECT_EQ(z.to_vector<float>(), std::vector<float>(6, 2.0f));
 }
 
+// Random draws are made on the device asked for: the same numbers as the
+// CPU's for the same key, and a key held in an array draws on its device.
+TEST(Devices, RandomDrawsOnTheDevice) {
+  const random::Key key(42);
+  Array c = random::normal(key, {3, 5}), r = random::normal(key, {3, 5}, DType::f32, kRef);
+  EXPECT_EQ(r.device(), kRef);
+  EXPECT_EQ(r.to_vector<float>(), c.to_vector<float>());
+  Array tc = random::truncated_normal(key, {7}, -1.0, 1.5);
+  Array tr = random::truncated_normal(key, {7}, -1.0, 1.5, DType::f32, kRef);
+  EXPECT_EQ(tr.to_vector<float>(), tc.to_vector<float>());
+  Array kc = random::key_array(key), kr = random::key_array(key, kRef);
+  EXPECT_EQ(kr.device(), kRef);
+  Array bc = random::bernoulli(kc, 3, {4, 4}, 0.3), br = random::bernoulli(kr, 3, {4, 4}, 0.3);
+  EXPECT_EQ(br.device(), kRef);
+  EXPECT_EQ(br.to_vector<bool>(), bc.to_vector<bool>());
+  EXPECT_EQ(random::bernoulli(key, {9}, 0.5, kRef).to_vector<bool>(),
+            random::bernoulli(key, {9}, 0.5).to_vector<bool>());
+}
+
 TEST(Devices, GradientsFlowThroughCopies) {
   Array x = random::normal(random::Key(2), {5});
   auto f = [](const std::vector<Array>& in) {

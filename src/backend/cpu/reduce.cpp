@@ -44,8 +44,12 @@ using sum_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, acc_t<T>>;
 template <typename T, bool IsMax>
 void reduce_typed(const T* x, T* y, const ReduceView& v) {
   using A = std::conditional_t<IsMax, acc_t<T>, sum_acc_t<T>>;
-  auto combine = [](A a, A b) { return IsMax ? (b > a ? b : a) : a + b; };
-  const A init = IsMax ? std::numeric_limits<A>::lowest() : A(0);
+  // Max propagates NaN (as NumPy, JAX and PyTorch) and starts from -inf for
+  // floats, so that a slice of -infs gives -inf.
+  auto combine = [](A a, A b) { return IsMax ? ((b > a || b != b) ? b : a) : a + b; };
+  const A init = !IsMax                                    ? A(0)
+                 : std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                         : std::numeric_limits<A>::lowest();
   if (v.inner == 1) {
     // Row reduction: several accumulators keep the vector units busy.
     parallel_for(v.outer, v.reduced, [&](int64_t b, int64_t e) {

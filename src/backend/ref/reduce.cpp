@@ -1,5 +1,5 @@
 // kiln ref backend: reductions — Sum (f64 accumulation for floats, int64 for
-// integers), Max (NaN skipped, as the cpu backend's comparisons skip it) and
+// integers), Max (NaN propagates; -inf for an all -inf slice) and
 // Argmax (i32 output; first maximum wins, a NaN beats any number) — over any
 // set of axes, by one pass over the input in row-major order.
 #include <cmath>
@@ -29,14 +29,13 @@ std::vector<int64_t> output_positions(const Shape& s, const std::vector<int>& ax
   return pos;
 }
 
-// The identity of Max: the lowest finite value of the type the cpu backend
-// compares in (float for f32 and bf16), so that a slice of NaNs or -infs
-// gives what it gives there.
+// The identity of Max: -inf for floats (a slice of -infs gives -inf), the
+// lowest value for integers.
 double max_identity(DType dt) {
   switch (dt) {
-    case DType::f64: return std::numeric_limits<double>::lowest();
+    case DType::f64:
     case DType::f32:
-    case DType::bf16: return std::numeric_limits<float>::lowest();
+    case DType::bf16: return -std::numeric_limits<double>::infinity();
     case DType::i32: return std::numeric_limits<int32_t>::lowest();
     case DType::i64: return static_cast<double>(std::numeric_limits<int64_t>::lowest());
     default: return 0;
@@ -66,8 +65,8 @@ void reduce_kernel(const KernelContext&, const Primitive& p,
       break;
     case Op::Max:
       std::fill(y.begin(), y.end(), max_identity(dt));
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i] > y[pos[i]]) y[pos[i]] = v[i];
+      for (size_t i = 0; i < v.size(); ++i)  // NaN propagates
+        if (v[i] > y[pos[i]] || std::isnan(v[i])) y[pos[i]] = v[i];
       break;
     case Op::Argmax: {
       // The input is visited in row-major order, so each output position
