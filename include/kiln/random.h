@@ -49,8 +49,13 @@ struct DrawSpec {
   uint32_t key[2];  // the draw key: derived from the user's key by draw_key()
   RandomKind kind;
   double a, b;  // as in RandomAttrs; truncated normal: erf of the bounds
+  double lower = 0, upper = 0;  // truncated normal: the bounds, which draws never leave
 };
 DrawSpec draw_spec(const Key& key, RandomKind kind, double a = 0, double b = 1);
+// The spec of a Random primitive's draw: its key, or the bits of the i32[2]
+// key array `key_bits` (its input, when it has one), folded as the
+// attributes say. Every backend's Random kernel starts here.
+DrawSpec draw_spec(const RandomAttrs& attrs, const int32_t* key_bits);
 void draw_block(const DrawSpec& spec, uint64_t block, double out[2]);
 // Fills out[0..n) with a standard normal draw (serial; for data loaders).
 void fill_normal(const Key& key, float* out, int64_t n);

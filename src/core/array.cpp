@@ -98,6 +98,7 @@ void convert_from(const S* s, void* dst, DType dt, int64_t n) {
 }  // namespace
 
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (n <= 0) return;  // empty arrays may have no storage at all
   if (st == dt) {
     std::memcpy(dst, src, n * size_of(st));
     return;

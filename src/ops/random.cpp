@@ -83,8 +83,16 @@ DrawSpec draw_spec(const Key& key, RandomKind kind, double a, double b) {
   if (kind == RandomKind::TruncatedNormal) {
     s.a = std::erf(a / std::sqrt(2.0));
     s.b = std::erf(b / std::sqrt(2.0));
+    s.lower = a, s.upper = b;
   }
   return s;
+}
+
+DrawSpec draw_spec(const RandomAttrs& attrs, const int32_t* key_bits) {
+  Key key(attrs.key[0], attrs.key[1]);
+  if (key_bits) key = Key(static_cast<uint32_t>(key_bits[0]), static_cast<uint32_t>(key_bits[1]));
+  if (attrs.fold) key = fold_in(key, attrs.fold_data);
+  return draw_spec(key, attrs.kind, attrs.a, attrs.b);
 }
 
 void draw_block(const DrawSpec& s, uint64_t j, double v[2]) {
@@ -106,7 +114,7 @@ void draw_block(const DrawSpec& s, uint64_t j, double v[2]) {
       // erf of the bounds over sqrt(2).
       for (int k = 0; k < 2; ++k) {
         double y = s.a + (u[k] + 0x1p-25) * (s.b - s.a);
-        v[k] = std::sqrt(2.0) * erfinv(y);
+        v[k] = std::fmin(std::fmax(std::sqrt(2.0) * erfinv(y), s.lower), s.upper);
       }
       break;
     case RandomKind::Bernoulli:

@@ -1,4 +1,4 @@
-// kiln cpu backend: helpers shared by the kernels (strided views, indices).
+// kiln cpu backend: helpers shared by the kernels (strided views).
 #include "backend/cpu/cpu_common.h"
 
 namespace kiln::cpu {
@@ -15,23 +15,6 @@ StridedView make_broadcast_view(const Shape& out, const std::vector<Shape>& inpu
     v.strides.push_back(std::move(st));
   }
   return collapse(std::move(v));
-}
-
-std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
-                                  const char* what) {
-  std::vector<int64_t> out(idx.size());
-  dispatch_int(idx.dtype(), op, [&](auto t) {
-    const auto* ix = idx.data<decltype(t)>();
-    int64_t lo = wrap ? -dim : 0;
-    for (int64_t j = 0; j < idx.size(); ++j) {
-      int64_t v = ix[j];
-      if (v < lo || v >= dim)
-        fail(op, std::string(what) + " " + std::to_string(v) + " at position " + std::to_string(j) +
-                     " is outside [" + std::to_string(lo) + ", " + std::to_string(dim) + ")");
-      out[j] = v < 0 ? v + dim : v;
-    }
-  });
-  return out;
 }
 
 StridedView collapse(StridedView v) {

@@ -11,6 +11,7 @@
 #include "kiln/array.h"
 #include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/indices.h"
 #include "ops/scalar.h"
 
 namespace kiln::cpu {
@@ -72,12 +73,6 @@ void dispatch_int(DType dt, const char* op, F&& f) {
     default: fail(op, std::string("indices must be i32 or i64, got ") + name_of(dt));
   }
 }
-
-// Reads integer indices (i32 or i64) as int64. Each must lie in [-dim, dim)
-// when negative ones wrap (as NumPy's), else in [0, dim); the error names the
-// op, the value and its position.
-std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
-                                  const char* what);
 
 // Splits [0, n) into one contiguous range per thread and calls f(begin, end).
 template <typename F>

@@ -8,13 +8,8 @@ namespace {
 void random_kernel(const KernelContext&, const Primitive& p,
                    const std::vector<Array>& in, ArrayNode& out) {
   const auto& a = p.attrs<RandomAttrs>();
-  random::Key key(a.key[0], a.key[1]);
-  if (!in.empty()) {  // the key's bits come from an i32[2] array
-    const int32_t* bits = in[0].data<int32_t>();
-    key = random::Key(static_cast<uint32_t>(bits[0]), static_cast<uint32_t>(bits[1]));
-  }
-  if (a.fold) key = random::fold_in(key, a.fold_data);
-  random::DrawSpec spec = random::draw_spec(key, a.kind, a.a, a.b);
+  const random::DrawSpec spec =
+      random::draw_spec(a, in.empty() ? nullptr : in[0].data<int32_t>());
   int64_t n = numel(out.shape);
   int64_t blocks = (n + 1) / 2;
   void* y = alloc_output(out);
@@ -31,8 +26,6 @@ void random_kernel(const KernelContext&, const Primitive& p,
     for (int64_t j = b; j < e; ++j) {
       double v[2];
       random::draw_block(spec, static_cast<uint64_t>(j), v);
-      if (a.kind == RandomKind::TruncatedNormal)
-        for (double& x : v) x = std::fmin(std::fmax(x, a.a), a.b);  // guard the bounds
       store(2 * j, v[0]);
       if (2 * j + 1 < n) store(2 * j + 1, v[1]);
     }

@@ -1,7 +1,7 @@
 // kiln ref backend: layout kernels — Transpose, BroadcastTo, Concatenate,
 // Slice, SliceGrad and Take move whole elements (bytes, so every dtype is
 // exact), each output element found from its multi-index; ScatterAdd sums
-// in f64 (int64 for integers); OneHot writes 0s and 1s. Also read_indices.
+// in f64 (int64 for integers); OneHot writes 0s and 1s.
 #include <cstdint>
 #include <cstring>
 
@@ -151,23 +151,6 @@ void one_hot_kernel(const KernelContext&, const Primitive& p,
 }
 
 }  // namespace
-
-std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
-                                  const char* what) {
-  if (!is_integral(idx.dtype()))
-    fail(op, std::string("indices must be i32 or i64, got ") + name_of(idx.dtype()));
-  const std::vector<double> v = load(idx);
-  std::vector<int64_t> out(v.size());
-  const int64_t lo = wrap ? -dim : 0;
-  for (size_t j = 0; j < v.size(); ++j) {
-    const int64_t x = static_cast<int64_t>(v[j]);
-    if (x < lo || x >= dim)
-      fail(op, std::string(what) + " " + std::to_string(x) + " at position " + std::to_string(j) +
-                   " is outside [" + std::to_string(lo) + ", " + std::to_string(dim) + ")");
-    out[j] = x < 0 ? x + dim : x;
-  }
-  return out;
-}
 
 void register_layout(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Transpose)] = transpose_kernel;

@@ -1,7 +1,6 @@
 // kiln ref backend: Random — the same counter-based draws as the cpu backend
 // (random::draw_spec and random::draw_block: element i depends only on the
 // key and i), so that one key gives the same numbers on both.
-#include <cmath>
 #include <cstdint>
 
 #include "backend/ref/ref_common.h"
@@ -12,22 +11,13 @@ namespace {
 
 void random_kernel(const KernelContext&, const Primitive& p,
                    const std::vector<Array>& in, ArrayNode& out) {
-  const auto& a = p.attrs<RandomAttrs>();
-  random::Key key(a.key[0], a.key[1]);
-  if (!in.empty()) {  // the key's bits come from an i32[2] array
-    const std::vector<double> bits = load(in[0]);
-    key = random::Key(static_cast<uint32_t>(static_cast<int32_t>(bits[0])),
-                      static_cast<uint32_t>(static_cast<int32_t>(bits[1])));
-  }
-  if (a.fold) key = random::fold_in(key, a.fold_data);
-  const random::DrawSpec spec = random::draw_spec(key, a.kind, a.a, a.b);
+  const random::DrawSpec spec = random::draw_spec(
+      p.attrs<RandomAttrs>(), in.empty() ? nullptr : in[0].data<int32_t>());
   const int64_t n = numel(out.shape);
   std::vector<double> y(n);
   for (int64_t j = 0; 2 * j < n; ++j) {  // block j gives elements 2j and 2j + 1
     double v[2];
     random::draw_block(spec, static_cast<uint64_t>(j), v);
-    if (a.kind == RandomKind::TruncatedNormal)
-      for (double& x : v) x = std::fmin(std::fmax(x, a.a), a.b);  // guard the bounds
     y[2 * j] = v[0];
     if (2 * j + 1 < n) y[2 * j + 1] = v[1];
   }

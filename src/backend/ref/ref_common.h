@@ -9,6 +9,7 @@
 #include "kiln/array.h"
 #include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/indices.h"
 #include "ops/op_facts.h"
 #include "ops/scalar.h"
 
@@ -30,13 +31,6 @@ int64_t ravel(const std::vector<int64_t>& idx, const Shape& s);
 // The flat index into an operand of shape s (broadcast to the output's rank,
 // NumPy's rule) at output multi-index out_idx.
 int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& s);
-
-// Integer indices (i32 or i64) as int64: each in [-dim, dim) when negative
-// ones wrap (NumPy's rule; returned wrapped), else in [0, dim); otherwise
-// fail(op, ...) naming the value and its position, as the cpu backend does.
-// (layout.cpp)
-std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
-                                  const char* what);
 
 void register_elementwise(KernelTable& t);
 void register_reduce(KernelTable& t);
