@@ -23,4 +23,21 @@ struct Device {
   bool host_visible() const { return type != DeviceType::cuda; }
 };
 
+// "cpu", "ref", "cuda" (cuda:0) or "cuda:N"; fails naming `what` (a flag or
+// field) and the text otherwise.
+Device parse_device(const std::string& text, const std::string& what = "device");
+
+// The CUDA GPUs this process can use: 0 where kiln was built without the CUDA
+// backend or no driver or GPU is present (cuda_unavailable_reason says which).
+int cuda_device_count();
+std::string cuda_unavailable_reason();
+// "NVIDIA H200" for a CUDA device; the device's str() otherwise.
+std::string device_name(Device device);
+
+// Waits until everything queued on `device` has run. CUDA ops are queued on
+// the device's stream and the host waits only where it reads a value
+// (item, to_vector, copy_to_host, to(cpu)); call this before reading a clock.
+// The host backends' kernels finish before they return: nothing to wait for.
+void synchronize(Device device);
+
 }  // namespace kiln

@@ -84,10 +84,25 @@ Array argmax(const Array& a, int axis, bool keepdims = false);  // i32
 Array sum_to(const Array& a, const Shape& shape);
 
 // ---- matmul: [..., M, K] @ [..., K, N]; batch dims equal, or one side rank 2 ----
+// The precision of f32 matmuls, process-wide (like PyTorch's
+// torch.backends.cuda.matmul.allow_tf32 or JAX's jax_default_matmul_precision):
+// fp32 (the default) computes in full f32; tf32 lets a GPU compute the
+// products from operands rounded to TF32 (10-bit mantissa) on its tensor
+// cores, summed in f32. matmul() reads the setting when it builds the op;
+// jit's signature includes it, so a jitted function called after the setting
+// changed is traced again (as JAX's default precision does). The
+// CPU has no TF32 and computes tf32 matmuls in full f32; bf16 and f64 matmuls
+// are unaffected.
+enum class MatmulPrecision { fp32, tf32 };
+void set_matmul_precision(MatmulPrecision p);
+MatmulPrecision matmul_precision();
+
 struct MatmulOptions {
   bool transpose_a = false;  // a is stored [..., K, M]
   bool transpose_b = false;  // b is stored [..., N, K]
   std::optional<DType> out;  // e.g. bf16 inputs with f32 output
+  // This matmul's precision (f32 operands only); unset: matmul_precision().
+  std::optional<MatmulPrecision> precision;
 };
 Array matmul(const Array& a, const Array& b, const MatmulOptions& opt = {});
 

@@ -96,6 +96,12 @@ struct MatmulAttrs {
   bool transpose_a;
   bool transpose_b;
   DType out;  // accumulation is always at least f32
+  // f32 operands only: the products may be computed from operands rounded to
+  // TF32 (10-bit mantissa), summed in f32 (set by matmul() from
+  // matmul_precision(), see ops.h). CUDA runs such a GEMM on TF32 tensor
+  // cores; the CPU backends have no TF32 and ignore it (their f32 GEMM is at
+  // least as precise).
+  bool tf32 = false;
   bool operator==(const MatmulAttrs&) const = default;
 };
 struct ShapeAttrs {  // Reshape, BroadcastTo

@@ -71,6 +71,10 @@ struct TrainConfig {
   // fp32, or bf16 mixed precision (bf16 matmul operands, f32 everything else);
   // tf32 is a CUDA setting and an error on the cpu device.
   std::string precision = "fp32";
+  // Where the model trains: cpu, ref (the reference backend: slow, for
+  // checking) or cuda[:N]. The data pipeline runs on the host; each batch is
+  // copied to the device, and the host waits only for the loss it logs.
+  std::string device = "cpu";
   // Self-attention as one fused primitive (default) or unfused, as
   // transformers' eager attention (nn::ApplyOptions::fused_attention).
   bool fused_attention = true;

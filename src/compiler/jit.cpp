@@ -6,6 +6,7 @@
 
 #include "compiler/executable.h"
 #include "kiln/compiler.h"
+#include "kiln/ops.h"
 
 namespace kiln {
 namespace {
@@ -23,9 +24,12 @@ struct Signature {
     bool operator==(const Arg&) const = default;
   };
   std::vector<Arg> args;
+  // The matmul precision the function is traced with (set_matmul_precision):
+  // a change retraces, as JAX's default precision does.
+  MatmulPrecision precision = MatmulPrecision::fp32;
   bool operator==(const Signature&) const = default;
   size_t hash() const {
-    size_t h = args.size();
+    size_t h = args.size() * 2 + static_cast<size_t>(precision);
     for (auto& a : args) {
       for (auto x : a.shape) h = h * 1000003u ^ static_cast<size_t>(x);
       h = h * 31 + static_cast<size_t>(a.dtype);
@@ -136,6 +140,7 @@ Jitted::~Jitted() = default;
 
 std::vector<Array> Jitted::operator()(const std::vector<Array>& args) {
   Signature sig;
+  sig.precision = matmul_precision();
   for (auto& a : args) {
     if (!a.valid()) fail("jit", "an argument is an empty Array handle");
     sig.args.push_back({a.shape(), a.dtype(), a.device()});

@@ -118,6 +118,11 @@ Buffer::~Buffer() {
 namespace kiln {
 namespace {
 Allocator* g_allocators[kDeviceTypes] = {};
+Allocator* (*g_device_allocators[kDeviceTypes])(Device) = {};
+}
+
+void register_device_allocators(DeviceType type, Allocator* (*for_device)(Device)) {
+  g_device_allocators[static_cast<int>(type)] = for_device;
 }
 
 void register_allocator(DeviceType type, Allocator* alloc) {
@@ -127,8 +132,11 @@ void register_allocator(DeviceType type, Allocator* alloc) {
 Allocator& allocator_for(Device device) {
   if (device.type == DeviceType::cpu) return cpu_allocator();
   register_builtin_backends();
+  if (auto f = g_device_allocators[static_cast<int>(device.type)]) return *f(device);
   Allocator* a = g_allocators[static_cast<int>(device.type)];
-  if (!a) fail("allocator", "no backend is available for device " + device.str());
+  if (!a)
+    fail("allocator", "no backend is available for device " + device.str() +
+                          (device.type == DeviceType::cuda ? ": " + cuda_unavailable_reason() : ""));
   return *a;
 }
 

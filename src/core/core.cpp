@@ -74,6 +74,16 @@ std::string Device::str() const {
   return "cuda:" + std::to_string(index);
 }
 
+Device parse_device(const std::string& text, const std::string& what) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "ref") return Device::ref();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device::cuda(std::stoi(text.substr(5)));
+  fail(what, "unknown device '" + text + "' (expected cpu, ref, cuda or cuda:N)");
+}
+
 int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;

@@ -185,8 +185,10 @@ void save_safetensors(const std::string& path, const Params& tensors,
   out += h;
   out.reserve(out.size() + offset);
   for (auto& [name, a] : tensors) {
-    a.eval();
-    out.append(static_cast<const char*>(a.raw()), a.nbytes());
+    // Values on a device whose memory the host cannot read are copied first.
+    const Array host = a.device().host_visible() ? a : a.to(Device::cpu());
+    host.eval();
+    out.append(static_cast<const char*>(host.raw()), host.nbytes());
   }
   write_file_atomic(path, out);
 }

@@ -50,7 +50,23 @@ void check_finite(const Primitive& prim, const std::vector<Array>& inputs, const
   if (!out.buffer ||
       (out.dtype != DType::f32 && out.dtype != DType::f64 && out.dtype != DType::bf16))
     return;
-  const char* base = static_cast<const char*>(out.buffer->data()) + out.offset;
+  // A device's own memory is read through a copy to the host (the check
+  // waits for the device: it is a debugging switch).
+  ArrayNode host;
+  if (!out.device.host_visible()) {
+    auto view = std::make_shared<ArrayNode>();
+    view->shape = out.shape;
+    view->dtype = out.dtype;
+    view->device = out.device;
+    view->buffer = out.buffer;
+    view->offset = out.offset;
+    host.shape = out.shape;
+    host.dtype = out.dtype;
+    host.device = Device::cpu();
+    run_kernel_with(Primitive(Op::Copy, DeviceAttrs{Device::cpu()}), {Array(view)}, host);
+  }
+  const ArrayNode& h = out.device.host_visible() ? out : host;
+  const char* base = static_cast<const char*>(h.buffer->data()) + h.offset;
   int64_t n = numel(out.shape);
   int64_t nan = 0, inf = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -79,22 +95,33 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
       !inputs[0].device().host_visible())
     on = inputs[0].device();
   const KernelTable* table = table_for(on.type);
-  if (!table) fail(prim.name(), "no backend is available for " + on.str());
+  if (!table)
+    fail(prim.name(), "no backend is available for " + on.str() +
+                          (on.type == DeviceType::cuda ? ": " + cuda_unavailable_reason() : ""));
   Kernel k = table->kernels[static_cast<int>(prim.op())];
   if (!k) fail(prim.name(), "no kernel on " + on.str());
-  const KernelContext ctx{on, nullptr, &allocator_for(on)};
+  const KernelContext ctx{on, table->stream ? table->stream(on) : nullptr, &allocator_for(on)};
   KernelProfile& prof = kernel_profile();
   if (exec_state().check_finite) {
     k(ctx, prim, inputs, out);
     return check_finite(prim, inputs, out);
   }
   if (!prof.enabled) return k(ctx, prim, inputs, out);
+  // An asynchronous device is waited for before and after the kernel, so
+  // that the time is the kernel's own.
+  if (table->synchronize) table->synchronize(on);
   auto t0 = std::chrono::steady_clock::now();
   k(ctx, prim, inputs, out);
+  if (table->synchronize) table->synchronize(on);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(prof.mu);
   prof.seconds[static_cast<int>(prim.op())] += s;
   prof.calls[static_cast<int>(prim.op())] += 1;
+}
+
+void synchronize(Device device) {
+  const KernelTable* table = table_for(device.type);
+  if (table && table->synchronize) table->synchronize(device);
 }
 
 bool kernel_profile_enabled() {

@@ -40,6 +40,11 @@ using Supports = bool (*)(const Primitive& prim, const std::vector<DType>& input
 struct KernelTable {
   std::array<Kernel, kOpCount> kernels{};
   Supports supports = nullptr;
+  // A device that runs asynchronously: the stream its kernels queue on (the
+  // KernelContext's), and a wait for everything queued on it. Null on the
+  // host backends, whose kernels finish before they return.
+  void* (*stream)(Device) = nullptr;
+  void (*synchronize)(Device) = nullptr;
 };
 
 void register_kernels(DeviceType type, const KernelTable* table);

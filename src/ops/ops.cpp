@@ -1,5 +1,6 @@
 // kiln ops: the user-facing operations and each primitive's shape/dtype rule.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -375,8 +376,24 @@ Array matmul(const Array& a, const Array& b, const MatmulOptions& opt) {
   }
   batch.push_back(m);
   batch.push_back(n);
-  return make_array(Primitive(Op::Matmul, MatmulAttrs{opt.transpose_a, opt.transpose_b, out}),
-                    {a, b}, std::move(batch), out);
+  const bool tf32 = a.dtype() == DType::f32 &&
+                    opt.precision.value_or(matmul_precision()) == MatmulPrecision::tf32;
+  return make_array(
+      Primitive(Op::Matmul, MatmulAttrs{opt.transpose_a, opt.transpose_b, out, tf32}), {a, b},
+      std::move(batch), out);
+}
+
+namespace {
+std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::fp32};
+}  // namespace
+
+void set_matmul_precision(MatmulPrecision p) {
+  if (p != MatmulPrecision::fp32 && p != MatmulPrecision::tf32)
+    fail("set_matmul_precision", "unknown precision " + std::to_string(static_cast<int>(p)));
+  g_matmul_precision.store(p, std::memory_order_relaxed);
+}
+MatmulPrecision matmul_precision() {
+  return g_matmul_precision.load(std::memory_order_relaxed);
 }
 
 // ---- layout ----

@@ -61,6 +61,7 @@ size_t Primitive::hash() const {
           h = mix(h, a.keepdims);
         } else if constexpr (std::is_same_v<A, MatmulAttrs>) {
           h = mix(mix(mix(h, a.transpose_a), a.transpose_b), static_cast<size_t>(a.out));
+          h = mix(h, a.tf32);
         } else if constexpr (std::is_same_v<A, ShapeAttrs>) {
           h = mix_shape(h, a.shape);
         } else if constexpr (std::is_same_v<A, PermAttrs>) {
@@ -94,6 +95,7 @@ size_t Primitive::hash() const {
           h = mix(h, static_cast<size_t>(a.epilogue_sum + 1));
         } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
           h = mix(mix(mix(h, a.mm.transpose_a), a.mm.transpose_b), static_cast<size_t>(a.mm.out));
+          h = mix(h, a.mm.tf32);
           for (auto& st : a.steps)
             h = mix(mix(mix(h, static_cast<size_t>(st.op)), static_cast<size_t>(st.operand + 1)),
                     static_cast<size_t>(st.read));
@@ -127,6 +129,7 @@ std::string Primitive::str() const {
           os << ",keepdims=" << a.keepdims;
         } else if constexpr (std::is_same_v<A, MatmulAttrs>) {
           os << "ta=" << a.transpose_a << ",tb=" << a.transpose_b << ",out=" << name_of(a.out);
+          if (a.tf32) os << ",tf32";
         } else if constexpr (std::is_same_v<A, ShapeAttrs>) {
           os << "shape=" << kiln::str(a.shape);
         } else if constexpr (std::is_same_v<A, PermAttrs>) {
@@ -163,6 +166,7 @@ std::string Primitive::str() const {
           }
         } else if constexpr (std::is_same_v<A, EpilogueAttrs>) {
           os << "ta=" << a.mm.transpose_a << ",tb=" << a.mm.transpose_b;
+          if (a.mm.tf32) os << ",tf32";
           static const char* reads[] = {"whole", "scalar", "row"};
           for (auto& st : a.steps) {
             os << "; " << op_name(st.op);

@@ -1,24 +1,18 @@
-// kiln ops: counter-based random numbers (Threefry-2x32, 20 rounds).
+// kiln ops: counter-based random numbers (Threefry-2x32, 20 rounds): keys,
+// draws as Random primitives, and the host entry points of ops/threefry.h
+// (the block function and draws that every backend shares).
 #include "kiln/random.h"
-
-#include <cmath>
 
 #include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/threefry.h"
 
 namespace kiln::random {
 namespace {
 
-inline uint32_t rotl(uint32_t x, int r) {
-  return (x << r) | (x >> (32 - r));
-}
-
-// Counter-space domains, so that split, fold_in and draws never share a block.
-constexpr uint32_t kFoldIn = 0, kSplit = 1;
-
 Key derive(const Key& key, uint32_t domain, uint32_t data) {
-  uint32_t in[2] = {domain, data}, out[2];
-  threefry2x32(key.k, in, out);
+  uint32_t out[2];
+  threefry::derive(key.k, domain, data, out);
   return Key(out[0], out[1]);
 }
 
@@ -36,91 +30,25 @@ Array draw(const Key& key, const Shape& shape, RandomKind kind, double a, double
 }  // namespace
 
 void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]) {
-  static constexpr int kRot[8] = {13, 15, 26, 6, 17, 29, 16, 24};
-  const uint32_t ks[3] = {key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDAu};
-  uint32_t x0 = in[0] + ks[0], x1 = in[1] + ks[1];
-  for (int block = 0; block < 5; ++block) {
-    for (int r = 0; r < 4; ++r) {
-      x0 += x1;
-      x1 = rotl(x1, kRot[(block % 2) * 4 + r]) ^ x0;
-    }
-    x0 += ks[(block + 1) % 3];
-    x1 += ks[(block + 2) % 3] + static_cast<uint32_t>(block + 1);
-  }
-  out[0] = x0;
-  out[1] = x1;
+  threefry::threefry2x32(key, in, out);
 }
-
-namespace {
-constexpr uint32_t kDrawDomain = 2;
-
-// Inverse error function: Giles' approximation refined by two Newton steps.
-double erfinv(double y) {
-  double w = -std::log((1.0 - y) * (1.0 + y)), p;
-  if (w < 5.0) {
-    w -= 2.5;
-    p = 2.81022636e-08;
-    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-                     -0.00417768164, 0.246640727, 1.50140941})
-      p = c + p * w;
-  } else {
-    w = std::sqrt(w) - 3.0;
-    p = -0.000200214257;
-    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-                     0.00943887047, 1.00167406, 2.83297682})
-      p = c + p * w;
-  }
-  double x = p * y;
-  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (1.1283791670955126 * std::exp(-x * x));
-  return x;
-}
-}  // namespace
 
 DrawSpec draw_spec(const Key& key, RandomKind kind, double a, double b) {
-  DrawSpec s{{0, 0}, kind, a, b};
-  uint32_t dom[2] = {kDrawDomain, 0};
-  threefry2x32(key.k, dom, s.key);
-  if (kind == RandomKind::TruncatedNormal) {
-    s.a = std::erf(a / std::sqrt(2.0));
-    s.b = std::erf(b / std::sqrt(2.0));
-    s.lower = a, s.upper = b;
-  }
+  DrawSpec s = threefry::draw_params(kind, a, b);
+  threefry::draw_key(key.k, false, 0, s.key);
   return s;
 }
 
 DrawSpec draw_spec(const RandomAttrs& attrs, const int32_t* key_bits) {
-  Key key(attrs.key[0], attrs.key[1]);
-  if (key_bits) key = Key(static_cast<uint32_t>(key_bits[0]), static_cast<uint32_t>(key_bits[1]));
-  if (attrs.fold) key = fold_in(key, attrs.fold_data);
-  return draw_spec(key, attrs.kind, attrs.a, attrs.b);
+  uint32_t key[2] = {attrs.key[0], attrs.key[1]};
+  if (key_bits) threefry::key_of_bits(key_bits, key);
+  DrawSpec s = threefry::draw_params(attrs.kind, attrs.a, attrs.b);
+  threefry::draw_key(key, attrs.fold, attrs.fold_data, s.key);
+  return s;
 }
 
 void draw_block(const DrawSpec& s, uint64_t j, double v[2]) {
-  uint32_t ctr[2] = {static_cast<uint32_t>(j >> 32), static_cast<uint32_t>(j)}, w[2];
-  threefry2x32(s.key, ctr, w);
-  double u[2] = {(w[0] >> 8) * 0x1p-24, (w[1] >> 8) * 0x1p-24};  // [0, 1)
-  switch (s.kind) {
-    case RandomKind::Uniform:
-      for (int k = 0; k < 2; ++k) v[k] = s.a + (s.b - s.a) * u[k];
-      break;
-    case RandomKind::Normal: {
-      double r = std::sqrt(-2.0 * std::log(1.0 - u[0]));  // 1 - u in (0, 1]
-      v[0] = r * std::cos(2 * M_PI * u[1]);
-      v[1] = r * std::sin(2 * M_PI * u[1]);
-      break;
-    }
-    case RandomKind::TruncatedNormal:
-      // Inverse CDF of the normal restricted to [lower, upper]; s.a, s.b hold
-      // erf of the bounds over sqrt(2).
-      for (int k = 0; k < 2; ++k) {
-        double y = s.a + (u[k] + 0x1p-25) * (s.b - s.a);
-        v[k] = std::fmin(std::fmax(std::sqrt(2.0) * erfinv(y), s.lower), s.upper);
-      }
-      break;
-    case RandomKind::Bernoulli:
-      for (int k = 0; k < 2; ++k) v[k] = u[k] < s.a ? 1.0 : 0.0;
-      break;
-  }
+  threefry::draw_block(s, j, v);
 }
 
 void fill_normal(const Key& key, float* out, int64_t n) {
@@ -136,12 +64,13 @@ void fill_normal(const Key& key, float* out, int64_t n) {
 std::vector<Key> split(const Key& key, int num) {
   if (num < 1) fail("random.split", "num must be positive, got " + std::to_string(num));
   std::vector<Key> keys;
-  for (int i = 0; i < num; ++i) keys.push_back(derive(key, kSplit, static_cast<uint32_t>(i)));
+  for (int i = 0; i < num; ++i)
+    keys.push_back(derive(key, threefry::kSplit, static_cast<uint32_t>(i)));
   return keys;
 }
 
 Key fold_in(const Key& key, uint32_t data) {
-  return derive(key, kFoldIn, data);
+  return derive(key, threefry::kFoldIn, data);
 }
 
 Array uniform(const Key& key, const Shape& shape, double low, double high, DType dtype,

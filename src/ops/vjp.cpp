@@ -114,8 +114,11 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
       Array gc = astype(g, in[0].dtype());
       const Array &a = in[0], &b = in[1];
       bool ta = m.transpose_a, tb = m.transpose_b;
+      // The cotangents' matmuls keep the forward's precision (tf32 or not),
+      // whatever matmul_precision() says when the VJP runs.
+      const MatmulPrecision prec = m.tf32 ? MatmulPrecision::tf32 : MatmulPrecision::fp32;
       auto mm = [&](const Array& x, const Array& y, bool tx, bool ty) {
-        return matmul(x, y, {tx, ty, std::nullopt});
+        return matmul(x, y, {tx, ty, std::nullopt, prec});
       };
       // Batched cotangent of a rank-2 operand: fold the batch into the rows.
       auto fold = [](const Array& x) { return reshape(x, {-1, x.shape().back()}); };

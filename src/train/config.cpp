@@ -78,6 +78,13 @@ void validate(const TrainConfig& cfg) {
   if (cfg.eval_every < 0 || cfg.save_every < 0)
     fail("train", "--eval-every and --save-every must be >= 0");
   matmul_dtype_for(cfg.precision);
+  const Device device = parse_device(cfg.device, "--device");
+  if (device.type == DeviceType::cuda && device.index >= cuda_device_count())
+    fail("train", "--device " + cfg.device + ": " +
+                      (cuda_device_count() == 0
+                           ? cuda_unavailable_reason()
+                           : "no such device (" + std::to_string(cuda_device_count()) +
+                                 " CUDA devices visible)"));
   optim::Schedule{cfg.schedule, cfg.lr_warmup, cfg.steps}.validate();
   make_optimizer(cfg);
   if (cfg.momentum != 0 && cfg.optimizer != "sgd")

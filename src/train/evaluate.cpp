@@ -49,8 +49,12 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
   for (auto& [name, p] : params) names_.push_back(name);
   double loss = 0, hits = 0;
   EvalResult r;
+  // The batches go to the parameters' device.
+  const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     data::Batch batch = loader.next();
+    batch.images = batch.images.to(device);
+    batch.labels = batch.labels.to(device);
     Array l, h;
     if (forward_) {
       std::vector<Array> args = flatten(params);

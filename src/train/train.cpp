@@ -73,6 +73,10 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
     s.params = nn::ViTForImageClassification(s.model).init(key);
     s.state = optimizer.init(s.params);
   }
+  // The model and the optimizer state live on the training device.
+  const Device device = parse_device(cfg.device, "--device");
+  for (auto& [name, p] : s.params) p = p.to(device);
+  for (auto& [name, b] : s.state.buffers) b = b.to(device);
   return s;
 }
 
@@ -211,11 +215,14 @@ void Trainer::step(int64_t step) {
   double wait0 = loader_.wait_seconds();
   data::Batch batch = loader_.next();
   double data_secs = loader_.wait_seconds() - wait0;
-  StepInputs in{batch.images, batch.labels,
-                random::key_array(random::fold_in(step_key_, static_cast<uint32_t>(step)))};
+  // The batch and the step's scalars go to the model's device (queued
+  // copies: the host does not wait for them).
+  const Device device = params_.begin()->second.device();
+  StepInputs in{batch.images.to(device), batch.labels.to(device),
+                random::key_array(random::fold_in(step_key_, static_cast<uint32_t>(step)), device)};
   double lr = cfg_.lr * schedule_.factor(step - 1);
   for (double v : optimizer_.scalars(state_.step + 1, lr))
-    in.scalars.push_back(Array::scalar(static_cast<float>(v)));
+    in.scalars.push_back(Array::scalar(static_cast<float>(v)).to(device));
   // The step's inputs, for finding where a NaN starts (in jit mode they are
   // donated, and the step returns them unchanged when the loss is not finite).
   Params before = params_;

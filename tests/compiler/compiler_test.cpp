@@ -549,6 +549,41 @@ TEST(Passes, CanBeSwitchedOffByEnvironment) {
   unsetenv("KILN_COMPILE");
 }
 
+// set_matmul_precision(tf32) marks the f32 matmuls matmul() builds, their
+// VJPs' matmuls keep the forward's mark, and jit retraces when the setting
+// changes (the CPU computes tf32 matmuls in full f32: same values).
+TEST(Jit, MatmulPrecisionIsTracedAndPartOfTheSignature) {
+  auto f = [](const std::vector<Array>& x) {
+    auto [out, grads] = vjp([](const std::vector<Array>& y) {
+      return std::vector<Array>{matmul(y[0], y[1])};
+    }, x, {ones({3, 5})});
+    return std::vector<Array>{out[0], grads[0], grads[1]};
+  };
+  auto count_tf32 = [&](MatmulPrecision p) {
+    set_matmul_precision(p);
+    Graph g = trace(f, {{3, 4}, {4, 5}});
+    set_matmul_precision(MatmulPrecision::fp32);
+    int marked = 0, matmuls = 0;
+    for (auto& n : g.nodes)
+      if (n.prim && n.prim->op() == Op::Matmul) {
+        ++matmuls;
+        marked += n.prim->attrs<MatmulAttrs>().tf32;
+      }
+    EXPECT_EQ(matmuls, 3);
+    return marked;
+  };
+  EXPECT_EQ(count_tf32(MatmulPrecision::fp32), 0);
+  EXPECT_EQ(count_tf32(MatmulPrecision::tf32), 3);
+  std::vector<Array> args = random_args({{3, 4}, {4, 5}}, 3);
+  Jitted jf(f, {});
+  auto a = jf(args);
+  set_matmul_precision(MatmulPrecision::tf32);
+  auto b = jf(args);
+  set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_EQ(jf.cache_stats().compiles, 2u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i].to_vector<float>(), b[i].to_vector<float>());
+}
+
 // The training graph of a small ViT: forward, backward and the SGD update.
 struct VitStep {
   nn::ViTConfig cfg;

@@ -1206,6 +1206,185 @@ TEST(Attention, F32KernelsMatchF64) {
   });
 }
 
+// ---- The CUDA backend against the cpu, case by case. GPU tests: their
+// names contain "Gpu", CTest labels them `gpu`, and they skip (saying why)
+// where no CUDA GPU is visible. The cpu is the reference: forward in f64 and
+// f32 (f32 within the case's tolerance or 1e-5, for the GPU's own float math
+// and summation order), every VJP in f64, eagerly and jitted.
+
+#define KILN_REQUIRE_GPU()                                          \
+  if (cuda_device_count() == 0)                                     \
+  GTEST_SKIP() << "no CUDA GPU visible (" << cuda_unavailable_reason() << ")"
+
+bool on_cuda(const Array& a) {
+  return a.device().type == DeviceType::cuda;
+}
+
+double gpu_f32_tol(const Case& c) {
+  return std::max(c.f32_tol, 1e-5);
+}
+
+TEST_P(OpTable, GpuForwardMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  const Case& c = GetParam();
+  std::mt19937 rng(4321);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  auto check = [&](const std::vector<Host>& h, DType fdt, double tol, const char* what) {
+    auto ins = arrays(c, h, fdt);
+    Array cpu = c.fn(ins);
+    Array gpu = c.fn(moved(ins, Device::cuda()));
+    EXPECT_TRUE(on_cuda(gpu)) << c.name << ": result on " << gpu.device().str();
+    EXPECT_EQ(gpu.dtype(), cpu.dtype()) << c.name;
+    expect_close(to_host(gpu), to_host(cpu), tol, c.name + what);
+  };
+  if (!c.large) check(hs, DType::f64, 1e-9, " (f64, cuda vs cpu)");
+  check(rounded(c, hs), DType::f32, gpu_f32_tol(c), " (f32, cuda vs cpu)");
+}
+
+TEST_P(OpTable, GpuJitMatchesEager) {
+  KILN_REQUIRE_GPU();
+  const Case& c = GetParam();
+  if (c.large) GTEST_SKIP() << "forward-only thread-splitting case";
+  std::mt19937 rng(77);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  for (DType fdt : {DType::f64, DType::f32}) {
+    auto ins = moved(arrays(c, fdt == DType::f32 ? rounded(c, hs) : hs, fdt), Device::cuda());
+    Array eager = c.fn(ins);
+    auto compiled = jit([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; });
+    std::vector<Array> got = compiled(ins);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(on_cuda(got[0])) << c.name << ": jit result on " << got[0].device().str();
+    const double tol = fdt == DType::f64 ? 1e-12 : gpu_f32_tol(c);
+    const std::string what = c.name + " (" + name_of(fdt) + ", cuda jit vs eager)";
+    expect_close(to_host(got[0]), to_host(eager), tol, what);
+    expect_close(to_host(compiled(ins)[0]), to_host(eager), tol, what + ", replayed");
+  }
+}
+
+TEST_P(OpTableGrad, GpuVjpMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  const Case& c = GetParam();
+  std::mt19937 rng(8);
+  std::vector<Host> hs;
+  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+  auto ins = arrays(c, hs, DType::f64);
+  Host r{c.fn(ins).shape(), {}};
+  std::normal_distribution<double> nd;
+  for (int64_t i = 0; i < r.size(); ++i) r.v.push_back(nd(rng));
+  for (bool compiled : {false, true}) {
+    auto run = [&](Device d) {
+      VectorFn f = [&](const std::vector<Array>& a) {
+        std::vector<Array> x(a.begin(), a.end() - 1);
+        auto [outs, grads] = vjp(
+            [&](const std::vector<Array>& y) { return std::vector<Array>{c.fn(y)}; }, x, {a.back()});
+        std::vector<Array> result{outs[0]};
+        for (size_t k = 0; k < grads.size(); ++k)
+          if (c.inputs[k].kind == Input::Float && grads[k].valid()) result.push_back(grads[k]);
+        return result;
+      };
+      std::vector<Array> args = moved(ins, d);
+      args.push_back(from_host(r, DType::f64).to(d));
+      return compiled ? jit(f)(args) : f(args);
+    };
+    auto cpu = run(Device::cpu()), gpu = run(Device::cuda());
+    ASSERT_EQ(gpu.size(), cpu.size()) << c.name;
+    for (size_t k = 0; k < cpu.size(); ++k) {
+      EXPECT_TRUE(on_cuda(gpu[k])) << c.name << ": result " << k;
+      expect_close(to_host(gpu[k]), to_host(cpu[k]), 1e-9,
+                   c.name + (compiled ? ": jitted" : ": eager") + " vjp result " +
+                       std::to_string(k) + " (cuda vs cpu)");
+    }
+  }
+}
+
+// Every primitive the cpu backend runs has a CUDA kernel (no GPU needed: the
+// table is there wherever kiln is built with the CUDA toolkit).
+TEST(CudaBackend, HasAKernelForEveryCpuPrimitive) {
+#ifndef KILN_HAVE_CUDA
+  GTEST_SKIP() << "kiln was built without the CUDA backend";
+#endif
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    Primitive prim = op == Op::FusedElementwise
+                         ? Primitive(op, FusedAttrs{{FusedRead::Whole}, {{Op::Exp, 0, -1}}})
+                     : op == Op::FusedReduce
+                         ? Primitive(op, FusedReduceAttrs{{{FusedRead::Whole}, {{Op::Exp, 0, -1}}},
+                                                          {2, 3},
+                                                          {{1}, false}})
+                     : op == Op::MatmulEpilogue
+                         ? Primitive(op, EpilogueAttrs{MatmulAttrs{false, false, DType::f32}, {}})
+                         : Primitive(op);
+    EXPECT_TRUE(backend_supports(Device::cuda(), prim, {DType::f32, DType::f32}, DType::f32))
+        << op_name(op) << ": no cuda kernel";
+  }
+}
+
+// The compiler's fused primitives on the GPU (generated kernels and GEMM
+// epilogues): jit on cuda equals eager on cuda and jit on the cpu.
+TEST(GpuBackend, FusedPrimitivesMatchCpu) {
+  KILN_REQUIRE_GPU();
+  auto f = [](const std::vector<Array>& x) {
+    return std::vector<Array>{x[4] * matmul(x[0], x[1]) + x[2] + x[3],
+                              gelu(matmul(x[5], x[6]) + x[2]),
+                              x[2] - sum(x[3] * x[7] * 2.0, {0}) * 0.5,
+                              tanh(x[3]) * x[7] + 1.0,
+                              sum(exp(x[3] - x[2]), {1})};
+  };
+  const std::vector<Shape> shapes{{6, 8}, {8, 5}, {5}, {6, 5}, {}, {2, 6, 8}, {2, 8, 5}, {6, 5}};
+  std::vector<Array> cpu;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    cpu.push_back(random::normal(random::Key(40 + i), shapes[i]));
+  const std::vector<Array> gpu = moved(cpu, Device::cuda());
+  const std::vector<Array> eager = f(gpu), jit_gpu = jit(f)(gpu), jit_cpu = jit(f)(cpu);
+  for (size_t o = 0; o < eager.size(); ++o) {
+    EXPECT_TRUE(on_cuda(jit_gpu[o]));
+    expect_close(to_host(jit_gpu[o]), to_host(eager[o]), 1e-5, "output " + std::to_string(o));
+    expect_close(to_host(jit_gpu[o]), to_host(jit_cpu[o]), 1e-5, "output " + std::to_string(o));
+  }
+}
+
+// Fill and Random on the GPU: the cpu's values (Random: the same Threefry
+// stream, bit for bit where the math is exact; f64 normals within an ulp).
+TEST(GpuBackend, FillAndRandomMatchCpu) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::bool_}) {
+    SCOPED_TRACE(name_of(dt));
+    EXPECT_EQ(arange(-3, 40, 3, dt, Device::cuda()).to_vector<double>(),
+              arange(-3, 40, 3, dt, Device::cpu()).to_vector<double>());
+    EXPECT_EQ(full({3, 4}, 2.5, dt, Device::cuda()).to_vector<double>(),
+              full({3, 4}, 2.5, dt, Device::cpu()).to_vector<double>());
+  }
+  const Array key = Array::from_vector<int32_t>({123, -456}, {2});
+  struct Draw {
+    RandomKind kind;
+    double a, b;
+    DType dtype;
+  };
+  for (const Draw& d :
+       {Draw{RandomKind::Uniform, -1, 3, DType::f32}, Draw{RandomKind::Normal, 0, 1, DType::f64},
+        Draw{RandomKind::Normal, 0, 1, DType::f32},
+        Draw{RandomKind::TruncatedNormal, -2, 2, DType::f32},
+        Draw{RandomKind::Bernoulli, 0.3, 0, DType::bool_},
+        Draw{RandomKind::Uniform, 0, 1, DType::bf16}}) {
+    for (bool with_key_array : {false, true}) {
+      auto draw = [&](Device dev) {
+        RandomAttrs attrs{{7, 9}, d.kind, d.a, d.b, {7, 5}, d.dtype, with_key_array, 9};
+        std::vector<Array> in;
+        if (with_key_array) in.push_back(key.to(dev));
+        return make_array(Primitive(Op::Random, attrs), in, {7, 5}, d.dtype, -1, dev);
+      };
+      const std::vector<double> gpu = draw(Device::cuda()).to_vector<double>();
+      const std::vector<double> cpu = draw(Device::cpu()).to_vector<double>();
+      ASSERT_EQ(gpu.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_NEAR(gpu[i], cpu[i], d.dtype == DType::f64 ? 1e-14 * std::fabs(cpu[i]) : 0.0)
+            << "kind " << static_cast<int>(d.kind) << " element " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPrimitives, OpTable, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 

@@ -33,6 +33,18 @@ const CLI::Validator kPositive = number_check(false, false);
 const CLI::Validator kNonNegative = number_check(true, false);
 const CLI::Validator kPositiveInt = number_check(false, true);
 const CLI::Validator kNonNegativeInt = number_check(true, true);
+// A device name kiln knows (parse_device); whether the device exists is
+// checked when the command runs.
+const CLI::Validator kDevice(
+    [](std::string& s) -> std::string {
+      try {
+        parse_device(s);
+      } catch (const Error&) {
+        return "expected cpu, ref, cuda or cuda:N, got '" + s + "'";
+      }
+      return "";
+    },
+    "DEVICE", "device");
 
 // Replaces each abbreviated long flag in args[2..] by the one flag of `sub`
 // that it begins (`--batch=8` -> `--batch-size=8`); returns an error naming
@@ -155,6 +167,8 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--precision", tc.precision,
                 "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
+  t->add_option("--device", tc.device, "where the model trains: cpu, ref or cuda[:N]")
+      ->check(kDevice);
   t->add_option("--attention", tf.attention,
                 "fused (one kernel per layer, forward and backward) or unfused (as transformers' "
                 "eager attention)")
@@ -176,6 +190,7 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   e->add_option("--batch-size", ef.batch_size, "images per batch")->check(kPositiveInt);
   e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
+  e->add_option("--device", ef.device, "cpu, ref or cuda[:N]")->check(kDevice);
 
   PlotFlags& pf = cl.plot;
   auto* pl = s.plot =
@@ -202,6 +217,7 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   g->add_option("--out", gf.out, "output safetensors")->required();
   g->add_option("--layout", gf.layout, "layout of pixel_values")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
+  g->add_option("--device", gf.device, "cpu, ref or cuda[:N]")->check(kDevice);
   return s;
 }
 

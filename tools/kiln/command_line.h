@@ -35,7 +35,7 @@ struct TrainFlags {
 
 struct EvalFlags {
   std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test",
-                          mode = "jit", layout = "nchw";
+                          mode = "jit", layout = "nchw", device = "cpu";
   int64_t batch_size = 256;
 };
 
@@ -44,7 +44,7 @@ struct PlotFlags {
 };
 
 struct GradFlags {
-  std::string config, weights, batch, out, layout = "nchw";
+  std::string config, weights, batch, out, layout = "nchw", device = "cpu";
 };
 
 enum class Command { none, demo, info, train, eval, plot, grad };

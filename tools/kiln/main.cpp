@@ -147,10 +147,18 @@ void print_description(const train::TrainConfig& cfg) {
     precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
                                        : "bf16 mixed precision (this CPU has no bf16 GEMM: the "
                                          "bf16-rounded operands are multiplied in f32)";
-  std::printf("device cpu (%s), %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld "
-              "untimed\n",
-              cpu_gemm_isa().c_str(), num_threads(), precision.c_str(), cpu_gemm_library().c_str(),
-              (long long)cfg.steps, (long long)cfg.warmup);
+  const Device device = parse_device(cfg.device, "--device");
+  if (device.type == DeviceType::cpu)
+    std::printf("device cpu (%s), %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld "
+                "untimed\n",
+                cpu_gemm_isa().c_str(), num_threads(), precision.c_str(),
+                cpu_gemm_library().c_str(), (long long)cfg.steps, (long long)cfg.warmup);
+  else
+    std::printf("device %s (%s), %s; %lld steps, the first %lld untimed\n", device.str().c_str(),
+                device.type == DeviceType::ref ? "the reference backend: plain loops in f64"
+                                               : device_name(device).c_str(),
+                cfg.precision == "bf16" ? "bf16 mixed precision" : cfg.precision.c_str(),
+                (long long)cfg.steps, (long long)cfg.warmup);
   std::fflush(stdout);
 }
 
@@ -294,6 +302,8 @@ int run_eval(const cli::EvalFlags& f) {
   if (!ds)
     fail("eval", "--data " + f.data +
                      " has no held-out split (an image folder needs 10 or more files per class)");
+  const Device device = parse_device(f.device, "--device");
+  for (auto& [name, p] : ck.params) p = p.to(device);
   auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
   std::printf("%s (step %lld) on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
               f.checkpoint.c_str(), (long long)ck.state.step, f.data.c_str(),
@@ -310,7 +320,11 @@ int run_grad(const cli::GradFlags& f) {
   Params batch = io::load_safetensors(f.batch).tensors;
   for (const char* key : {"pixel_values", "labels"})
     if (!batch.count(key)) fail("grad", f.batch + ": no tensor '" + std::string(key) + "'");
-  auto r = train::forward_backward(cfg, weights, batch.at("pixel_values"), batch.at("labels"),
+  // Computed on --device; the results are written from the host.
+  const Device device = parse_device(f.device, "--device");
+  for (auto& [name, w] : weights) w = w.to(device);
+  auto r = train::forward_backward(cfg, weights, batch.at("pixel_values").to(device),
+                                   batch.at("labels").to(device),
                                    f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW);
   Params out{{"logits", r.logits}, {"loss", r.loss}};
   for (auto& [name, g] : r.grads) out.emplace("grad." + name, g);

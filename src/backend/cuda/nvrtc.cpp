@@ -1,0 +1,74 @@
+// kiln cuda backend: NVRTC compilation of generated kernels (see nvrtc.h).
+#include "backend/cuda/nvrtc.h"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+namespace kiln::cuda {
+
+namespace {
+
+// ptxas -v reports per kernel: "Used N registers" and "X bytes spill stores,
+// Y bytes spill loads".
+void read_ptxas_report(Compiled& c) {
+  std::istringstream is(c.log);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (auto p = line.find("Used "); p != std::string::npos && line.find("registers") != std::string::npos)
+      c.registers = std::max(c.registers, std::atoi(line.c_str() + p + 5));
+    if (auto p = line.find("bytes spill stores"); p != std::string::npos) {
+      // "... 0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads"
+      auto number_before = [&](size_t end) {
+        size_t b = line.rfind(',', end);
+        b = b == std::string::npos ? 0 : b + 1;
+        return std::atol(line.c_str() + b);
+      };
+      c.spill_stores += number_before(p);
+      if (auto q = line.find("bytes spill loads"); q != std::string::npos)
+        c.spill_loads += number_before(q);
+    }
+  }
+}
+
+}  // namespace
+
+Compiled nvrtc_compile(const std::string& source, const std::string& arch,
+                       const std::string& name) {
+  Compiled c;
+  nvrtcProgram prog = nullptr;
+  if (nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    c.log = "nvrtcCreateProgram failed";
+    return c;
+  }
+  const std::string arch_opt = "-arch=" + arch;
+  const std::vector<const char*> opts = {arch_opt.c_str(), "-std=c++17", "--ptxas-options=-v",
+                                         "-lineinfo"};
+  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  size_t n = 0;
+  if (nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
+    c.log.resize(n);
+    nvrtcGetProgramLog(prog, c.log.data());
+    c.log.resize(n - 1);  // the terminating NUL
+  }
+  if (r != NVRTC_SUCCESS) {
+    c.log = std::string(nvrtcGetErrorString(r)) + "\n" + c.log;
+  } else if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+    c.cubin.resize(n);
+    c.ok = nvrtcGetCUBIN(prog, c.cubin.data()) == NVRTC_SUCCESS;
+  }
+  nvrtcDestroyProgram(&prog);
+  read_ptxas_report(c);
+  return c;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,169 @@
+// kiln ops: the math of every elementwise primitive that has a scalar
+// function (kScalar in ops/op_facts.h), written once: scalar<op>(x, y). Three
+// compilers read this file — the host's (the cpu and ref kernels), nvcc (the
+// CUDA backend's kernels) and NVRTC (the CUDA kernels kiln generates for
+// fused programs at run time, which get this text as their prelude, after a
+// definition of Op) — so it includes nothing under NVRTC and reaches the
+// standard math functions through the m:: shims below. Float math runs in
+// the type it is given: f32 uses vectorizable approximations (exp within ~2
+// ulp, erf within 1.5e-7 absolute), f64 the exact library functions.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KILN_HD __host__ __device__
+#else
+#define KILN_HD
+#endif
+
+#ifndef __CUDACC_RTC__
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "ops/op_facts.h"
+#endif
+
+namespace kiln {
+
+namespace m {
+#ifdef __CUDACC_RTC__
+// NVRTC: CUDA's math functions are built in; no standard library.
+KILN_HD inline float fabs(float x) { return fabsf(x); }
+KILN_HD inline double fabs(double x) { return ::fabs(x); }
+KILN_HD inline float copysign(float x, float y) { return copysignf(x, y); }
+KILN_HD inline double copysign(double x, double y) { return ::copysign(x, y); }
+KILN_HD inline float erf(float x) { return erff(x); }
+KILN_HD inline double erf(double x) { return ::erf(x); }
+KILN_HD inline float exp(float x) { return expf(x); }
+KILN_HD inline double exp(double x) { return ::exp(x); }
+KILN_HD inline float log(float x) { return logf(x); }
+KILN_HD inline double log(double x) { return ::log(x); }
+KILN_HD inline float sqrt(float x) { return sqrtf(x); }
+KILN_HD inline double sqrt(double x) { return ::sqrt(x); }
+KILN_HD inline float tanh(float x) { return tanhf(x); }
+KILN_HD inline double tanh(double x) { return ::tanh(x); }
+template <typename A, typename B>
+inline constexpr bool is_same_v = false;
+template <typename A>
+inline constexpr bool is_same_v<A, A> = true;
+KILN_HD inline float float_from_bits(int bits) { return __int_as_float(bits); }
+#else
+using std::copysign, std::erf, std::exp, std::fabs, std::log, std::sqrt, std::tanh;
+using std::is_same_v;
+KILN_HD inline float float_from_bits(int bits) {
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+#endif
+}  // namespace m
+
+// ---- float math that the compiler can vectorize ----
+KILN_HD inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.5f ? 88.5f : x);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
+  float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f +
+                                                r * (0.04166664928f + r * (0.008333335072f +
+                                                                           r * 0.001388888922f)))));
+  return p * m::float_from_bits((static_cast<int>(n) + 127) << 23);
+}
+
+// erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).
+KILN_HD inline float erf_approx(float x) {
+  float ax = m::fabs(x);
+  float t = 1.0f / (1.0f + 0.3275911f * ax);
+  float y = t * (0.254829592f +
+                 t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  float r = 1.0f - y * exp_approx(-ax * ax);
+  return m::copysign(r, x);
+}
+
+inline constexpr double kSqrt1_2 = 0.70710678118654752440;
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+template <typename A>
+KILN_HD inline A gelu_exact(A x) {
+  if constexpr (m::is_same_v<A, double>)
+    return 0.5 * x * (1.0 + m::erf(x * kSqrt1_2));
+  else
+    return 0.5f * x * (1.0f + erf_approx(x * static_cast<float>(kSqrt1_2)));
+}
+template <typename A>
+KILN_HD inline A gelu_exact_grad(A x) {
+  if constexpr (m::is_same_v<A, double>)
+    return 0.5 * (1.0 + m::erf(x * kSqrt1_2)) + x * kInvSqrt2Pi * m::exp(-0.5 * x * x);
+  else {
+    // erf_approx(x/√2) written out, so that its exp(-x²/2) also serves the
+    // density term: one exponential instead of two.
+    const float ax = m::fabs(x * static_cast<float>(kSqrt1_2));
+    const float e = exp_approx(-ax * ax);
+    const float t = 1.0f / (1.0f + 0.3275911f * ax);
+    const float y =
+        t * (0.254829592f +
+             t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    const float erf = m::copysign(1.0f - y * e, x);
+    return 0.5f * (1.0f + erf) + x * static_cast<float>(kInvSqrt2Pi) * e;
+  }
+}
+template <typename A>
+KILN_HD inline A gelu_tanh(A x) {
+  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
+  return A(0.5) * x * (A(1) + m::tanh(u));
+}
+template <typename A>
+KILN_HD inline A gelu_tanh_grad(A x) {
+  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
+  A t = m::tanh(u);
+  A du = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * x * x);
+  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du;
+}
+template <typename A>
+KILN_HD inline A fast_exp(A x) {
+  if constexpr (m::is_same_v<A, double>)
+    return m::exp(x);
+  else
+    return exp_approx(x);
+}
+
+template <Op>
+inline constexpr bool dependent_false = false;
+
+// The value of elementwise op `op` at x (and y, for a binary or comparison
+// op; a unary one, op_kind Unary, ignores it). A comparison returns bool; every other op returns A.
+template <Op op, typename A>
+KILN_HD inline auto scalar(A x, [[maybe_unused]] A y = A()) {
+#ifndef __CUDACC_RTC__
+  static_assert(op_has(op, kScalar), "scalar<op>: op has no scalar function (ops/op_facts.h)");
+#endif
+  if constexpr (op == Op::Neg) return A(-x);
+  else if constexpr (op == Op::Exp) return fast_exp(x);
+  else if constexpr (op == Op::Log) return A(m::log(x));
+  else if constexpr (op == Op::Sqrt) return A(m::sqrt(x));
+  else if constexpr (op == Op::Rsqrt) return A(A(1) / m::sqrt(x));
+  else if constexpr (op == Op::Tanh) return A(m::tanh(x));
+  else if constexpr (op == Op::Erf) return A(m::erf(x));
+  else if constexpr (op == Op::Gelu) return gelu_exact(x);
+  else if constexpr (op == Op::GeluTanh) return gelu_tanh(x);
+  else if constexpr (op == Op::GeluGrad) return gelu_exact_grad(x);
+  else if constexpr (op == Op::GeluTanhGrad) return gelu_tanh_grad(x);
+  else if constexpr (op == Op::Relu) return x > A(0) ? x : A(0);
+  else if constexpr (op == Op::Abs) return x < A(0) ? A(-x) : x;
+  else if constexpr (op == Op::Add) return A(x + y);
+  else if constexpr (op == Op::Sub) return A(x - y);
+  else if constexpr (op == Op::Mul) return A(x * y);
+  else if constexpr (op == Op::Div) return A(x / y);
+  else if constexpr (op == Op::Maximum) return x > y ? x : y;
+  else if constexpr (op == Op::Minimum) return x < y ? x : y;
+  else if constexpr (op == Op::Equal) return x == y;
+  else if constexpr (op == Op::NotEqual) return x != y;
+  else if constexpr (op == Op::Less) return x < y;
+  else if constexpr (op == Op::LessEqual) return x <= y;
+  else if constexpr (op == Op::Greater) return x > y;
+  else if constexpr (op == Op::GreaterEqual) return x >= y;
+  else static_assert(dependent_false<op>, "scalar<op>: kScalar op without a function here");
+}
+
+}  // namespace kiln
