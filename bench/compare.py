@@ -73,6 +73,9 @@ def main():
                    help="avx2: every program capped at AVX2 (an AVX2-only CPU's configuration): kiln "
                    "built for x86-64-v3 (build-avx2/kiln) with oneDNN and oneMKL capped, PyTorch's "
                    "ATen, oneDNN and MKL capped, XLA capped (--xla_cpu_max_isa)")
+    p.add_argument("--precision", default="tf32", choices=["tf32", "bf16"],
+                   help="cuda: every program's matmul precision (tf32: the reference experiment's)")
+    p.add_argument("--kiln", default="", help="the kiln binary (default: build/kiln, build-avx2/kiln for --isa avx2)")
     p.add_argument("--peak-gflops", type=float, default=None, help="the peak that MFU is computed against "
                    "(default: the FMA-loop peak kiln's runs measure; on a GPU, pass one)")
     args = p.parse_args()
@@ -85,7 +88,7 @@ def main():
               "--warmup", str(args.warmup)]
     if args.rounds < 1:
         sys.exit("bench/compare: --rounds must be >= 1")
-    kiln = os.path.join(ROOT, "build-avx2" if args.isa == "avx2" else "build", "kiln")
+    kiln = args.kiln or os.path.join(ROOT, "build-avx2" if args.isa == "avx2" else "build", "kiln")
     if args.isa == "avx2":
         os.environ.update({"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                            "ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2",
@@ -97,7 +100,15 @@ def main():
                             ("kiln eager + compile-model", ["--mode", "eager", "--compile-model"]),
                             ("kiln lazy", ["--mode", "lazy"]), ("kiln jit", ["--mode", "jit"])]:
             programs.append((name, [kiln, "train", *common, *flags], False))
+    else:
+        # kiln's three modes on the GPU, at the peers' precision.
+        for name, flags in [("kiln eager", ["--mode", "eager"]), ("kiln lazy", ["--mode", "lazy"]),
+                            ("kiln jit", ["--mode", "jit"])]:
+            programs.append((name, [kiln, "train", *common, "--device", "cuda", "--precision",
+                                    args.precision, *flags], False))
     peer_args = [*common, "--device", args.device]
+    if args.device == "cuda":
+        peer_args += ["--precision", args.precision]
     for name, script, flags in [("pytorch eager", "torch_vit.py", []),
                                 ("torch.compile", "torch_vit.py", ["--compile"]),
                                 ("jax jit", "jax_vit.py", [])]:
@@ -149,6 +160,7 @@ def main():
     machine = cpu_model() if args.device == "cpu" else f"{gpu_model()} (host: {cpu_model()})"
     # Rotated multi-round runs get their own files beside single-round ones.
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}"
+                        + (f"-{args.precision}" if args.device == "cuda" else "")
                         + (f"-rotated{args.rounds}" if args.rounds > 1 else "")
                         + (f"-{args.tag}" if args.tag else ""))
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
@@ -157,6 +169,7 @@ def main():
             "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
                        f"--warmup {args.warmup} --device {args.device}"
                        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+                       + (f" --precision {args.precision}" if args.device == "cuda" else "")
                        + (f" --peak-gflops {args.peak_gflops:g}" if args.peak_gflops else "")
                        + (f" --isa {args.isa}" if args.isa != "native" else "")
                        + (f" --skip '{args.skip}'" if args.skip else "")

@@ -50,6 +50,7 @@ def report(name, args, times, losses, first_step, extra=None, peak_gpu_mib=None)
     summary = {
         "summary": True, "peer": name, "model": args.model, "batch_size": args.batch_size,
         "device": args.device, "steps": args.steps, "warmup": args.warmup,
+        "precision": args.precision if args.device == "cuda" else "fp32",
         "mean": statistics.mean(timed), "median": statistics.median(timed),
         "p90": percentile(timed, 0.9), "min": min(timed), "max": max(timed),
         "images_per_second": args.batch_size / statistics.mean(timed),
@@ -85,6 +86,9 @@ def add_common_args(p):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--precision", default="tf32", choices=["tf32", "bf16"],
+                   help="cuda: tf32 matmuls (the reference experiment's), or bf16 mixed precision "
+                   "(bf16 matmuls, f32 master weights: torch.autocast, flax dtype=bfloat16)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-json", default="")

@@ -4,6 +4,7 @@ architecture as modeling_vit.py with eager attention and no dropout; NHWC
 pixels; `from_torch_state_dict` loads a PyTorch ViT's weights."""
 import math
 import re
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ class Layer(nn.Module):
     heads: int
     mlp: int
     eps: float
+    dtype: Any = jnp.float32  # the matmuls' (bfloat16: mixed precision; parameters stay f32)
 
     @nn.compact
     def __call__(self, x):
@@ -27,15 +29,15 @@ class Layer(nn.Module):
         def split(z):
             return z.reshape(b, t, self.heads, dh).transpose(0, 2, 1, 3)
 
-        q = split(nn.Dense(c, kernel_init=_init, name="query")(y))
-        k = split(nn.Dense(c, kernel_init=_init, name="key")(y))
-        v = split(nn.Dense(c, kernel_init=_init, name="value")(y))
+        q = split(nn.Dense(c, kernel_init=_init, dtype=self.dtype, name="query")(y))
+        k = split(nn.Dense(c, kernel_init=_init, dtype=self.dtype, name="key")(y))
+        v = split(nn.Dense(c, kernel_init=_init, dtype=self.dtype, name="value")(y))
         probs = nn.softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh), axis=-1)
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, t, c)
-        x = x + nn.Dense(c, kernel_init=_init, name="attention_output")(ctx)
+        x = x + nn.Dense(c, kernel_init=_init, dtype=self.dtype, name="attention_output")(ctx)
         y = nn.LayerNorm(epsilon=self.eps, name="layernorm_after")(x)
-        y = nn.gelu(nn.Dense(self.mlp, kernel_init=_init, name="intermediate")(y), approximate=False)
-        return x + nn.Dense(c, kernel_init=_init, name="output")(y)
+        y = nn.gelu(nn.Dense(self.mlp, kernel_init=_init, dtype=self.dtype, name="intermediate")(y), approximate=False)
+        return x + nn.Dense(c, kernel_init=_init, dtype=self.dtype, name="output")(y)
 
 
 class ViTForImageClassification(nn.Module):
@@ -46,12 +48,13 @@ class ViTForImageClassification(nn.Module):
     num_labels: int = 1000
     patch_size: int = 16
     layer_norm_eps: float = 1e-12
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, pixels_nhwc):
         p, c = self.patch_size, self.hidden_size
         x = nn.Conv(c, (p, p), strides=(p, p), padding="VALID", kernel_init=_init,
-                    name="patch_embeddings")(pixels_nhwc)
+                    dtype=self.dtype, name="patch_embeddings")(pixels_nhwc)
         b, gh, gw, _ = x.shape
         x = x.reshape(b, gh * gw, c)
         cls = self.param("cls_token", _init, (1, 1, c))
@@ -59,9 +62,10 @@ class ViTForImageClassification(nn.Module):
         x = jnp.concatenate([jnp.broadcast_to(cls, (b, 1, c)), x], axis=1) + pos
         for i in range(self.num_hidden_layers):
             x = Layer(c, self.num_attention_heads, self.intermediate_size, self.layer_norm_eps,
-                      name=f"layer_{i}")(x)
+                      self.dtype, name=f"layer_{i}")(x)
         x = nn.LayerNorm(epsilon=self.layer_norm_eps, name="layernorm")(x)
-        return nn.Dense(self.num_labels, kernel_init=_init, name="classifier")(x[:, 0])
+        logits = nn.Dense(self.num_labels, kernel_init=_init, dtype=self.dtype, name="classifier")(x[:, 0])
+        return logits.astype(jnp.float32)
 
 
 # transformers 5 renamed the encoder's modules (its checkpoints keep the

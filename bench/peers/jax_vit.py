@@ -31,7 +31,9 @@ def main():
             common.fail(f"jax_vit: --device cuda but JAX runs on {jax.devices()[0].platform} "
                         "(is jax installed with CUDA support?)")
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")  # the reference's tf32
-    model = flax_vit.ViTForImageClassification(**common.PRESETS[args.model], num_labels=1000)
+    # bf16: flax's mixed precision (computation in bfloat16, f32 parameters).
+    extra = {"dtype": jnp.bfloat16} if args.device == "cuda" and args.precision == "bf16" else {}
+    model = flax_vit.ViTForImageClassification(**common.PRESETS[args.model], num_labels=1000, **extra)
     n = args.batch_size
     init_key, data_key = jax.random.split(jax.random.PRNGKey(args.seed))
     images = jax.random.normal(data_key, (n, 224, 224, 3), jnp.float32)  # NHWC

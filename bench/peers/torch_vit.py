@@ -36,9 +36,14 @@ def main():
     labels = torch.arange(n, device=dev) % 1000
     loss_fn = torch.nn.CrossEntropyLoss()
 
+    bf16 = args.device == "cuda" and args.precision == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(pixel_values=images).logits, labels)
+        # bf16: autocast's mixed precision (bf16 matmuls, f32 weights and loss).
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(pixel_values=images).logits
+        loss = loss_fn(logits.float(), labels)
         loss.backward()
         opt.step()
         return loss

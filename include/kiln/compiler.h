@@ -10,6 +10,9 @@ namespace kiln {
 
 struct CacheStats {
   uint64_t hits = 0, misses = 0, compiles = 0, evictions = 0;
+  // Runs that replayed a recording of the executable's kernels as one launch
+  // (a CUDA Graph; see compiler/executable.h).
+  uint64_t replays = 0;
 };
 
 struct CompileStats {

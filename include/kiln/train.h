@@ -119,6 +119,9 @@ struct TrainReport {
   double mfu = 0;
   double first_step_seconds = 0;
   double peak_rss_mib = 0;
+  // The most memory kiln's allocator of a CUDA device held at once during
+  // the run (0 on the host devices, whose memory peak_rss_mib counts).
+  double peak_device_mib = 0;
   int64_t parameters = 0;
   uint64_t compiles = 0;       // lazy, jit, compile-model: executables built
   uint64_t eval_compiles = 0;  // compiled evaluation: executables built (one per batch shape)

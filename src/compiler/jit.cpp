@@ -155,7 +155,10 @@ std::vector<Array> Jitted::operator()(const std::vector<Array>& args) {
   std::vector<Array> inputs;
   for (size_t s = 0; s < e->arg_of_slot.size(); ++s)
     inputs.push_back(e->arg_of_slot[s] >= 0 ? args[e->arg_of_slot[s]] : e->constant_of_slot[s]);
-  return e->exe->run(inputs);
+  const uint64_t before = e->exe->replays();
+  std::vector<Array> out = e->exe->run(inputs);
+  impl_->cache.stats.replays += e->exe->replays() - before;
+  return out;
 }
 
 const CacheStats& Jitted::cache_stats() const {
@@ -201,7 +204,9 @@ void mark_step(const std::vector<Array>& arrays) {
     st.last = exe->stats();
     st.cache.insert(h, std::move(g), exe);
   }
+  const uint64_t before = exe->replays();
   std::vector<Array> outs = exe->run(leaves);
+  st.cache.stats.replays += exe->replays() - before;
   // The pending arrays become materialized, holding the results.
   for (size_t i = 0; i < pending.size(); ++i) {
     ArrayNode* n = pending[i].node();

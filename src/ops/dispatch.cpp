@@ -27,6 +27,10 @@ const KernelTable* table_for(DeviceType type) {
 }
 }  // namespace
 
+const KernelTable* kernel_table(Device device) {
+  return table_for(device.type);
+}
+
 bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
                       DType out) {
   const KernelTable* table = table_for(device.type);

@@ -45,7 +45,22 @@ struct KernelTable {
   // host backends, whose kernels finish before they return.
   void* (*stream)(Device) = nullptr;
   void (*synchronize)(Device) = nullptr;
+  // A backend that records a run of kernels and replays it as one launch
+  // (CUDA Graphs; the ref backend emulates one, so that every machine tests
+  // the compiled executables that use it). Between begin_recording and
+  // end_recording the kernels this thread runs on `device` are recorded with
+  // the memory they read and write, not run; end_recording returns the
+  // recording, or null when the backend could not record it (its kernels
+  // then never ran). replay queues a recording; release frees it.
+  bool (*begin_recording)(Device) = nullptr;
+  void* (*end_recording)(Device) = nullptr;
+  void (*replay)(Device, void* recording) = nullptr;
+  void (*release_recording)(Device, void* recording) = nullptr;
 };
+
+// The recording functions of `device`'s backend (null members where it has
+// none; see KernelTable).
+const KernelTable* kernel_table(Device device);
 
 void register_kernels(DeviceType type, const KernelTable* table);
 // Whether the backend of `device` runs `prim` (see Supports); false where the

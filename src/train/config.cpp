@@ -57,12 +57,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
 }
 
 DType matmul_dtype_for(const std::string& precision) {
-  if (precision == "fp32") return DType::f32;
+  // tf32: f32 matmuls whose products a GPU's tensor cores form from TF32
+  // operands (set_matmul_precision; validate() allows it on cuda only).
+  if (precision == "fp32" || precision == "tf32") return DType::f32;
   if (precision == "bf16") return DType::bf16;
-  if (precision == "tf32")
-    fail("train",
-         "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores); this build "
-         "runs on the cpu device only: use fp32, or bf16 for mixed precision");
   fail("train", "--precision '" + precision + "', expected fp32, bf16 or tf32");
 }
 
@@ -79,6 +77,9 @@ void validate(const TrainConfig& cfg) {
     fail("train", "--eval-every and --save-every must be >= 0");
   matmul_dtype_for(cfg.precision);
   const Device device = parse_device(cfg.device, "--device");
+  if (cfg.precision == "tf32" && device.type != DeviceType::cuda)
+    fail("train", "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores) and --device "
+                  "is " + cfg.device + ": use fp32, or bf16 for mixed precision");
   if (device.type == DeviceType::cuda && device.index >= cuda_device_count())
     fail("train", "--device " + cfg.device + ": " +
                       (cuda_device_count() == 0

@@ -120,6 +120,7 @@ nlohmann::json summary_json(const TrainReport& report) {
                    {"compile_ms", report.compile_ms},
                    {"peak_rss_mib", report.peak_rss_mib},
                    {"wall_seconds", report.wall_seconds}};
+  if (report.peak_device_mib > 0) j["peak_device_mib"] = report.peak_device_mib;
   if (!report.evals.empty()) {
     j["eval_loss"] = report.evals.back().loss;
     j["eval_accuracy"] = report.evals.back().accuracy;
@@ -303,6 +304,9 @@ void Trainer::summarize() {
     report_.mfu = report_.achieved_gflops / report_.peak_gflops;
   }
   report_.peak_rss_mib = peak_rss_mib();
+  const Device device = params_.begin()->second.device();
+  if (!device.host_visible())
+    report_.peak_device_mib = device_memory_stats(device).peak_in_use / 1048576.0;
   report_.wall_seconds = since(run_start_);
   if (log_) log_ << summary_json(report_).dump() << "\n";
 }
@@ -318,6 +322,9 @@ TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
                 const Callbacks& callbacks) {
   auto run_start = Clock::now();
   validate(cfg);
+  // The f32 matmul precision of the run (process-wide, as PyTorch's
+  // allow_tf32): traced into every step's matmuls.
+  set_matmul_precision(cfg.precision == "tf32" ? MatmulPrecision::tf32 : MatmulPrecision::fp32);
   auto optimizer = make_optimizer(cfg);
   auto keys = random::split(random::Key(cfg.seed), 3);  // parameters, dropout, (unused)
   Start start = restore_or_init(cfg, std::move(resumed), *optimizer, keys[0]);

@@ -235,6 +235,9 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
   std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
               r.images_per_second, 100 * r.data_wait_share,
               fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
+  if (r.peak_device_mib > 0)
+    std::printf("peak device memory %.0f MiB (kiln's allocator on %s)\n", r.peak_device_mib,
+                cfg.device.c_str());
   const bool compiled = cfg.mode != train::Mode::eager || cfg.compile_model;
   if (compiled)
     std::printf(

@@ -163,6 +163,47 @@ void* stream_of(Device d) {
   return stream(d.index);
 }
 
+// Recording is stream capture: the kernels queued on the device's stream by
+// this thread become a CUDA Graph, instantiated once and launched as one.
+bool begin_recording(Device d) {
+  use_device(d.index);
+  if (cudaStreamBeginCapture(stream(d.index), cudaStreamCaptureModeThreadLocal) == cudaSuccess)
+    return true;
+  cudaGetLastError();
+  return false;
+}
+
+void* end_recording(Device d) {
+  use_device(d.index);
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(stream(d.index), &graph);
+  if (e != cudaSuccess || !graph) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return exec;
+}
+
+void replay(Device d, void* recording) {
+  use_device(d.index);
+  KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recording), stream(d.index)));
+}
+
+void release_recording(Device d, void* recording) {
+  // At exit the driver may be gone already; the graph goes with it.
+  if (cudaSetDevice(d.index) == cudaSuccess)
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(recording));
+  cudaGetLastError();
+}
+
 void synchronize_device(Device d) {
   use_device(d.index);
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream(d.index)));
@@ -231,6 +272,10 @@ void register_backend() {
   table.supports = supports;
   table.stream = stream_of;
   table.synchronize = synchronize_device;
+  table.begin_recording = begin_recording;
+  table.end_recording = end_recording;
+  table.replay = replay;
+  table.release_recording = release_recording;
   register_device_allocators(DeviceType::cuda, allocator_of);
   register_kernels(DeviceType::cuda, &table);
 }

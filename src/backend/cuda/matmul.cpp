@@ -37,6 +37,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/dynlib.h"
 #include "backend/cuda/epilogue.h"
 #include "ops/op_facts.h"
 
@@ -49,8 +50,8 @@ constexpr size_t kMaxWorkspace = 32u << 20;
 
 void check_cublas(cublasStatus_t st, const char* what, const char* who) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
-  fail(who, std::string(what) + ": " + cublasLtGetStatusName(st) + " (" +
-                cublasLtGetStatusString(st) + ")");
+  fail(who, std::string(what) + ": " + dyn::cublasLtGetStatusName(st) + " (" +
+                dyn::cublasLtGetStatusString(st) + ")");
 }
 
 // Whether GeluTanh runs in cuBLASLt's GELU epilogue (its tanh approximation
@@ -70,7 +71,7 @@ cublasLtHandle_t handle(int device) {
   if (device < 0 || device >= kMaxDevices)
     fail("matmul", "cuda:" + std::to_string(device) + ": no such device");
   std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) check_cublas(cublasLtCreate(&handles[device]), "cublasLtCreate", "matmul");
+  if (!handles[device]) check_cublas(dyn::cublasLtCreate(&handles[device]), "cublasLtCreate", "matmul");
   return handles[device];
 }
 
@@ -193,16 +194,16 @@ struct Plan {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
                               int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  check_cublas(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate",
+  check_cublas(dyn::cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate",
                "matmul");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+    check_cublas(dyn::cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                   sizeof(count)),
-                 "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", "matmul");
-    check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                 "dyn::cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", "matmul");
+    check_cublas(dyn::cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                   &stride, sizeof(stride)),
-                 "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", "matmul");
+                 "dyn::cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", "matmul");
   }
   return l;
 }
@@ -210,7 +211,7 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v,
               const char* what) {
-  check_cublas(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), what, "matmul");
+  check_cublas(dyn::cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), what, "matmul");
 }
 
 // Creates the plan of key k (bias: the bias pointer, for its alignment).
@@ -225,23 +226,23 @@ void build(Plan& p, const Key& k, const void* bias) {
   } else if (g.in == DType::f32 && k.tf32) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
-  check_cublas(cublasLtMatmulDescCreate(&p.desc, compute, scale), "cublasLtMatmulDescCreate",
+  check_cublas(dyn::cublasLtMatmulDescCreate(&p.desc, compute, scale), "cublasLtMatmulDescCreate",
                "matmul");
   // cuBLASLt's A is kiln's b, its B kiln's a (see the top of the file).
   const cublasOperation_t op_a = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)");
-  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)");
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "dyn::cublasLtMatmulDescSetAttribute(TRANSA)");
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "dyn::cublasLtMatmulDescSetAttribute(TRANSB)");
   if (k.f.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, k.f.epilogue,
-             "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+             "dyn::cublasLtMatmulDescSetAttribute(EPILOGUE)");
     if (k.f.epilogue & CUBLASLT_EPILOGUE_BIAS) {
       // f32 like D; the same bias for every batch (batch stride 0, the default).
       const int32_t bias_type = CUDA_R_32F;
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type,
-               "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+               "dyn::cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
-               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+               "dyn::cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     }
   }
   p.la = g.tb ? layout(in, g.k, g.n, g.k, g.batch, g.stride_b)
@@ -251,9 +252,9 @@ void build(Plan& p, const Key& k, const void* bias) {
   p.lcd = layout(out, g.n, g.m, g.n, g.batch, g.m * g.n);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", "matmul");
+  check_cublas(dyn::cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", "matmul");
   auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)),
+    check_cublas(dyn::cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)),
                  "cublasLtMatmulPreferenceSetAttribute", "matmul");
   };
   const uint64_t max_ws = kMaxWorkspace;
@@ -265,9 +266,9 @@ void build(Plan& p, const Key& k, const void* bias) {
   cublasLtMatmulHeuristicResult_t results[4] = {};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle(k.device), p.desc, p.la, p.lb, p.lcd, p.lcd, pref, 4,
+      dyn::cublasLtMatmulAlgoGetHeuristic(handle(k.device), p.desc, p.la, p.lb, p.lcd, p.lcd, pref, 4,
                                      results, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  dyn::cublasLtMatmulPreferenceDestroy(pref);
   // No algorithm (p.ok stays false): a fused form falls back to the plain
   // GEMM, which reports the status where it has none either.
   const bool fused = k.f.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.f.residual;
@@ -330,8 +331,8 @@ bool try_gemm(const KernelContext& ctx, cudaStream_t s, const Gemm& g, bool tf32
     std::lock_guard<std::mutex> lock(p.mu);
     if (f.epilogue & CUBLASLT_EPILOGUE_BIAS)
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(o.bias),
-               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-    st = cublasLtMatmul(handle(ctx.device.index), p.desc, alpha, o.b, p.la, o.a, p.lb, beta, c,
+               "dyn::cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    st = dyn::cublasLtMatmul(handle(ctx.device.index), p.desc, alpha, o.b, p.la, o.a, p.lb, beta, c,
                         p.lcd, o.d, p.lcd, &p.algo, ws, p.workspace, s);
   }
   if (ws) ctx.scratch->release(ws, p.workspace);

@@ -1,7 +1,7 @@
 // kiln cuda backend: NVRTC compilation of generated kernels (see nvrtc.h).
 #include "backend/cuda/nvrtc.h"
 
-#include <nvrtc.h>
+#include "backend/cuda/dynlib.h"
 
 #include <algorithm>
 #include <sstream>
@@ -39,7 +39,7 @@ Compiled nvrtc_compile(const std::string& source, const std::string& arch,
                        const std::string& name) {
   Compiled c;
   nvrtcProgram prog = nullptr;
-  if (nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
+  if (dyn::nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
       NVRTC_SUCCESS) {
     c.log = "nvrtcCreateProgram failed";
     return c;
@@ -47,27 +47,27 @@ Compiled nvrtc_compile(const std::string& source, const std::string& arch,
   const std::string arch_opt = "-arch=" + arch;
   const std::vector<const char*> opts = {arch_opt.c_str(), "-std=c++17", "--ptxas-options=-v",
                                          "-lineinfo"};
-  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  const nvrtcResult r = dyn::nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
   size_t n = 0;
-  if (nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
+  if (dyn::nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
     c.log.resize(n);
-    nvrtcGetProgramLog(prog, c.log.data());
+    dyn::nvrtcGetProgramLog(prog, c.log.data());
     c.log.resize(n - 1);  // the terminating NUL
   }
   if (r != NVRTC_SUCCESS) {
-    c.log = std::string(nvrtcGetErrorString(r)) + "\n" + c.log;
-  } else if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+    c.log = std::string(dyn::nvrtcGetErrorString(r)) + "\n" + c.log;
+  } else if (dyn::nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
     c.cubin.resize(n);
-    c.ok = nvrtcGetCUBIN(prog, c.cubin.data()) == NVRTC_SUCCESS;
+    c.ok = dyn::nvrtcGetCUBIN(prog, c.cubin.data()) == NVRTC_SUCCESS;
   }
-  nvrtcDestroyProgram(&prog);
+  dyn::nvrtcDestroyProgram(&prog);
   read_ptxas_report(c);
   return c;
 }
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
+  dyn::nvrtcVersion(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
 }
 

@@ -1,9 +1,12 @@
 // kiln ref backend: its allocator (plain aligned host memory), the shared
-// f64 load/store and index helpers, Copy and Fill, and its registration.
+// f64 load/store and index helpers, Copy and Fill, an emulation of a device
+// that records and replays runs (as CUDA Graphs do), and its registration.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <utility>
 
 #include "backend/ref/ref_common.h"
 #include "kiln/allocator.h"
@@ -37,6 +40,70 @@ void fill_kernel(const KernelContext&, const Primitive& p,
   std::vector<double> v(numel(out.shape));
   for (size_t i = 0; i < v.size(); ++i) v[i] = a.start + static_cast<double>(i) * a.step;
   store(out, v);
+}
+
+// Recording, emulated: between begin and end, every kernel but the alias
+// ones (which only point their output at an input's memory, as on a GPU) is
+// kept as a call on the memory it was given, not run. As a CUDA Graph bakes
+// in its kernels' pointers, each call keeps the buffers its inputs and
+// output had when it was recorded, and a replay reads and writes those: an
+// executable that replays a recording after moving a value elsewhere gets
+// stale results here as it would on a GPU, and the tests see them.
+struct Call {
+  Kernel kernel;
+  Primitive prim;
+  std::vector<Array> inputs;            // views of the recorded memory
+  std::shared_ptr<ArrayNode> output;    // a view of the recorded memory
+};
+struct Recording {
+  std::vector<Call> calls;
+};
+thread_local Recording* g_recording = nullptr;
+Kernel g_kernels[kOpCount] = {};
+
+std::shared_ptr<ArrayNode> view_of(const ArrayNode& n) {
+  auto v = std::make_shared<ArrayNode>();
+  v->shape = n.shape;
+  v->dtype = n.dtype;
+  v->device = n.device;
+  v->buffer = n.buffer;
+  v->offset = n.offset;
+  return v;
+}
+
+template <int I>
+void recording_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
+                      ArrayNode& out) {
+  constexpr Op op = static_cast<Op>(I);
+  if (!g_recording || op_has(op, kAlias)) return g_kernels[I](ctx, p, in, out);
+  if (!out.buffer) fail(op_name(op), "recorded with no output memory");
+  Call c{g_kernels[I], p, {}, view_of(out)};
+  for (const Array& a : in) c.inputs.emplace_back(view_of(*a.node_ptr()));
+  g_recording->calls.push_back(std::move(c));
+}
+
+template <int... I>
+void route_through_recording(KernelTable& t, std::integer_sequence<int, I...>) {
+  ((g_kernels[I] = t.kernels[I], t.kernels[I] = t.kernels[I] ? recording_kernel<I> : nullptr), ...);
+}
+
+bool begin_recording(Device) {
+  if (g_recording) return false;
+  g_recording = new Recording();
+  return true;
+}
+void* end_recording(Device) {
+  Recording* r = g_recording;
+  g_recording = nullptr;
+  return r;
+}
+void replay(Device d, void* recording) {
+  const KernelContext ctx{d, nullptr, &allocator_for(d)};
+  for (Call& c : static_cast<Recording*>(recording)->calls)
+    c.kernel(ctx, c.prim, c.inputs, *c.output);
+}
+void release_recording(Device, void* recording) {
+  delete static_cast<Recording*>(recording);
 }
 
 }  // namespace
@@ -90,6 +157,11 @@ void register_backend() {
   register_fused(table);
   register_random(table);
   register_transfer(table);
+  route_through_recording(table, std::make_integer_sequence<int, kOpCount>{});
+  table.begin_recording = begin_recording;
+  table.end_recording = end_recording;
+  table.replay = replay;
+  table.release_recording = release_recording;
   register_allocator(DeviceType::ref, &allocator);
   register_kernels(DeviceType::ref, &table);
 }

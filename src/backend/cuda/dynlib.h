@@ -1,0 +1,53 @@
+// kiln cuda backend: cuBLASLt and NVRTC, loaded when first called (dlopen)
+// rather than linked: libkiln then starts as fast with the CUDA backend as
+// without it (cuBLASLt alone is half a gigabyte), and runs where the driver
+// is present but a library is not until that library is needed. A call
+// goes through dyn::<name>, with the library's own signature; a library that
+// cannot be loaded is a clear kiln error naming it.
+#pragma once
+#include <cublasLt.h>
+#include <nvrtc.h>
+
+#include <atomic>
+
+namespace kiln::cuda::dyn {
+
+enum class Lib { cublaslt, nvrtc };
+// The address of `name` in `lib` (loading the library on first use).
+void* symbol(Lib lib, const char* name);
+
+template <typename F>
+struct Lazy {
+  Lib lib;
+  const char* name;
+  mutable std::atomic<F*> fn{nullptr};
+  template <typename... A>
+  auto operator()(A... args) const {
+    F* f = fn.load(std::memory_order_acquire);
+    if (!f) {
+      f = reinterpret_cast<F*>(symbol(lib, name));
+      fn.store(f, std::memory_order_release);
+    }
+    return f(args...);
+  }
+};
+
+#define KILN_CUBLASLT_FUNCTIONS(X)                                                               \
+  X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)        \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate)                                  \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate)                            \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                     \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
+#define KILN_NVRTC_FUNCTIONS(X)                                                                  \
+  X(nvrtcCompileProgram) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcGetCUBIN)           \
+  X(nvrtcGetCUBINSize) X(nvrtcGetErrorString) X(nvrtcGetProgramLog) X(nvrtcGetProgramLogSize)    \
+  X(nvrtcVersion)
+
+#define KILN_LAZY_CUBLASLT(name) inline const Lazy<decltype(::name)> name{Lib::cublaslt, #name};
+#define KILN_LAZY_NVRTC(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc, #name};
+KILN_CUBLASLT_FUNCTIONS(KILN_LAZY_CUBLASLT)
+KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC)
+#undef KILN_LAZY_CUBLASLT
+#undef KILN_LAZY_NVRTC
+
+}  // namespace kiln::cuda::dyn
