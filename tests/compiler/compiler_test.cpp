@@ -12,6 +12,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/optim.h"
+#include "../gpu_device.h"
 
 namespace kiln {
 namespace {
@@ -720,66 +721,99 @@ TEST(Jit, DonatedParametersKeepTheirBuffersAndOldHandlesFail) {
 // modes run the fused kernels fuse_attention maps them to.
 class Modes : public ::testing::TestWithParam<bool> {};
 
-TEST_P(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
+// Five SGD steps of the golden ViT in `mode` (eager, lazy or jit with donated
+// parameters) on `device`: the losses, the final parameters and the jitted
+// step's cache statistics.
+struct FiveSteps {
+  std::vector<double> losses;
+  std::vector<Array> params;
+  CacheStats jit_stats;
+};
+FiveSteps five_vit_steps(const VitStep& s, const std::string& mode, Device device) {
   const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   Params w = io::load_safetensors(dir + "model.safetensors").tensors;
   Params batch = io::load_safetensors(dir + "batch.safetensors").tensors;
+  std::vector<Array> args;
+  for (const Array& a : flatten(w)) args.push_back(a.to(device));
+  args.push_back(batch.at("pixel_values").to(device));
+  args.push_back(batch.at("labels").to(device));
+  const size_t np = s.names.size();
+  std::vector<int> donate(np);
+  for (size_t i = 0; i < np; ++i) donate[i] = static_cast<int>(i);
+  Jitted step = jit(s.fn, {.donate = donate});
+  FiveSteps r;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<Array> out;
+    if (mode == "eager") {
+      out = s.fn(args);
+    } else if (mode == "lazy") {
+      {
+        LazyScope lazy;
+        out = s.fn(args);
+      }
+      mark_step(out);
+    } else {
+      out = step(args);
+    }
+    r.losses.push_back(out.back().item<double>());
+    for (size_t k = 0; k < np; ++k) args[k] = out[k];
+  }
+  r.params.assign(args.begin(), args.begin() + np);
+  r.jit_stats = step.cache_stats();
+  return r;
+}
+
+// The modes agree within `tol` (relative) on every loss and parameter.
+void expect_modes_agree(const VitStep& s, const FiveSteps& e, const FiveSteps& l,
+                        const FiveSteps& j, double tol) {
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(l.losses[i], e.losses[i], tol * e.losses[i]) << "lazy, step " << i;
+    EXPECT_NEAR(j.losses[i], e.losses[i], tol * e.losses[i]) << "jit, step " << i;
+  }
+  for (size_t k = 0; k < e.params.size(); ++k) {
+    auto ev = e.params[k].to_vector<float>(), lv = l.params[k].to_vector<float>(),
+         jv = j.params[k].to_vector<float>();
+    for (size_t i = 0; i < ev.size(); ++i) {
+      ASSERT_NEAR(lv[i], ev[i], tol * std::max(1.0f, std::fabs(ev[i]))) << s.names[k];
+      ASSERT_NEAR(jv[i], ev[i], tol * std::max(1.0f, std::fabs(ev[i]))) << s.names[k];
+    }
+  }
+}
+
+TEST_P(Modes, EagerLazyAndJitAgreeOnFiveVitSteps) {
+  const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   auto want = io::load_safetensors(dir + "expected.safetensors")
                   .tensors.at("sgd_losses")
                   .to_vector<double>();
   VitStep s = vit_step(0.05, GetParam());
-  std::vector<Array> args0 = flatten(w);
-  args0.push_back(batch.at("pixel_values"));
-  args0.push_back(batch.at("labels"));
-  const size_t np = s.names.size();
   // The golden losses use momentum and weight decay; compare with plain SGD
   // through a fresh torch-free reference: eager mode itself.
-  auto run = [&](const std::string& mode) {
-    std::vector<Array> args = args0;
-    std::vector<double> losses;
-    Jitted step = jit(s.fn, {.donate = [&] {
-                        std::vector<int> d(np);
-                        for (size_t i = 0; i < np; ++i) d[i] = static_cast<int>(i);
-                        return d;
-                      }()});
-    for (int i = 0; i < 5; ++i) {
-      std::vector<Array> out;
-      if (mode == "eager") {
-        out = s.fn(args);
-      } else if (mode == "lazy") {
-        {
-          LazyScope lazy;
-          out = s.fn(args);
-        }
-        mark_step(out);
-      } else {
-        out = step(args);
-      }
-      losses.push_back(out.back().item<double>());
-      for (size_t k = 0; k < np; ++k) args[k] = out[k];
-    }
-    if (mode == "jit") {
-      EXPECT_EQ(step.cache_stats().compiles, 1u);
-    }
-    std::vector<Array> params(args.begin(), args.begin() + np);
-    return std::pair{losses, params};
-  };
-  auto [le, pe] = run("eager");
-  auto [ll, pl] = run("lazy");
-  auto [lj, pj] = run("jit");
-  EXPECT_NEAR(le[0], want[0], 1e-5 * want[0]);  // step 0 is independent of the optimizer
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_NEAR(ll[i], le[i], 1e-6 * le[i]) << "lazy, step " << i;
-    EXPECT_NEAR(lj[i], le[i], 1e-6 * le[i]) << "jit, step " << i;
-  }
-  for (size_t k = 0; k < np; ++k) {
-    auto e = pe[k].to_vector<float>(), l = pl[k].to_vector<float>(), j = pj[k].to_vector<float>();
-    for (size_t i = 0; i < e.size(); ++i) {
-      ASSERT_NEAR(l[i], e[i], 1e-6 * std::max(1.0f, std::fabs(e[i]))) << s.names[k];
-      ASSERT_NEAR(j[i], e[i], 1e-6 * std::max(1.0f, std::fabs(e[i]))) << s.names[k];
-    }
-  }
-  EXPECT_GE(lazy_cache_stats().hits, 4u);  // the lazy graph was compiled once and reused
+  const uint64_t lazy_hits = lazy_cache_stats().hits;
+  FiveSteps e = five_vit_steps(s, "eager", Device::cpu());
+  FiveSteps l = five_vit_steps(s, "lazy", Device::cpu());
+  FiveSteps j = five_vit_steps(s, "jit", Device::cpu());
+  EXPECT_NEAR(e.losses[0], want[0], 1e-5 * want[0]);  // step 0 is independent of the optimizer
+  EXPECT_EQ(j.jit_stats.compiles, 1u);
+  expect_modes_agree(s, e, l, j, 1e-6);
+  EXPECT_GE(lazy_cache_stats().hits - lazy_hits, 4u);  // the lazy graph was compiled once and reused
+}
+
+// The same on a CUDA GPU (gpu-labeled; skipped without one): the modes agree
+// with each other and with the cpu, the jitted step compiles once and steps
+// 3-5 replay its CUDA Graph.
+TEST_P(Modes, GpuEagerLazyAndJitAgreeOnFiveVitSteps) {
+  KILN_REQUIRE_GPU();
+  VitStep s = vit_step(0.05, GetParam());
+  FiveSteps e = five_vit_steps(s, "eager", test_gpu());
+  FiveSteps l = five_vit_steps(s, "lazy", test_gpu());
+  FiveSteps j = five_vit_steps(s, "jit", test_gpu());
+  FiveSteps cpu = five_vit_steps(s, "eager", Device::cpu());
+  EXPECT_EQ(j.jit_stats.compiles, 1u);
+  EXPECT_EQ(j.jit_stats.replays, 3u);
+  EXPECT_EQ(j.params[0].device(), test_gpu());
+  expect_modes_agree(s, e, l, j, 2e-5);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(e.losses[i], cpu.losses[i], 1e-4 * cpu.losses[i]) << "cuda vs cpu, step " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, Modes, ::testing::Bool(),

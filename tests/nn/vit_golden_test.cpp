@@ -8,6 +8,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
+#include "../gpu_device.h"
 
 namespace kiln {
 namespace {
@@ -122,6 +123,61 @@ TEST_P(VitGolden, FiveSgdStepsMatchTorchOptimSgd) {
     })(params);
     EXPECT_NEAR(loss.item<double>(), want[step], 1e-5 * want[step]) << "step " << step;
     std::tie(params, state) = sgd.update(grads, state, params);
+  }
+}
+
+// On a CUDA GPU (a gpu-labeled test; skipped without one): logits, loss and
+// every gradient against transformers' f32 reference in each precision —
+// fp32 within 1e-4 relative, tf32 within 5e-3, bf16 mixed precision within
+// 2e-2 — eagerly and with the whole forward and backward jitted.
+TEST_P(VitGolden, GpuMatchesTransformersInEachPrecision) {
+  KILN_REQUIRE_GPU();
+  Golden g;
+  const nn::Layout layout = GetParam();
+  const Device gpu = test_gpu();
+  Params weights;
+  for (auto& [name, w] : g.weights) weights.emplace(name, w.to(gpu));
+  const Array pixels = g.pixels(layout).to(gpu), labels = g.batch.at("labels").to(gpu);
+  const double floor = g.gradient_floor();
+  struct Precision {
+    const char* name;
+    MatmulPrecision f32;
+    DType matmul;
+    double tol;
+  };
+  for (const Precision& p : {Precision{"fp32", MatmulPrecision::fp32, DType::f32, 1e-4},
+                             Precision{"tf32", MatmulPrecision::tf32, DType::f32, 5e-3},
+                             Precision{"bf16", MatmulPrecision::fp32, DType::bf16, 2e-2}}) {
+    for (bool compiled : {false, true}) {
+      SCOPED_TRACE(std::string(p.name) + (compiled ? ", jit" : ", eager"));
+      set_matmul_precision(p.f32);
+      std::vector<std::string> names;
+      for (auto& [name, w] : weights) names.push_back(name);
+      nn::ViTForImageClassification model(g.cfg);
+      auto f = [&](const std::vector<Array>& a) {
+        Array logits;
+        auto [loss, grads] = value_and_grad([&](const Params& q) {
+          logits = model.apply(q, a[names.size()], {.layout = layout, .matmul_dtype = p.matmul});
+          return model.loss(logits, a[names.size() + 1]);
+        })(unflatten(names, a));
+        std::vector<Array> out{logits, loss};
+        for (auto& [name, grad] : grads) out.push_back(grad);
+        return out;
+      };
+      std::vector<Array> args = flatten(weights);
+      args.push_back(pixels);
+      args.push_back(labels);
+      std::vector<Array> out = compiled ? jit(f)(args) : f(args);
+      set_matmul_precision(MatmulPrecision::fp32);
+      ASSERT_EQ(out.size(), 2 + names.size());
+      EXPECT_EQ(out[0].device(), gpu);
+      EXPECT_LT(relative_error(out[0], g.expected.at("logits")), p.tol);
+      EXPECT_NEAR(out[1].item<double>(), g.expected.at("loss").item<double>(),
+                  p.tol * g.expected.at("loss").item<double>());
+      for (size_t i = 0; i < names.size(); ++i)
+        EXPECT_LT(relative_error(out[2 + i], g.expected.at("grad." + names[i]), floor), p.tol)
+            << names[i];
+    }
   }
 }
 

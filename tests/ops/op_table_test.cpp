@@ -13,6 +13,7 @@
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "ops/dispatch.h"
+#include "../gpu_device.h"
 #include "reference.h"
 
 namespace kiln::testing {
@@ -1212,12 +1213,8 @@ TEST(Attention, F32KernelsMatchF64) {
 // f32 (f32 within the case's tolerance or 1e-5, for the GPU's own float math
 // and summation order), every VJP in f64, eagerly and jitted.
 
-#define KILN_REQUIRE_GPU()                                          \
-  if (cuda_device_count() == 0)                                     \
-  GTEST_SKIP() << "no CUDA GPU visible (" << cuda_unavailable_reason() << ")"
-
 bool on_cuda(const Array& a) {
-  return a.device().type == DeviceType::cuda;
+  return a.device() == test_gpu();
 }
 
 double gpu_f32_tol(const Case& c) {
@@ -1233,7 +1230,7 @@ TEST_P(OpTable, GpuForwardMatchesCpu) {
   auto check = [&](const std::vector<Host>& h, DType fdt, double tol, const char* what) {
     auto ins = arrays(c, h, fdt);
     Array cpu = c.fn(ins);
-    Array gpu = c.fn(moved(ins, Device::cuda()));
+    Array gpu = c.fn(moved(ins, test_gpu()));
     EXPECT_TRUE(on_cuda(gpu)) << c.name << ": result on " << gpu.device().str();
     EXPECT_EQ(gpu.dtype(), cpu.dtype()) << c.name;
     expect_close(to_host(gpu), to_host(cpu), tol, c.name + what);
@@ -1250,7 +1247,7 @@ TEST_P(OpTable, GpuJitMatchesEager) {
   std::vector<Host> hs;
   for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
   for (DType fdt : {DType::f64, DType::f32}) {
-    auto ins = moved(arrays(c, fdt == DType::f32 ? rounded(c, hs) : hs, fdt), Device::cuda());
+    auto ins = moved(arrays(c, fdt == DType::f32 ? rounded(c, hs) : hs, fdt), test_gpu());
     Array eager = c.fn(ins);
     auto compiled = jit([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; });
     std::vector<Array> got = compiled(ins);
@@ -1288,7 +1285,7 @@ TEST_P(OpTableGrad, GpuVjpMatchesCpu) {
       args.push_back(from_host(r, DType::f64).to(d));
       return compiled ? jit(f)(args) : f(args);
     };
-    auto cpu = run(Device::cpu()), gpu = run(Device::cuda());
+    auto cpu = run(Device::cpu()), gpu = run(test_gpu());
     ASSERT_EQ(gpu.size(), cpu.size()) << c.name;
     for (size_t k = 0; k < cpu.size(); ++k) {
       EXPECT_TRUE(on_cuda(gpu[k])) << c.name << ": result " << k;
@@ -1336,7 +1333,7 @@ TEST(GpuBackend, FusedPrimitivesMatchCpu) {
   std::vector<Array> cpu;
   for (size_t i = 0; i < shapes.size(); ++i)
     cpu.push_back(random::normal(random::Key(40 + i), shapes[i]));
-  const std::vector<Array> gpu = moved(cpu, Device::cuda());
+  const std::vector<Array> gpu = moved(cpu, test_gpu());
   const std::vector<Array> eager = f(gpu), jit_gpu = jit(f)(gpu), jit_cpu = jit(f)(cpu);
   for (size_t o = 0; o < eager.size(); ++o) {
     EXPECT_TRUE(on_cuda(jit_gpu[o]));
@@ -1351,9 +1348,9 @@ TEST(GpuBackend, FillAndRandomMatchCpu) {
   KILN_REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::bool_}) {
     SCOPED_TRACE(name_of(dt));
-    EXPECT_EQ(arange(-3, 40, 3, dt, Device::cuda()).to_vector<double>(),
+    EXPECT_EQ(arange(-3, 40, 3, dt, test_gpu()).to_vector<double>(),
               arange(-3, 40, 3, dt, Device::cpu()).to_vector<double>());
-    EXPECT_EQ(full({3, 4}, 2.5, dt, Device::cuda()).to_vector<double>(),
+    EXPECT_EQ(full({3, 4}, 2.5, dt, test_gpu()).to_vector<double>(),
               full({3, 4}, 2.5, dt, Device::cpu()).to_vector<double>());
   }
   const Array key = Array::from_vector<int32_t>({123, -456}, {2});
@@ -1375,7 +1372,7 @@ TEST(GpuBackend, FillAndRandomMatchCpu) {
         if (with_key_array) in.push_back(key.to(dev));
         return make_array(Primitive(Op::Random, attrs), in, {7, 5}, d.dtype, -1, dev);
       };
-      const std::vector<double> gpu = draw(Device::cuda()).to_vector<double>();
+      const std::vector<double> gpu = draw(test_gpu()).to_vector<double>();
       const std::vector<double> cpu = draw(Device::cpu()).to_vector<double>();
       ASSERT_EQ(gpu.size(), cpu.size());
       for (size_t i = 0; i < cpu.size(); ++i)

@@ -99,7 +99,11 @@ int run_info() {
   std::printf("bf16 GEMM: %s\n", cpu_bf16_gemm_native()
                                       ? "oneDNN, native"
                                       : "none on this CPU: bf16 operands widened to f32");
-  std::printf("devices:  cpu\n");
+  std::string devices = "cpu, ref";
+  for (int i = 0; i < cuda_device_count(); ++i)
+    devices += ", cuda:" + std::to_string(i) + " (" + device_name(Device::cuda(i)) + ")";
+  std::printf("devices:  %s\n", devices.c_str());
+  if (cuda_device_count() == 0) std::printf("CUDA:     %s\n", cuda_unavailable_reason().c_str());
   return 0;
 }
 

@@ -200,10 +200,10 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
     const int32_t count = static_cast<int32_t>(batch);
     check_cublas(dyn::cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                   sizeof(count)),
-                 "dyn::cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", "matmul");
+                 "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", "matmul");
     check_cublas(dyn::cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                   &stride, sizeof(stride)),
-                 "dyn::cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", "matmul");
+                 "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", "matmul");
   }
   return l;
 }
@@ -231,18 +231,18 @@ void build(Plan& p, const Key& k, const void* bias) {
   // cuBLASLt's A is kiln's b, its B kiln's a (see the top of the file).
   const cublasOperation_t op_a = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "dyn::cublasLtMatmulDescSetAttribute(TRANSA)");
-  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "dyn::cublasLtMatmulDescSetAttribute(TRANSB)");
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)");
   if (k.f.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, k.f.epilogue,
-             "dyn::cublasLtMatmulDescSetAttribute(EPILOGUE)");
+             "cublasLtMatmulDescSetAttribute(EPILOGUE)");
     if (k.f.epilogue & CUBLASLT_EPILOGUE_BIAS) {
       // f32 like D; the same bias for every batch (batch stride 0, the default).
       const int32_t bias_type = CUDA_R_32F;
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type,
-               "dyn::cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+               "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
-               "dyn::cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     }
   }
   p.la = g.tb ? layout(in, g.k, g.n, g.k, g.batch, g.stride_b)
@@ -331,7 +331,7 @@ bool try_gemm(const KernelContext& ctx, cudaStream_t s, const Gemm& g, bool tf32
     std::lock_guard<std::mutex> lock(p.mu);
     if (f.epilogue & CUBLASLT_EPILOGUE_BIAS)
       set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(o.bias),
-               "dyn::cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     st = dyn::cublasLtMatmul(handle(ctx.device.index), p.desc, alpha, o.b, p.la, o.a, p.lb, beta, c,
                         p.lcd, o.d, p.lcd, &p.algo, ws, p.workspace, s);
   }

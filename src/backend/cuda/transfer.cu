@@ -19,6 +19,9 @@ class PinnedStaging {
  public:
   // Copies `bytes` from host memory `src` to device memory `dst` on stream s.
   void copy(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+    // Held until the block's event is recorded: before that its event still
+    // reads as done, and another thread could take the same block.
+    std::lock_guard<std::mutex> lock(mu_);
     Block* b = take(bytes);
     std::memcpy(b->ptr, src, bytes);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, b->ptr, bytes, cudaMemcpyHostToDevice, s));
@@ -33,8 +36,8 @@ class PinnedStaging {
   };
   static constexpr size_t kMaxBlocks = 16;
 
+  // A block whose earlier copy has finished (mu_ held).
   Block* take(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
     for (auto& b : blocks_)
       if (b.bytes >= bytes && cudaEventQuery(b.done) == cudaSuccess) return &b;
     cudaGetLastError();  // cudaErrorNotReady from the queries
@@ -45,6 +48,7 @@ class PinnedStaging {
       if (b.bytes < bytes) {
         KILN_CUDA_CHECK(cudaFreeHost(b.ptr));
         b.ptr = nullptr;
+        b.bytes = 0;  // never taken again should the allocation below fail
         KILN_CUDA_CHECK(cudaHostAlloc(&b.ptr, bytes, cudaHostAllocDefault));
         b.bytes = bytes;
       }
@@ -64,10 +68,21 @@ class PinnedStaging {
   std::deque<Block> blocks_;
 };
 
-PinnedStaging& staging() {
-  static auto* s = new PinnedStaging();  // never destroyed: copies may run during exit
-  return *s;
+// One per device: a block's event belongs to the device that was current
+// when it was made, and can be recorded only on that device's streams.
+PinnedStaging& staging(int device) {
+  constexpr int kMaxDevices = 64;  // as backend.cpp, which checks the index
+  static auto* s = new PinnedStaging[kMaxDevices];  // never destroyed: copies may run during exit
+  return s[device];
 }
+
+// A CUDA event destroyed at the end of its scope (its pending record completes).
+struct ScopedEvent {
+  cudaEvent_t e = nullptr;
+  ~ScopedEvent() {
+    if (e) cudaEventDestroy(e);
+  }
+};
 
 void copy_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
@@ -78,7 +93,7 @@ void copy_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
   if (bytes == 0) return;
   const void* src = in[0].raw();
   if (from.host_visible()) {
-    staging().copy(dst, src, bytes, s);
+    staging(to.index).copy(dst, src, bytes, s);
   } else if (to.host_visible()) {
     // The host reads the value next: queue the copy and wait for it.
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
@@ -86,9 +101,21 @@ void copy_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
   } else if (from.index == to.index) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
   } else {
-    // Between GPUs: the source's queue must have produced it first.
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream(from.index)));
+    // Between GPUs, ordered by events, not by the host: the copy waits for
+    // the source's queue to produce src, and the source's queue waits for the
+    // copy, so that src freed there later (stream-ordered) is not reused while
+    // the copy still reads it.
+    const cudaStream_t from_s = stream(from.index);
+    ScopedEvent produced, copied;
+    use_device(from.index);
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&produced.e, cudaEventDisableTiming));
+    KILN_CUDA_CHECK(cudaEventRecord(produced.e, from_s));
+    use_device(to.index);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(s, produced.e, 0));
     KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, to.index, src, from.index, bytes, s));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&copied.e, cudaEventDisableTiming));
+    KILN_CUDA_CHECK(cudaEventRecord(copied.e, s));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(from_s, copied.e, 0));
   }
 }
 
