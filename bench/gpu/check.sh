@@ -12,8 +12,8 @@
 #      eager, lazy and jit, PyTorch eager, torch.compile, JAX jit) in tf32,
 #      then bf16 as far as the time allows;
 #   5. summary.md with every table.
-# kiln comes from build-gpu/bundle (bench/gpu/bundle.sh, carried by the
-# device tool) or, failing that, from build/. GPU_CHECK_BUDGET_S (default 470)
+# kiln comes from build-gpu/bundle.tar.xz (bench/gpu/bundle.sh; carried by
+# the device tool) or, failing that, from build/. GPU_CHECK_BUDGET_S (default 470)
 # bounds the whole run; each program gets a timeout from what is left.
 # GPU_CHECK_DEVICE=cpu rehearses every step on a machine without a GPU (a
 # tiny model on the cpu, the peers on the CPU), so that the real run cannot
@@ -38,7 +38,10 @@ date -u
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 && head -15 "$out/nvidia-smi.txt" || echo "no nvidia-smi"
 nproc; uname -a
 
-# kiln: the carried bundle, else this tree's build.
+# kiln: the carried bundle (unpacked here), else this tree's build.
+if [ -f build-gpu/bundle.tar.xz ] && [ ! -x build-gpu/bundle/kiln ]; then
+  tar -C build-gpu -xJf build-gpu/bundle.tar.xz || echo "gpu-check: could not unpack build-gpu/bundle.tar.xz"
+fi
 if [ -x build-gpu/bundle/kiln ]; then
   bin=$root/build-gpu/bundle
   src_dir=$(cat "$bin/source_dir")
@@ -47,7 +50,7 @@ if [ -x build-gpu/bundle/kiln ]; then
     mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
   fi
   mkdir -p "$src_dir/build-gpu" && ln -sf "$bin/kiln" "$src_dir/build-gpu/kiln"
-  export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$bin:$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   bin=$root/build
 fi

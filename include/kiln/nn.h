@@ -151,7 +151,8 @@ class ViTForImageClassification {
   const ViTConfig& config() const { return cfg_; }
   // HuggingFace's initialization: truncated normal(initializer_range) for
   // weights, cls token and position embeddings; zero biases; unit LayerNorm.
-  Params init(const random::Key& key) const;
+  // Drawn on `device` (the same numbers on every device: Threefry).
+  Params init(const random::Key& key, Device device = Device::cpu()) const;
   // The parameter names and shapes this model expects.
   std::vector<std::pair<std::string, Shape>> parameter_shapes() const;
   // Checks a parameter tree against parameter_shapes(); throws naming the entry.

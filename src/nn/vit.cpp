@@ -256,7 +256,7 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
   return s;
 }
 
-Params ViTForImageClassification::init(const random::Key& key) const {
+Params ViTForImageClassification::init(const random::Key& key, Device device) const {
   Params p;
   uint32_t i = 0;
   for (auto& [name, shape] : parameter_shapes()) {
@@ -264,13 +264,14 @@ Params ViTForImageClassification::init(const random::Key& key) const {
     bool is_norm = name.find("layernorm") != std::string::npos;
     bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (is_norm && !is_bias) {
-      p.emplace(name, ones(shape));
+      p.emplace(name, ones(shape, DType::f32, device));
     } else if (is_bias) {
-      p.emplace(name, zeros(shape));
+      p.emplace(name, zeros(shape, DType::f32, device));
     } else {
       // torch.nn.init.trunc_normal_(std=initializer_range), bounds ±2 absolute.
       double std = cfg_.initializer_range;
-      p.emplace(name, random::truncated_normal(k, shape, -2.0 / std, 2.0 / std) * std);
+      p.emplace(name,
+                random::truncated_normal(k, shape, -2.0 / std, 2.0 / std, DType::f32, device) * std);
     }
   }
   eval(p);

@@ -69,12 +69,13 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
     s.data_position = ck.data_position;
   }
   require_classifier(s.model, "train");
+  // The model and the optimizer state live on the training device (a new
+  // model is drawn there: no copy of it from the host).
+  const Device device = parse_device(cfg.device, "--device");
   if (s.params.empty()) {
-    s.params = nn::ViTForImageClassification(s.model).init(key);
+    s.params = nn::ViTForImageClassification(s.model).init(key, device);
     s.state = optimizer.init(s.params);
   }
-  // The model and the optimizer state live on the training device.
-  const Device device = parse_device(cfg.device, "--device");
   for (auto& [name, p] : s.params) p = p.to(device);
   for (auto& [name, b] : s.state.buffers) b = b.to(device);
   return s;

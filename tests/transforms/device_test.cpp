@@ -107,6 +107,18 @@ TEST(Devices, LazyAndJitRunOnTheArgumentsDevice) {
   EXPECT_EQ(jf.cache_stats().compiles, 2u);
 }
 
+// A model initialized on another device has the cpu's numbers, bit for bit
+// (the draws are a function of key and index alone).
+TEST(Devices, ModelInitOnRefEqualsTheCpus) {
+  nn::ViTForImageClassification model(nn::ViTConfig::preset("vit-tiny"));
+  const Params cpu = model.init(random::Key(3)), ref = model.init(random::Key(3), kRef);
+  ASSERT_EQ(cpu.size(), ref.size());
+  for (const auto& [name, a] : cpu) {
+    EXPECT_EQ(ref.at(name).device(), kRef) << name;
+    EXPECT_EQ(ref.at(name).to_vector<float>(), a.to_vector<float>()) << name;
+  }
+}
+
 // One SGD training step of a small ViT, jitted with donated parameters, on
 // the reference backend and on the CPU: the same loss and updated parameters
 // within f32 rounding (the CPU's kernels use approximations and f32

@@ -172,9 +172,11 @@ void require_dtype(const Primitive& p, const Array& a, DType dt, const char* wha
 
 // ---- softmax ----
 
-// Softmax (or log-softmax) of contiguous rows of n.
+// Softmax (or log-softmax) of contiguous rows of n. (The row kernels' launch
+// bounds keep a 1024-thread block launchable wherever the driver compiles
+// the PTX for a later GPU.)
 template <typename T, bool kLog, bool kWarp>
-__global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
   using A = acc_t<T>;
   __shared__ A red[66];
   const Group<kWarp> g;
@@ -285,7 +287,7 @@ __device__ inline void row_stats(const Group<kWarp>& g, const T* x, int64_t c, d
 
 // y = (x - mean) * rstd [* gamma + beta] over rows of c.
 template <typename T, bool kWarp>
-__global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y, int64_t rows,
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y, int64_t rows,
                                 int64_t c, double eps) {
   using A = acc_t<T>;
   __shared__ A red[66];
@@ -335,7 +337,7 @@ void layer_norm_kernel(const KernelContext& ctx, const Primitive& p, const std::
 // with a residual r, dx is rounded to T and then r + dx stored (as the
 // unfused Add).
 template <typename T, bool kWarp>
-__global__ void layer_norm_grad_rows(const T* x, const T* gamma, const T* dy, const T* res, T* dx,
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) layer_norm_grad_rows(const T* x, const T* gamma, const T* dy, const T* res, T* dx,
                                      int64_t rows, int64_t c, double eps) {
   using A = acc_t<T>;
   __shared__ A red[66];
@@ -396,7 +398,7 @@ void layer_norm_grad_kernel(const KernelContext& ctx, const Primitive& p,
 
 // Each row's mean and rstd into stats[2r], stats[2r + 1].
 template <typename T, bool kWarp>
-__global__ void row_stats_rows(const T* x, acc_t<T>* stats, int64_t rows, int64_t c, double eps) {
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) row_stats_rows(const T* x, acc_t<T>* stats, int64_t rows, int64_t c, double eps) {
   using A = acc_t<T>;
   __shared__ A red[66];
   const Group<kWarp> g;
@@ -525,7 +527,7 @@ void visit_labels(const Array& labels, F&& f) {
 // loss[r] = logsumexp(x[r]) - x[r, label[r]]; NaN where the label is outside
 // [0, c) (the labels stay on the device: the cpu's check would wait for them).
 template <typename T, typename I, typename O, bool kWarp>
-__global__ void sce_rows(const T* x, const I* labels, O* loss, int64_t rows, int64_t c) {
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_rows(const T* x, const I* labels, O* loss, int64_t rows, int64_t c) {
   using A = acc_t<T>;
   __shared__ A red[66];
   const Group<kWarp> g;
@@ -553,7 +555,7 @@ __global__ void sce_rows(const T* x, const I* labels, O* loss, int64_t rows, int
 // rounded to T before the label's dloss is taken off (as the cpu); a row
 // whose label is outside [0, c) is NaN.
 template <typename T, typename I, typename D, bool kWarp>
-__global__ void sce_grad_rows(const T* x, const I* labels, const D* dloss, T* dx, int64_t rows,
+__global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_grad_rows(const T* x, const I* labels, const D* dloss, T* dx, int64_t rows,
                               int64_t c) {
   using A = acc_t<T>;
   __shared__ A red[66];
