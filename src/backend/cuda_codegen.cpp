@@ -17,6 +17,8 @@ struct KilnArgs {
   long long row[32];
   float* out;
   long long n, outer, reduced, inner;
+  float* part;  // column sums in chunks: chunks x outer x inner partial sums
+  long long chunk_rows, chunks;
 };
 )";
 
@@ -139,7 +141,12 @@ Source fused_reduce(const FusedReduceAttrs& f) {
   }
   // Rows: a warp per output, lanes stride along the row and the partial sums
   // meet through shuffles. Columns: a thread per output walks the summed axes
-  // (consecutive threads read consecutive inner positions).
+  // (consecutive threads read consecutive inner positions) where there are
+  // outputs enough to fill the GPU; else (a bias gradient: 768 sums of 6304
+  // rows) the rows are split in chunks, a block of 32 columns x 8 row lanes
+  // per (tile, chunk) writes partial sums, and a second kernel adds each
+  // output's chunks in order and runs the epilogue (no atomics: the same
+  // sums on every run).
   os << R"(#ifdef __CUDACC_RTC__
 extern "C" __global__ void __launch_bounds__(256) kiln_fused_rows(const KilnArgs a) {
   const int lane = threadIdx.x & 31;
@@ -162,9 +169,38 @@ extern "C" __global__ void __launch_bounds__(256) kiln_fused_cols(const KilnArgs
     a.out[t] = kiln_epilogue(a, acc, t);
   }
 }
+extern "C" __global__ void __launch_bounds__(256) kiln_fused_cols_part(const KilnArgs a) {
+  __shared__ float sums[8][33];
+  const int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const long long tiles_per_row = (a.inner + 31) / 32, tiles = a.outer * tiles_per_row;
+  const long long tile = blockIdx.x % tiles, chunk = blockIdx.x / tiles;
+  const long long o = tile / tiles_per_row, j = (tile % tiles_per_row) * 32 + lane;
+  const long long r0 = chunk * a.chunk_rows;
+  const long long r1 = r0 + a.chunk_rows < a.reduced ? r0 + a.chunk_rows : a.reduced;
+  float acc = 0.0f;
+  if (j < a.inner)
+    for (long long r = r0 + ty; r < r1; r += 8) acc += kiln_body(a, (o * a.reduced + r) * a.inner + j);
+  sums[ty][lane] = acc;
+  __syncthreads();
+  if (ty == 0 && j < a.inner) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k) s += sums[k][lane];
+    a.part[chunk * (a.outer * a.inner) + o * a.inner + j] = s;
+  }
+}
+extern "C" __global__ void __launch_bounds__(256) kiln_fused_cols_finish(const KilnArgs a) {
+  const long long total = a.outer * a.inner;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+    float s = 0.0f;
+    for (long long c = 0; c < a.chunks; ++c) s += a.part[c * total + t];
+    a.out[t] = kiln_epilogue(a, s, t);
+  }
+}
 #endif
 )";
-  return {os.str(), {"kiln_fused_rows", "kiln_fused_cols"}};
+  return {os.str(),
+          {"kiln_fused_rows", "kiln_fused_cols", "kiln_fused_cols_part", "kiln_fused_cols_finish"}};
 }
 
 }  // namespace kiln::codegen

@@ -25,15 +25,17 @@ inline constexpr int kMaxInputs = 32;
 struct Source {
   std::string text;
   // FusedElementwise: "kiln_fused". FusedReduce: "kiln_fused_rows" (sums
-  // along contiguous rows) and "kiln_fused_cols" (sums over a middle or
-  // leading axis group, one thread per output).
+  // along contiguous rows), "kiln_fused_cols" (sums over a middle or leading
+  // axis group, one thread per output), and "kiln_fused_cols_part" +
+  // "kiln_fused_cols_finish" (the same in row chunks, then their sums).
   std::vector<std::string> kernels;
 };
 
 // What every generated kernel starts with: the Op enum (under NVRTC, which
 // has no kiln headers), the scalar math, and the argument struct
 //   struct KilnArgs { const float* in[kMaxInputs]; long long row[kMaxInputs];
-//                     float* out; long long n, outer, reduced, inner; };
+//                     float* out; long long n, outer, reduced, inner;
+//                     float* part; long long chunk_rows, chunks; };
 // (row[k]: the element count of a Row-read input).
 std::string prelude();
 

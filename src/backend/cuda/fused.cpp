@@ -3,6 +3,7 @@
 // once per program and cached — in memory, and on disk as cubins keyed by the
 // source, the architecture and NVRTC's version, so that a later process
 // starts without compiling.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +30,8 @@ struct KilnArgs {
   long long row[codegen::kMaxInputs];
   float* out;
   long long n, outer, reduced, inner;
+  float* part;
+  long long chunk_rows, chunks;
 };
 
 struct Program {
@@ -210,11 +213,27 @@ void fused_reduce_kernel(const KernelContext& ctx, const Primitive& p,
   for (size_t i = axes.back() + 1; i < f.shape.size(); ++i) a.inner *= f.shape[i];
   a.n = a.outer * a.inner;
   if (a.n == 0) return;
-  const unsigned cap = static_cast<unsigned>(device_info(ctx.device.index).multiprocessors) * 16;
-  if (a.inner == 1)  // a warp per output row: 8 rows per block
+  const int sms = device_info(ctx.device.index).multiprocessors;
+  const unsigned cap = static_cast<unsigned>(sms) * 16;
+  if (a.inner == 1) {  // a warp per output row: 8 rows per block
     launch(prog.kernels[0], std::min(blocks_for(a.outer * 32), cap), s, a, "FusedReduce");
-  else
+    return;
+  }
+  // Columns: a thread per output where 8 blocks of 256 per multiprocessor
+  // have work; else the rows in chunks, about four blocks per multiprocessor.
+  const long long tiles = a.outer * ((a.inner + 31) / 32);
+  if (a.n >= static_cast<long long>(sms) * 8 * 256 || a.reduced < 64) {
     launch(prog.kernels[1], std::min(blocks_for(a.n), cap), s, a, "FusedReduce");
+    return;
+  }
+  a.chunks = std::clamp<long long>(4LL * sms / std::max<long long>(tiles, 1), 1, a.reduced / 32);
+  a.chunk_rows = (a.reduced + a.chunks - 1) / a.chunks;
+  a.chunks = (a.reduced + a.chunk_rows - 1) / a.chunk_rows;
+  const size_t bytes = static_cast<size_t>(a.chunks * a.n) * sizeof(float);
+  a.part = static_cast<float*>(ctx.scratch->allocate(bytes));
+  launch(prog.kernels[2], static_cast<unsigned>(tiles * a.chunks), s, a, "FusedReduce");
+  launch(prog.kernels[3], std::min(blocks_for(a.n), cap), s, a, "FusedReduce");
+  ctx.scratch->release(a.part, bytes);  // stream-ordered: after both kernels
 }
 
 }  // namespace
