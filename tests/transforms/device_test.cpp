@@ -34,6 +34,27 @@ TEST(Devices, ArraysMoveBetweenDevicesAndBack) {
   }
 }
 
+TEST(Devices, NamesParseAndAMissingGpuIsAClearError) {
+  EXPECT_EQ(parse_device("cpu"), Device::cpu());
+  EXPECT_EQ(parse_device("ref"), Device::ref());
+  EXPECT_EQ(parse_device("cuda"), Device::cuda(0));
+  EXPECT_EQ(parse_device("cuda:12"), Device::cuda(12));
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""})
+    EXPECT_THROW(parse_device(bad, "--device"), Error) << bad;
+  EXPECT_EQ(device_name(Device::cpu()), "cpu");
+  synchronize(Device::cpu());  // the host backends have nothing queued
+  synchronize(kRef);
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA GPU is visible";
+  EXPECT_FALSE(cuda_unavailable_reason().empty());
+  // Using a CUDA device says why there is none.
+  try {
+    (void)zeros({2}, DType::f32, Device::cuda());
+    FAIL() << "an array was made on a missing GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
+  }
+}
+
 TEST(Devices, CreationRunsOnTheDevice) {
   Array f = full({2, 3}, 1.5, DType::f32, kRef);
   EXPECT_EQ(f.device(), kRef);
