@@ -124,6 +124,7 @@ struct TrainReport {
   double peak_device_mib = 0;
   int64_t parameters = 0;
   uint64_t compiles = 0;       // lazy, jit, compile-model: executables built
+  uint64_t replays = 0;        // steps that replayed a recording of their executable (CUDA Graphs)
   uint64_t eval_compiles = 0;  // compiled evaluation: executables built (one per batch shape)
   double compile_ms = 0;       // the last compile
   size_t arena_bytes = 0, intermediate_bytes = 0;

@@ -46,6 +46,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
     jitted_.emplace(jit([this](const std::vector<Array>& args) { return grad_fn(args); }));
   }
   lazy_compiles_before_ = lazy_cache_stats().compiles;
+  lazy_replays_before_ = lazy_cache_stats().replays;
 }
 
 std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array& images,
@@ -140,6 +141,12 @@ Array TrainStep::whole(Params& params, optim::State& state, const StepInputs& in
   params = unflatten(names_, out);
   state = optim::State{unflatten(buffer_names_, out, names_.size()), state.step + 1};
   return out.back();
+}
+
+uint64_t TrainStep::replays() const {
+  if (jitted_) return jitted_->cache_stats().replays;
+  if (cfg_.mode == Mode::lazy) return lazy_cache_stats().replays - lazy_replays_before_;
+  return 0;
 }
 
 uint64_t TrainStep::compiles() const {

@@ -40,6 +40,8 @@ class TrainStep {
   // Executables built since the step was made, and the last one's statistics
   // (none in plain eager mode).
   uint64_t compiles() const;
+  // Steps that replayed a recording of the compiled step (a CUDA Graph).
+  uint64_t replays() const;
   const CompileStats* last_compile() const;
 
  private:
@@ -60,7 +62,7 @@ class TrainStep {
   bool dropout_;
   std::vector<std::string> names_, buffer_names_;
   std::optional<Jitted> jitted_;  // jit: step_fn; eager with --compile-model: grad_fn
-  uint64_t lazy_compiles_before_ = 0;
+  uint64_t lazy_compiles_before_ = 0, lazy_replays_before_ = 0;
 };
 
 }  // namespace kiln::train

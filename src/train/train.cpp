@@ -118,6 +118,7 @@ nlohmann::json summary_json(const TrainReport& report) {
                    {"peak_gflops", report.peak_gflops},
                    {"first_step_seconds", report.first_step_seconds},
                    {"compiles", report.compiles},
+                   {"replays", report.replays},
                    {"compile_ms", report.compile_ms},
                    {"peak_rss_mib", report.peak_rss_mib},
                    {"wall_seconds", report.wall_seconds}};
@@ -293,6 +294,7 @@ void Trainer::save(int64_t step) {
 // and the summary line of the log.
 void Trainer::summarize() {
   report_.compiles = step_.compiles();
+  report_.replays = step_.replays();
   if (const CompileStats* cs = step_.last_compile()) {
     report_.compile_ms = cs->compile_ms;
     report_.arena_bytes = cs->arena_bytes;
