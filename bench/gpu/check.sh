@@ -133,6 +133,10 @@ step "summary"
   echo "- kiln: $bin; $(git -C "$root" log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
   echo "- measured matmul rate: tf32 ${peak_tf32:-n/a} GFLOP/s, bf16 ${peak_bf16:-n/a} GFLOP/s"
   echo
+  echo "## Issue #16's targets"
+  echo
+  "$py" "$root/bench/gpu/targets.py" "$out" "${peak_bf16:-}" || echo "(bench/gpu/targets.py failed)"
+  echo
   echo "## GPU tests"
   echo
   echo '```'

@@ -115,6 +115,7 @@ nlohmann::json summary_json(const TrainReport& report) {
                    {"images_per_second", report.images_per_second},
                    {"data_wait_share", report.data_wait_share},
                    {"mfu", report.mfu},
+                   {"flops_per_step", report.flops_per_step},
                    {"peak_gflops", report.peak_gflops},
                    {"first_step_seconds", report.first_step_seconds},
                    {"compiles", report.compiles},
