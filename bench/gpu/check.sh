@@ -75,11 +75,30 @@ step "GPU tests (kiln-tests, gpu-labeled and CUDA compile checks)"
 filter='*Gpu*:CudaCodegen*:CudaBackend*'
 # Rehearsing: the GPU tests run on the reference backend (tests/gpu_device.h).
 [ "$device" = cuda ] || export KILN_GPU_TESTS_ON=ref
-timeout "$(cap 170)" "$bin/kiln-tests" --gtest_filter="$filter" --gtest_brief=1 \
+timeout "$(cap 170)" "$bin/kiln-tests" --gtest_filter="$filter" \
   --gtest_output="xml:$out/gpu-tests.xml" > "$out/gpu-tests.log" 2>&1
 echo "kiln-tests exit status $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu-tests.log" | tail -40
 grep -B2 -A12 "Failure" "$out/gpu-tests.log" | head -120
+# A kernel that faults leaves the process's CUDA context broken, and every
+# test after it fails too: the failed tests (or, after a crash, the rest)
+# run again one process each, so that the real failures stand out.
+"$bin/kiln-tests" --gtest_filter="$filter" --gtest_list_tests 2>/dev/null | awk '
+  /^[^ ]/ {suite = $1} /^  / {print suite $1}' > "$out/gpu-tests.list"
+grep -oE "^\[ +(OK|SKIPPED) \] [^ ]+" "$out/gpu-tests.log" | awk '{print $NF}' > "$out/gpu-tests.done"
+grep -vxF -f "$out/gpu-tests.done" "$out/gpu-tests.list" | head -60 > "$out/gpu-tests.rerun"
+if [ -s "$out/gpu-tests.rerun" ]; then
+  echo "re-running $(wc -l < "$out/gpu-tests.rerun") tests that failed or did not run, one process each"
+  while read -r t; do
+    [ "$(left)" -gt 300 ] || { echo "(stopped: time)"; break; }
+    if timeout 30 "$bin/kiln-tests" --gtest_filter="$t" > "$out/rerun.log" 2>&1; then
+      echo "  passes alone: $t"
+    else
+      echo "  FAILS alone:  $t"
+      grep -A8 "Failure\|what()\|exception" "$out/rerun.log" | head -12 | sed 's/^/      /'
+    fi
+  done < "$out/gpu-tests.rerun" | tee "$out/gpu-tests-rerun.txt"
+fi
 
 if [ "$device" = cuda ]; then
   model=vit-base steps=22 warmup=2 kdev=cuda
