@@ -171,8 +171,8 @@ void Executable::record(const std::vector<Array>& inputs) {
   if (ok) {
     try {
       run_nodes(Pass::Record);
-    } catch (const Error&) {
-      ok = false;
+    } catch (...) {
+      ok = false;  // whatever failed fails again below, run op by op
     }
     void* rec = t->end_recording(plan_.device);  // ends it even after a failure
     ok = ok && rec;
