@@ -100,6 +100,20 @@ if [ -s "$out/gpu-tests.rerun" ]; then
   done < "$out/gpu-tests.rerun" | tee "$out/gpu-tests-rerun.txt"
 fi
 
+# The kernels most likely to go out of bounds or race, under compute-sanitizer
+# (memcheck, then racecheck), where the machine has it.
+if [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
+  step "compute-sanitizer on attention, reductions, layout and row kernels"
+  sfilter='*GpuForwardMatchesCpu/*attention*:*GpuForwardMatchesCpu/*sum*:*GpuForwardMatchesCpu/*transpose*:*GpuForwardMatchesCpu/*layer_norm*:*GpuForwardMatchesCpu/*softmax*'
+  for tool in memcheck racecheck; do
+    timeout "$(cap 60)" compute-sanitizer --tool "$tool" --print-limit 20 "$bin/kiln-tests" \
+      --gtest_filter="$sfilter" > "$out/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit status $?; $(grep -cE '^========= (Invalid|Race|Error)' \
+      "$out/sanitizer-$tool.log") reports" | tee -a "$out/sanitizer-summary.txt"
+    grep -E "^========= " "$out/sanitizer-$tool.log" | head -15
+  done
+fi
+
 if [ "$device" = cuda ]; then
   model=vit-base steps=22 warmup=2 kdev=cuda
 else
@@ -120,7 +134,10 @@ step "kiln jit, tf32: cold kernel cache, then warm (time to first step)"
 train jit-tf32-cold 120 --mode jit "${tf32[@]}"
 train jit-tf32-warm 90 --mode jit "${tf32[@]}"
 step "kiln jit, bf16"
-train jit-bf16 90 --mode jit --precision bf16
+# (KILN_DEBUG=1: the compiler verifies every pass and says if the step could
+# not be recorded as a graph; only the first step, untimed, pays for it.)
+KILN_DEBUG=1 train jit-bf16 90 --mode jit --precision bf16
+grep -h "could not record" "$out"/kiln-*.txt | head -3
 
 if [ "$device" = cuda ]; then
   peak_tf32=$(timeout "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype tf32 2>>"$out/gpu-peak.log")
@@ -159,7 +176,10 @@ step "summary"
   echo "## GPU tests"
   echo
   echo '```'
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$out/gpu-tests.log" | tail -30
+  grep -E "tests? from .* ran|^\[  PASSED|^\[  FAILED|FAILED TESTS?$" "$out/gpu-tests.log" | tail -40
+  echo "skipped: $(grep -c '^\[  SKIPPED \] .*(' "$out/gpu-tests.log")"
+  [ -s "$out/gpu-tests-rerun.txt" ] && cat "$out/gpu-tests-rerun.txt"
+  cat "$out/sanitizer-summary.txt" 2>/dev/null
   echo '```'
   for f in "$out"/kiln-*.txt; do
     [ -e "$f" ] || continue
