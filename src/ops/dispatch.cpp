@@ -58,16 +58,10 @@ void check_finite(const Primitive& prim, const std::vector<Array>& inputs, const
   // waits for the device: it is a debugging switch).
   ArrayNode host;
   if (!out.device.host_visible()) {
-    auto view = std::make_shared<ArrayNode>();
-    view->shape = out.shape;
-    view->dtype = out.dtype;
-    view->device = out.device;
-    view->buffer = out.buffer;
-    view->offset = out.offset;
     host.shape = out.shape;
     host.dtype = out.dtype;
     host.device = Device::cpu();
-    run_kernel_with(Primitive(Op::Copy, DeviceAttrs{Device::cpu()}), {Array(view)}, host);
+    run_kernel_with(Primitive(Op::Copy, DeviceAttrs{Device::cpu()}), {Array(view_of(out))}, host);
   }
   const ArrayNode& h = out.device.host_visible() ? out : host;
   const char* base = static_cast<const char*>(h.buffer->data()) + h.offset;
@@ -181,6 +175,16 @@ void* alloc_output(ArrayNode& out) {
 ExecState& exec_state() {
   thread_local ExecState state;
   return state;
+}
+
+std::shared_ptr<ArrayNode> view_of(const ArrayNode& n) {
+  auto v = std::make_shared<ArrayNode>();
+  v->shape = n.shape;
+  v->dtype = n.dtype;
+  v->device = n.device;
+  v->buffer = n.buffer;
+  v->offset = n.offset;
+  return v;
 }
 
 void detach(ArrayNode& node) {

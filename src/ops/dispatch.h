@@ -106,6 +106,10 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
 // Drops a materialized node's graph edges (its producer and inputs).
 void detach(ArrayNode& node);
 
+// A materialized node on `n`'s memory (its shape, dtype, device, buffer and
+// offset; no graph): a view that keeps the buffer alive.
+std::shared_ptr<ArrayNode> view_of(const ArrayNode& n);
+
 // Ends eager differentiation's watch over intermediates whose buffers it may
 // free (see make_array); called when the outermost vjp returns.
 void forget_release_candidates();

@@ -894,10 +894,11 @@ TEST_P(OpTableGrad, RefJitVjpMatchesCpu) {
   }
 }
 
-// The compiler's fused primitives on ref (FusedElementwise, FusedReduce with
-// and without an epilogue, MatmulEpilogue batched and not, with each kind of
-// operand read): jit on ref equals eager on ref and jit on the cpu.
-TEST(RefBackend, FusedPrimitivesMatchCpu) {
+// The compiler's fused primitives on `device` (FusedElementwise, FusedReduce
+// with and without an epilogue, MatmulEpilogue batched and not, with each
+// kind of operand read): the device's compiler makes them, and jit there
+// equals eager there and jit on the cpu.
+void check_fused_primitives_on(Device device) {
   auto f = [](const std::vector<Array>& x) {
     return std::vector<Array>{x[4] * matmul(x[0], x[1]) + x[2] + x[3],   // MatmulEpilogue
                               gelu(matmul(x[5], x[6]) + x[2]),           // batched, a Row operand
@@ -909,25 +910,29 @@ TEST(RefBackend, FusedPrimitivesMatchCpu) {
   std::vector<Array> cpu;
   for (size_t i = 0; i < shapes.size(); ++i)
     cpu.push_back(random::normal(random::Key(40 + i), shapes[i]));
-  const std::vector<Array> ref = moved(cpu, Device::ref());
+  const std::vector<Array> on = moved(cpu, device);
   {
     LazyScope scope;
     std::vector<Array> leaves;
-    compiler::Graph g = compiler::optimize(compiler::capture(f(ref), leaves), {});
+    compiler::Graph g = compiler::optimize(compiler::capture(f(on), leaves), {});
     std::set<Op> ops;
     for (const auto& node : g.nodes) {
-      EXPECT_TRUE(node.device == Device::ref()) << node.device.str();
+      EXPECT_TRUE(node.device == device) << node.device.str();
       if (node.prim) ops.insert(node.prim->op());
     }
     for (Op op : {Op::FusedElementwise, Op::FusedReduce, Op::MatmulEpilogue})
-      EXPECT_TRUE(ops.count(op)) << op_name(op) << " not made on ref";
+      EXPECT_TRUE(ops.count(op)) << op_name(op) << " not made on " << device.str();
   }
-  const std::vector<Array> eager = f(ref), jit_ref = jit(f)(ref), jit_cpu = jit(f)(cpu);
+  const std::vector<Array> eager = f(on), jit_on = jit(f)(on), jit_cpu = jit(f)(cpu);
   for (size_t o = 0; o < eager.size(); ++o) {
-    EXPECT_TRUE(on_ref(jit_ref[o]));
-    expect_close(to_host(jit_ref[o]), to_host(eager[o]), 1e-5, "output " + std::to_string(o));
-    expect_close(to_host(jit_ref[o]), to_host(jit_cpu[o]), 1e-5, "output " + std::to_string(o));
+    EXPECT_EQ(jit_on[o].device(), device);
+    expect_close(to_host(jit_on[o]), to_host(eager[o]), 1e-5, "output " + std::to_string(o));
+    expect_close(to_host(jit_on[o]), to_host(jit_cpu[o]), 1e-5, "output " + std::to_string(o));
   }
+}
+
+TEST(RefBackend, FusedPrimitivesMatchCpu) {
+  check_fused_primitives_on(Device::ref());
 }
 
 // The dtypes the table does not run: integer arithmetic (exact, integer
@@ -1319,27 +1324,10 @@ TEST(CudaBackend, HasAKernelForEveryCpuPrimitive) {
 }
 
 // The compiler's fused primitives on the GPU (generated kernels and GEMM
-// epilogues): jit on cuda equals eager on cuda and jit on the cpu.
+// epilogues).
 TEST(GpuBackend, FusedPrimitivesMatchCpu) {
   KILN_REQUIRE_GPU();
-  auto f = [](const std::vector<Array>& x) {
-    return std::vector<Array>{x[4] * matmul(x[0], x[1]) + x[2] + x[3],
-                              gelu(matmul(x[5], x[6]) + x[2]),
-                              x[2] - sum(x[3] * x[7] * 2.0, {0}) * 0.5,
-                              tanh(x[3]) * x[7] + 1.0,
-                              sum(exp(x[3] - x[2]), {1})};
-  };
-  const std::vector<Shape> shapes{{6, 8}, {8, 5}, {5}, {6, 5}, {}, {2, 6, 8}, {2, 8, 5}, {6, 5}};
-  std::vector<Array> cpu;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    cpu.push_back(random::normal(random::Key(40 + i), shapes[i]));
-  const std::vector<Array> gpu = moved(cpu, test_gpu());
-  const std::vector<Array> eager = f(gpu), jit_gpu = jit(f)(gpu), jit_cpu = jit(f)(cpu);
-  for (size_t o = 0; o < eager.size(); ++o) {
-    EXPECT_TRUE(on_cuda(jit_gpu[o]));
-    expect_close(to_host(jit_gpu[o]), to_host(eager[o]), 1e-5, "output " + std::to_string(o));
-    expect_close(to_host(jit_gpu[o]), to_host(jit_cpu[o]), 1e-5, "output " + std::to_string(o));
-  }
+  check_fused_primitives_on(test_gpu());
 }
 
 // Fill and Random on the GPU: the cpu's values (Random: the same Threefry

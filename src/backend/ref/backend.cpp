@@ -61,16 +61,6 @@ struct Recording {
 thread_local Recording* g_recording = nullptr;
 Kernel g_kernels[kOpCount] = {};
 
-std::shared_ptr<ArrayNode> view_of(const ArrayNode& n) {
-  auto v = std::make_shared<ArrayNode>();
-  v->shape = n.shape;
-  v->dtype = n.dtype;
-  v->device = n.device;
-  v->buffer = n.buffer;
-  v->offset = n.offset;
-  return v;
-}
-
 template <int I>
 void recording_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                       ArrayNode& out) {
