@@ -832,23 +832,47 @@ TEST_P(OpTable, RefJitEqualsEager) {
   }
 }
 
-TEST_P(OpTableGrad, RefVjpMatchesCpu) {
-  const Case& c = GetParam();
-  std::mt19937 rng(8);
+// A VJP's arguments for case c in f64, on the cpu: its inputs, then a normal
+// cotangent of its output's shape (both drawn from `seed`).
+std::vector<Array> vjp_args(const Case& c, unsigned seed) {
+  std::mt19937 rng(seed);
   std::vector<Host> hs;
   for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
-  auto ins = arrays(c, hs, DType::f64);
-  Host r{c.fn(ins).shape(), {}};
+  std::vector<Array> args = arrays(c, hs, DType::f64);
+  Host r{c.fn(args).shape(), {}};
   std::normal_distribution<double> nd;
   for (int64_t i = 0; i < r.size(); ++i) r.v.push_back(nd(rng));
+  args.push_back(from_host(r, DType::f64));
+  return args;
+}
+
+// (inputs..., cotangent) -> (output, the float inputs' cotangents).
+VectorFn vjp_fn(const Case& c) {
+  return [&c](const std::vector<Array>& a) {
+    std::vector<Array> x(a.begin(), a.end() - 1);
+    auto [outs, grads] = vjp(
+        [&](const std::vector<Array>& y) { return std::vector<Array>{c.fn(y)}; }, x, {a.back()});
+    std::vector<Array> result{outs[0]};
+    for (size_t k = 0; k < grads.size(); ++k)
+      if (c.inputs[k].kind == Input::Float && grads[k].valid()) result.push_back(grads[k]);
+    return result;
+  };
+}
+
+TEST_P(OpTableGrad, RefVjpMatchesCpu) {
+  const Case& c = GetParam();
+  const std::vector<Array> args = vjp_args(c, 8);
   auto run = [&](Device d) {
-    return vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; },
-               moved(ins, d), {from_host(r, DType::f64).to(d)});
+    std::vector<Array> ins = moved(args, d);
+    const Array cotangent = ins.back();
+    ins.pop_back();
+    return vjp([&](const std::vector<Array>& x) { return std::vector<Array>{c.fn(x)}; }, ins,
+               {cotangent});
   };
   auto [cpu_out, cpu_grads] = run(Device::cpu());
   auto [ref_out, ref_grads] = run(Device::ref());
   expect_close(to_host(ref_out[0]), to_host(cpu_out[0]), 1e-9, c.name + " (vjp output)");
-  for (size_t k = 0; k < hs.size(); ++k) {
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
     if (c.inputs[k].kind != Input::Float) continue;
     ASSERT_EQ(ref_grads[k].valid(), cpu_grads[k].valid()) << c.name << " input " << k;
     if (!cpu_grads[k].valid()) continue;
@@ -863,28 +887,8 @@ TEST_P(OpTableGrad, RefVjpMatchesCpu) {
 // values as on the cpu, compiled likewise, in f64.
 TEST_P(OpTableGrad, RefJitVjpMatchesCpu) {
   const Case& c = GetParam();
-  std::mt19937 rng(9);
-  std::vector<Host> hs;
-  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
-  auto ins = arrays(c, hs, DType::f64);
-  Host r{c.fn(ins).shape(), {}};
-  std::normal_distribution<double> nd;
-  for (int64_t i = 0; i < r.size(); ++i) r.v.push_back(nd(rng));
-  // (inputs..., cotangent) -> (output, the float inputs' cotangents)
-  auto f = [&](const std::vector<Array>& a) {
-    std::vector<Array> x(a.begin(), a.end() - 1);
-    auto [outs, grads] = vjp(
-        [&](const std::vector<Array>& y) { return std::vector<Array>{c.fn(y)}; }, x, {a.back()});
-    std::vector<Array> result{outs[0]};
-    for (size_t k = 0; k < grads.size(); ++k)
-      if (c.inputs[k].kind == Input::Float && grads[k].valid()) result.push_back(grads[k]);
-    return result;
-  };
-  auto run = [&](Device d) {
-    std::vector<Array> args = moved(ins, d);
-    args.push_back(from_host(r, DType::f64).to(d));
-    return jit(f)(args);
-  };
+  const std::vector<Array> args = vjp_args(c, 9);
+  auto run = [&](Device d) { return jit(vjp_fn(c))(moved(args, d)); };
   auto cpu = run(Device::cpu()), ref = run(Device::ref());
   ASSERT_EQ(ref.size(), cpu.size()) << c.name;
   for (size_t k = 0; k < cpu.size(); ++k) {
@@ -1268,27 +1272,11 @@ TEST_P(OpTable, GpuJitMatchesEager) {
 TEST_P(OpTableGrad, GpuVjpMatchesCpu) {
   KILN_REQUIRE_GPU();
   const Case& c = GetParam();
-  std::mt19937 rng(8);
-  std::vector<Host> hs;
-  for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
-  auto ins = arrays(c, hs, DType::f64);
-  Host r{c.fn(ins).shape(), {}};
-  std::normal_distribution<double> nd;
-  for (int64_t i = 0; i < r.size(); ++i) r.v.push_back(nd(rng));
+  const std::vector<Array> args = vjp_args(c, 8);
   for (bool compiled : {false, true}) {
     auto run = [&](Device d) {
-      VectorFn f = [&](const std::vector<Array>& a) {
-        std::vector<Array> x(a.begin(), a.end() - 1);
-        auto [outs, grads] = vjp(
-            [&](const std::vector<Array>& y) { return std::vector<Array>{c.fn(y)}; }, x, {a.back()});
-        std::vector<Array> result{outs[0]};
-        for (size_t k = 0; k < grads.size(); ++k)
-          if (c.inputs[k].kind == Input::Float && grads[k].valid()) result.push_back(grads[k]);
-        return result;
-      };
-      std::vector<Array> args = moved(ins, d);
-      args.push_back(from_host(r, DType::f64).to(d));
-      return compiled ? jit(f)(args) : f(args);
+      const VectorFn f = vjp_fn(c);
+      return compiled ? jit(f)(moved(args, d)) : f(moved(args, d));
     };
     auto cpu = run(Device::cpu()), gpu = run(test_gpu());
     ASSERT_EQ(gpu.size(), cpu.size()) << c.name;
