@@ -32,7 +32,7 @@ bash scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev
 # Debug: assertions stay on (KILN_FUZZ builds at -O1). oneMKL is left out:
 # the parsers never reach a GEMM.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON \
-  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_MKL=OFF -DKILN_CUDA=OFF | grep "^-- kiln:" || true
+  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_MKL=OFF -DKILN_CUDA=OFF -DKILN_MPI=OFF | grep "^-- kiln:" || true
 ninja -C build-fuzz -j"$jobs" kiln-fuzz
 echo "kiln fuzz: set up and built in $SECONDS s"
 

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ARCH=x86-64-v3 \
-  -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF | grep '^-- kiln:' || true
+  -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF -DKILN_MPI=OFF | grep '^-- kiln:' || true
 ninja -C build-avx2 -j"${KILN_JOBS:-2}"
 cd build-avx2
 export ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 KILN_EXPECT_GEMM_ISA=AVX2

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_SANITIZE=address,undefined \
-  -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF | grep '^-- kiln:' || true
+  -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF -DKILN_MPI=OFF | grep '^-- kiln:' || true
 ninja -C build-asan -j"${KILN_JOBS:-2}"
 cd build-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_return=0}

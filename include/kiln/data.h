@@ -148,6 +148,10 @@ struct LoaderOptions {
   int workers = 2;        // 0: batches are made on the caller's thread
   int prefetch = 4;       // batches made ahead of the consumer, at most
   int64_t start = 0;      // serial number of the first batch (resuming a run)
+  // Data-parallel ranks: each batch is part `shard` of `shards` contiguous,
+  // equal parts of the global batch of batch_size (samples [B·s/n, B·(s+1)/n)
+  // of it), so that the ranks together see what one process sees.
+  int shard = 0, shards = 1;
 };
 
 struct Batch {

@@ -4,6 +4,7 @@
 #include "kiln/array.h"
 #include "kiln/compiler.h"
 #include "kiln/device.h"
+#include "kiln/distributed.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/ops.h"

@@ -134,6 +134,17 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels);
 // backward recomputes them.
 Array attention(const Array& qkv, double scale);
 
+// ---- collectives: averaging across the ranks of a data-parallel run ----
+// all_reduce_start queues the sum of `xs` (f32 or f64, one dtype, on one
+// host device) across the ranks of the process group (kiln/distributed.h) as
+// gradient bucket `bucket`, and returns a token (an i64 scalar) at once: the
+// exchange runs while later ops compute. all_reduce_wait waits for it and
+// returns arrays shaped as `xs` holding the mean over the ranks (the sum when
+// mean is false). One process alone gets its own values back.
+Array all_reduce_start(const std::vector<Array>& xs, int bucket);
+std::vector<Array> all_reduce_wait(const Array& token, const std::vector<Array>& xs, int bucket,
+                                   bool mean = true);
+
 // ---- internal building blocks, public for the compiler and tests ----
 Array gelu_grad(const Array& x);       // d gelu / dx
 Array gelu_tanh_grad(const Array& x);  // d gelu_tanh / dx

@@ -42,7 +42,9 @@ namespace kiln {
   X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
   X(Random, Source)                                                                      \
   /* moving values between devices, and filling memory on any device */                  \
-  X(Copy, Transfer) X(Fill, Source)
+  X(Copy, Transfer) X(Fill, Source)                                                      \
+  /* averaging across the ranks of a data-parallel run (kiln/distributed.h) */           \
+  X(AllReduceStart, Collective) X(AllReduceWait, Collective)
 // clang-format on
 
 enum class OpKind : uint8_t {
@@ -57,7 +59,8 @@ enum class OpKind : uint8_t {
   Layout,
   Fused,
   Source,
-  Transfer
+  Transfer,
+  Collective
 };
 
 enum class Op : uint8_t {
@@ -222,10 +225,24 @@ struct FillAttrs {
   bool operator==(const FillAttrs&) const = default;
 };
 
+// AllReduceStart(x...) -> token: starts summing the inputs (one dtype, f32
+// or f64), packed one after another into bucket `bucket`, across the ranks of
+// the process group; its output is a token (an i64 scalar) that orders the
+// waits after it. AllReduceWait(token) -> y: waits for that bucket's sum and
+// returns its elements [offset, offset + size(y)), divided by the number of
+// ranks when `mean`. A bucket is one in-flight exchange at a time: the next
+// start of the same bucket waits for the previous one to finish.
+struct CollectiveAttrs {
+  int bucket = 0;
+  int64_t offset = 0;  // AllReduceWait
+  bool mean = true;    // AllReduceWait
+  bool operator==(const CollectiveAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
                            AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
                            FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
-                           DeviceAttrs, FillAttrs>;
+                           DeviceAttrs, FillAttrs, CollectiveAttrs>;
 
 class Primitive {
  public:

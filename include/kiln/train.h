@@ -78,6 +78,22 @@ struct TrainConfig {
   // Self-attention as one fused primitive (default) or unfused, as
   // transformers' eager attention (nn::ApplyOptions::fused_attention).
   bool fused_attention = true;
+
+  // Data-parallel training (mpirun -np N kiln train; kiln/distributed.h):
+  // every rank takes its contiguous shard of each global batch of
+  // batch_size, and gradients are averaged over the ranks in buckets of
+  // about bucket_mb MB (DistributedDataParallel's bucket_cap_mb), each
+  // started as soon as the backward has produced it.
+  double bucket_mb = 25;
+  // Average through the buckets even in a process alone (the values are the
+  // same; checks the path in one process).
+  bool all_reduce_always = false;
+  // Every this many steps the ranks compare a hash of their parameters and
+  // stop when one differs (0: never).
+  int64_t check_replicas = 0;
+  // A collective that has not finished after this many seconds stops every
+  // rank, naming the ranks that never reached it (0: no limit).
+  double dist_timeout = 300;
 };
 
 // The training split and the held-out split (null when there is none) of
@@ -131,6 +147,12 @@ struct TrainReport {
   std::vector<EvalResult> evals;
   int64_t first_step = 1;      // > 1 when resumed
   int64_t skipped_images = 0;  // imagefolder with skip_bad_images
+  // Data-parallel runs: the ranks, and the gradient all-reduces of the timed
+  // steps (seconds from each exchange's start to its end, summed; of which
+  // the step waited for: not hidden behind the backward).
+  int ranks = 1;
+  uint64_t all_reduces = 0;
+  double all_reduce_seconds = 0, all_reduce_exposed_seconds = 0, all_reduce_bytes = 0;
   double wall_seconds = 0;     // the whole run, evaluation and saving included
 };
 

@@ -57,10 +57,20 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp(const VectorFn& f,
 // Value and gradient of a scalar function of a parameter tree (or of one
 // array, or of a vector of arrays) with respect to that first argument; the
 // other arguments are passed through and not differentiated.
+//
+// `on_ready`, when given, is told each gradient as soon as the backward has
+// finished it (every op that reads the parameter has been differentiated),
+// in the order the backward finishes them, before the others are computed:
+// the hook DistributedDataParallel uses to start averaging a bucket of
+// gradients while the backward goes on (src/train/buckets.h). The gradients
+// returned are the same arrays.
+using GradReady = std::function<void(const std::string& name, const Array& grad)>;
 std::pair<Array, Params> value_and_grad_params(const std::function<Array(const Params&)>& f,
-                                               const Params& params);
+                                               const Params& params,
+                                               const GradReady& on_ready = {});
 std::pair<Array, std::vector<Array>> value_and_grad_vector(
-    const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& primals);
+    const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& primals,
+    const std::function<void(size_t primal, const Array& grad)>& on_ready = {});
 
 template <typename F>
 auto value_and_grad(F f) {

@@ -39,6 +39,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
     fail("loader", "data set of " + std::to_string(n) + " samples yields no batch of " +
                        std::to_string(opt.batch_size) + " with drop_last");
   if (opt.start < 0) fail("loader", "start must be >= 0");
+  if (opt.shards < 1 || opt.shard < 0 || opt.shard >= opt.shards)
+    fail("loader", "shard " + std::to_string(opt.shard) + " of " + std::to_string(opt.shards) +
+                       ": expected 0 <= shard < shards");
   next_to_make_ = next_to_take_ = opt.start;
   for (int i = 0; i < opt.workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -85,6 +88,10 @@ Batch Loader::make(int64_t serial) const {
   }
   int64_t begin = index * opt_.batch_size;
   int64_t count = std::min<int64_t>(opt_.batch_size, static_cast<int64_t>(order->size()) - begin);
+  // This rank's shard of the global batch.
+  const int64_t lo = count * opt_.shard / opt_.shards, hi = count * (opt_.shard + 1) / opt_.shards;
+  begin += lo;
+  count = hi - lo;
   Shape shape = dataset_->image_shape();
   int64_t per_image = numel(shape);
   shape.insert(shape.begin(), count);

@@ -123,6 +123,8 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Random,                    0,            kNone},
     {Op::Copy,                      0,            kNone},
     {Op::Fill,                      0,            kNone},
+    {Op::AllReduceStart,            0,            kNone},
+    {Op::AllReduceWait,             0,            kNone},
   }};
 }();
 // clang-format on

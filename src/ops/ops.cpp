@@ -550,6 +550,38 @@ Array one_hot(const Array& labels, int64_t depth, DType dtype) {
                     dtype);
 }
 
+// ---- collectives ----
+Array all_reduce_start(const std::vector<Array>& xs, int bucket) {
+  if (xs.empty()) fail("all_reduce_start", "bucket " + std::to_string(bucket) + " is empty");
+  for (const Array& x : xs) {
+    require_valid(x, "all_reduce_start");
+    if (x.dtype() != xs[0].dtype() || (x.dtype() != DType::f32 && x.dtype() != DType::f64))
+      fail("all_reduce_start", std::string("a bucket holds f32 or f64 arrays of one dtype, got ") +
+                                   name_of(xs[0].dtype()) + " and " + name_of(x.dtype()));
+    if (x.device() != xs[0].device())
+      fail("all_reduce_start", "a bucket's arrays are on one device, got " +
+                                   xs[0].device().str() + " and " + x.device().str());
+  }
+  return make_array(Primitive(Op::AllReduceStart, CollectiveAttrs{bucket, 0, false}), xs, {},
+                    DType::i64);
+}
+
+std::vector<Array> all_reduce_wait(const Array& token, const std::vector<Array>& xs, int bucket,
+                                   bool mean) {
+  require_valid(token, "all_reduce_wait");
+  if (token.dtype() != DType::i64 || token.size() != 1)
+    fail("all_reduce_wait", "the token is all_reduce_start's i64 scalar, got " +
+                                std::string(name_of(token.dtype())) + " " + str(token.shape()));
+  std::vector<Array> out;
+  int64_t offset = 0;
+  for (const Array& x : xs) {
+    out.push_back(make_array(Primitive(Op::AllReduceWait, CollectiveAttrs{bucket, offset, mean}),
+                             {token}, x.shape(), x.dtype()));
+    offset += x.size();
+  }
+  return out;
+}
+
 // ---- fused ----
 Array softmax(const Array& a, int axis) {
   require_float(a, "softmax");

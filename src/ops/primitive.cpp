@@ -103,6 +103,9 @@ size_t Primitive::hash() const {
           h = mix(mix(h, static_cast<size_t>(a.to.type)), static_cast<size_t>(a.to.index));
         } else if constexpr (std::is_same_v<A, FillAttrs>) {
           h = mix(mix(h, std::hash<double>{}(a.start)), std::hash<double>{}(a.step));
+        } else if constexpr (std::is_same_v<A, CollectiveAttrs>) {
+          h = mix(mix(mix(h, static_cast<size_t>(a.bucket)), static_cast<size_t>(a.offset)),
+                  a.mean);
         } else if constexpr (std::is_same_v<A, RandomAttrs>) {
           h = mix(mix(mix(h, a.key[0]), a.key[1]), static_cast<size_t>(a.kind));
           h = mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b));
@@ -151,6 +154,8 @@ std::string Primitive::str() const {
           os << "to=" << a.to.str();
         } else if constexpr (std::is_same_v<A, FillAttrs>) {
           os << "start=" << a.start << ",step=" << a.step;
+        } else if constexpr (std::is_same_v<A, CollectiveAttrs>) {
+          os << "bucket=" << a.bucket << ",offset=" << a.offset << (a.mean ? ",mean" : "");
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           os << "scale=" << a.scale;
         } else if constexpr (std::is_same_v<A, FusedAttrs>) {

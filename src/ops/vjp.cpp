@@ -222,6 +222,11 @@ std::vector<Array> vjp_rule(const Primitive& p, const std::vector<Array>& in, co
            std::string(p.name()) + " exists only inside compiled graphs, after differentiation");
     case Op::Random:
     case Op::Fill: break;
+    case Op::AllReduceStart:
+    case Op::AllReduceWait:
+      fail("vjp", std::string(p.name()) +
+                      ": collectives average gradients after differentiation and have no "
+                      "gradient of their own");
     case Op::Copy: ct[0] = g.to(in[0].device()); break;
     case Op::Count: break;
   }

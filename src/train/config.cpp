@@ -3,6 +3,7 @@
 #include <array>
 
 #include "internal.h"
+#include "kiln/distributed.h"
 
 namespace kiln::train {
 namespace {
@@ -90,6 +91,14 @@ void validate(const TrainConfig& cfg) {
   make_optimizer(cfg);
   if (cfg.momentum != 0 && cfg.optimizer != "sgd")
     fail("train", "--momentum goes with --optimizer sgd");
+  if (!(cfg.bucket_mb > 0)) fail("train", "--bucket-mb must be positive");
+  if (cfg.check_replicas < 0) fail("train", "--check-replicas must be >= 0");
+  if (!(cfg.dist_timeout >= 0)) fail("train", "--dist-timeout must be >= 0");
+  const int ranks = dist::size();
+  if (cfg.batch_size % ranks != 0)
+    fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " (the global batch) does "
+                  "not divide among " + std::to_string(ranks) +
+                  " ranks: use a multiple of " + std::to_string(ranks));
 }
 
 std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg) {

@@ -1,6 +1,7 @@
 // kiln train and kiln eval: loss and top-1 accuracy of a model on a data set,
 // eager or with one compiled forward pass per batch shape (Evaluator).
 #include "internal.h"
+#include "kiln/distributed.h"
 
 namespace kiln::train {
 namespace {
@@ -18,6 +19,25 @@ std::pair<Array, Array> batch_metrics(const nn::ViTForImageClassification& model
   Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
   return {loss, hits};
 }
+
+// Samples [begin, end) of a data set: a data-parallel rank's part of the
+// held-out split.
+class Part final : public data::Dataset {
+ public:
+  Part(const data::Dataset& all, int64_t begin, int64_t end) : all_(all), begin_(begin), end_(end) {}
+  int64_t size() const override { return end_ - begin_; }
+  Shape image_shape() const override { return all_.image_shape(); }
+  void get(int64_t index, float* image, int32_t* label) const override {
+    all_.get(begin_ + index, image, label);
+  }
+  void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override {
+    all_.get(begin_ + index, epoch, image, label);
+  }
+
+ private:
+  const data::Dataset& all_;
+  int64_t begin_, end_;
+};
 
 // The model's config, checked before the model is built from it.
 const nn::ViTConfig& classifier(const nn::ViTConfig& cfg) {
@@ -43,16 +63,22 @@ Evaluator::Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled,
 EvalResult Evaluator::operator()(const Params& params, const data::Dataset& dataset,
                                  int64_t batch_size) {
   auto t0 = Clock::now();
-  std::shared_ptr<const data::Dataset> ds(&dataset, [](const data::Dataset*) {});
-  data::Loader loader(ds, {.batch_size = batch_size, .drop_last = false, .workers = 1});
+  // In a data-parallel run each rank evaluates a contiguous part of the data
+  // set, and the sums are added up over the ranks.
+  const int64_t n = dataset.size(), ranks = dist::size(), rank = dist::rank();
+  auto ds = std::make_shared<const Part>(dataset, n * rank / ranks, n * (rank + 1) / ranks);
   names_.clear();
   for (auto& [name, p] : params) names_.push_back(name);
-  double loss = 0, hits = 0;
+  double loss = 0, hits = 0, samples = 0;
   EvalResult r;
   // The batches go to the parameters' device.
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    data::Batch batch = loader.next();
+  std::optional<data::Loader> loader;
+  if (ds->size() > 0)
+    loader.emplace(ds, data::LoaderOptions{.batch_size = batch_size, .drop_last = false,
+                                           .workers = 1});
+  for (int64_t b = 0; loader && b < loader->batches_per_epoch(); ++b) {
+    data::Batch batch = loader->next();
     batch.images = batch.images.to(device);
     batch.labels = batch.labels.to(device);
     Array l, h;
@@ -68,10 +94,16 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
     }
     loss += l.item<float>();
     hits += h.item<float>();
-    r.samples += batch.labels.size();
+    samples += static_cast<double>(batch.labels.size());
   }
-  r.loss = loss / r.samples;
-  r.accuracy = hits / r.samples;
+  if (ranks > 1) {
+    std::vector<double> sums{loss, hits, samples};
+    dist::all_reduce_sum(sums);
+    loss = sums[0], hits = sums[1], samples = sums[2];
+  }
+  r.samples = static_cast<int64_t>(samples);
+  r.loss = loss / samples;
+  r.accuracy = hits / samples;
   r.seconds = since(t0);
   return r;
 }

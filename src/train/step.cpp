@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "buckets.h"
 #include "internal.h"
+#include "kiln/distributed.h"
 
 namespace kiln::train {
 
@@ -34,6 +36,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
       matmul_dtype_(matmul_dtype_for(cfg.precision)) {
   const nn::ViTConfig& m = model.config();
   dropout_ = m.hidden_dropout_prob > 0 || m.attention_probs_dropout_prob > 0;
+  all_reduce_ = dist::size() > 1 || cfg.all_reduce_always;
   for (auto& [name, p] : params) names_.push_back(name);
   for (auto& [name, b] : state.buffers) buffer_names_.push_back(name);
   if (cfg.mode == Mode::jit) {
@@ -60,7 +63,21 @@ std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array&
   auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ApplyOptions& o) {
     return model_.loss(model_.apply(q, x, o), targets_for(model_.config(), y));
   };
-  auto [loss, grads] = value_and_grad(loss_fn)(p, images, labels, opt);
+  Array loss;
+  Params grads;
+  if (all_reduce_) {
+    // Data-parallel: each bucket of gradients starts its all-reduce as soon
+    // as the backward has finished it; the loss joins the last bucket.
+    GradBuckets buckets(cfg_.bucket_mb * 1e6);
+    std::tie(loss, grads) = value_and_grad_params(
+        [&](const Params& q) { return loss_fn(q, images, labels, opt); }, p,
+        [&](const std::string& name, const Array& g) { buckets.ready(name, g); });
+    std::vector<Array> extras;
+    std::tie(grads, extras) = buckets.finish({loss});
+    loss = extras[0];
+  } else {
+    std::tie(loss, grads) = value_and_grad(loss_fn)(p, images, labels, opt);
+  }
   if (cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
   return {loss, grads};
 }

@@ -4,6 +4,7 @@
 #include "kiln/train.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "internal.h"
+#include "kiln/distributed.h"
 #include "ops/dispatch.h"
 #include "step.h"
 
@@ -124,6 +126,13 @@ nlohmann::json summary_json(const TrainReport& report) {
                    {"peak_rss_mib", report.peak_rss_mib},
                    {"wall_seconds", report.wall_seconds}};
   if (report.peak_device_mib > 0) j["peak_device_mib"] = report.peak_device_mib;
+  if (report.ranks > 1 || report.all_reduces > 0) {
+    j["ranks"] = report.ranks;
+    j["all_reduces"] = report.all_reduces;
+    j["all_reduce_bytes"] = report.all_reduce_bytes;
+    j["all_reduce_seconds"] = report.all_reduce_seconds;
+    j["all_reduce_exposed_seconds"] = report.all_reduce_exposed_seconds;
+  }
   if (!report.evals.empty()) {
     j["eval_loss"] = report.evals.back().loss;
     j["eval_accuracy"] = report.evals.back().accuracy;
@@ -147,6 +156,8 @@ class Trainer {
   void evaluate(int64_t step);
   void save(int64_t step);
   void summarize();
+  void check_replicas(int64_t step);
+  void inject_fault(int64_t step) const;
 
   const TrainConfig& cfg_;
   const Callbacks& cb_;
@@ -155,6 +166,7 @@ class Trainer {
   const random::Key step_key_;  // folded with the step number: the step's dropout key
   const Clock::time_point run_start_;
   const int64_t first_step_;
+  const int rank_ = dist::rank(), ranks_ = dist::size();
   nn::ViTForImageClassification model_;
   Params params_;
   optim::State state_;
@@ -184,13 +196,16 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
                             .seed = cfg.seed,
                             .workers = cfg.workers,
                             .prefetch = 2,
-                            .start = start.data_position}),
+                            .start = start.data_position,
+                            .shard = dist::rank(),
+                            .shards = dist::size()}),
       step_(cfg, model_, optimizer, params_, state_) {
   report_.skipped_images = data_.skipped;
   report_.first_step = first_step_;
   for (auto& [name, p] : params_) report_.parameters += p.size();
   report_.flops_per_step = model_.config().train_flops_per_image() * cfg.batch_size;
-  if (!cfg.log_json.empty()) {
+  report_.ranks = ranks_;
+  if (!cfg.log_json.empty() && rank_ == 0) {  // only rank 0 logs
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
     if (!log_) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
@@ -216,14 +231,17 @@ TrainReport Trainer::run() {
 // One step, timed from the wait for its batch until its loss exists.
 void Trainer::step(int64_t step) {
   auto t0 = Clock::now();
+  inject_fault(step);
   double wait0 = loader_.wait_seconds();
   data::Batch batch = loader_.next();
   double data_secs = loader_.wait_seconds() - wait0;
   // The batch and the step's scalars go to the model's device (queued
   // copies: the host does not wait for them).
   const Device device = params_.begin()->second.device();
-  StepInputs in{batch.images.to(device), batch.labels.to(device),
-                random::key_array(random::fold_in(step_key_, static_cast<uint32_t>(step)), device)};
+  // Each rank draws its own dropout masks (for its own samples).
+  random::Key key = random::fold_in(step_key_, static_cast<uint32_t>(step));
+  if (ranks_ > 1) key = random::fold_in(key, static_cast<uint32_t>(rank_));
+  StepInputs in{batch.images.to(device), batch.labels.to(device), random::key_array(key, device)};
   double lr = cfg_.lr * schedule_.factor(step - 1);
   for (double v : optimizer_.scalars(state_.step + 1, lr))
     in.scalars.push_back(Array::scalar(static_cast<float>(v)).to(device));
@@ -247,8 +265,56 @@ void Trainer::step(int64_t step) {
                            {"timed", step >= first_step_ + cfg_.warmup}}
                 .dump()
          << "\n";
-  if (cb_.on_step) cb_.on_step(st);
-  if (step == first_step_ + cfg_.warmup - 1) kernel_profile().reset();  // KILN_PROFILE: timed steps
+  if (cb_.on_step && rank_ == 0) cb_.on_step(st);
+  if (step == first_step_ + cfg_.warmup - 1) {  // the timed steps start
+    kernel_profile().reset();                   // KILN_PROFILE
+    dist::reset_stats();
+  }
+  if (cfg_.check_replicas > 0 && step % cfg_.check_replicas == 0) check_replicas(step);
+}
+
+// FNV-1a over the bytes of every parameter, in name order.
+uint64_t params_hash(const Params& params) {
+  uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> bytes;
+  for (auto& [name, p] : params) {
+    bytes.resize(p.nbytes());
+    p.copy_to_host(bytes.data(), p.dtype());
+    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
+// --check-replicas: every rank must hold rank 0's parameters.
+void Trainer::check_replicas(int64_t step) {
+  std::vector<uint64_t> hashes = dist::all_gather(params_hash(params_));
+  std::string differ;
+  for (size_t r = 1; r < hashes.size(); ++r)
+    if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    fail("train", "--check-replicas: after step " + std::to_string(step) + " the parameters of "
+                      "rank" + (differ.find(',') != std::string::npos ? "s " : " ") + differ +
+                      " differ from rank 0's");
+}
+
+// KILN_DIST_FAULT=exit@R:S or hang@R:S (tests of failure handling): rank R
+// dies (exit code 9, no clean-up) or stops making progress at step S.
+void Trainer::inject_fault(int64_t step) const {
+  const char* f = std::getenv("KILN_DIST_FAULT");
+  if (!f) return;
+  std::string spec(f);
+  const size_t at = spec.find('@'), colon = spec.find(':');
+  if (at == std::string::npos || colon == std::string::npos || colon < at)
+    fail("train", "KILN_DIST_FAULT='" + spec + "': expected exit@RANK:STEP or hang@RANK:STEP");
+  const std::string kind = spec.substr(0, at);
+  const int rank = std::atoi(spec.substr(at + 1, colon - at - 1).c_str());
+  const int64_t when = std::atoll(spec.substr(colon + 1).c_str());
+  if (rank != rank_ || when != step) return;
+  if (kind == "exit") ::_exit(9);
+  if (kind == "hang")
+    for (;;) ::pause();
+  fail("train", "KILN_DIST_FAULT='" + spec + "': expected exit or hang before '@'");
 }
 
 // Re-runs the step eagerly from its inputs, checking every op's output, and
@@ -273,6 +339,7 @@ void Trainer::evaluate(int64_t step) {
   EvalResult r = (*evaluator_)(params_, *data_.eval, cfg_.batch_size);
   r.step = step;
   report_.evals.push_back(r);
+  if (rank_ != 0) return;  // every rank evaluated its part; rank 0 reports
   if (log_)
     log_ << nlohmann::json{{"step", step},
                            {"eval_loss", r.loss},
@@ -285,6 +352,7 @@ void Trainer::evaluate(int64_t step) {
 }
 
 void Trainer::save(int64_t step) {
+  if (rank_ != 0) return;  // the ranks hold the same parameters: rank 0 writes them
   io::Checkpoint ck{model_.config(), params_,   cfg_.optimizer,
                     state_,          cfg_.seed, loader_.position()};
   io::save_checkpoint(cfg_.save_dir, ck);
@@ -296,6 +364,11 @@ void Trainer::save(int64_t step) {
 void Trainer::summarize() {
   report_.compiles = step_.compiles();
   report_.replays = step_.replays();
+  const dist::Stats ds = dist::stats();  // of the timed steps
+  report_.all_reduces = ds.all_reduces;
+  report_.all_reduce_bytes = ds.bytes;
+  report_.all_reduce_seconds = ds.busy_seconds;
+  report_.all_reduce_exposed_seconds = ds.exposed_seconds;
   if (const CompileStats* cs = step_.last_compile()) {
     report_.compile_ms = cs->compile_ms;
     report_.arena_bytes = cs->arena_bytes;
@@ -326,6 +399,7 @@ TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
                 const Callbacks& callbacks) {
   auto run_start = Clock::now();
   validate(cfg);
+  dist::set_timeout(cfg.dist_timeout);
   // The f32 matmul precision of the run (process-wide, as PyTorch's
   // allow_tf32): traced into every step's matmuls.
   set_matmul_precision(cfg.precision == "tf32" ? MatmulPrecision::tf32 : MatmulPrecision::fp32);

@@ -29,10 +29,12 @@ Array trace_input(const Array& primal) {
 }
 
 using CotangentFn = std::function<std::vector<Array>(const std::vector<Array>& outputs)>;
+using ReadyFn = std::function<void(size_t primal, const Array& grad)>;
 
 std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
                                                            const std::vector<Array>& primals,
-                                                           const CotangentFn& make_cotangents) {
+                                                           const CotangentFn& make_cotangents,
+                                                           const ReadyFn& on_ready = {}) {
   std::vector<Array> traced;
   std::vector<Array> outputs;
   {
@@ -86,11 +88,53 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
     if (depends[outputs[i].node()])
       accumulate(outputs[i], astype(cotangents[i], outputs[i].dtype()));
 
+  // A primal's gradient is final once every node that reads it has been
+  // walked: `readers` counts the reads still to come (on_ready is told then).
+  std::unordered_map<ArrayNode*, size_t> primal_index;
+  std::unordered_map<ArrayNode*, int64_t> readers;
+  std::vector<Array> final_grads(traced.size());
+  auto grad_of = [&](size_t i) {
+    if (final_grads[i].valid()) return final_grads[i];
+    auto found = ct.find(traced[i].node());
+    final_grads[i] =
+        found != ct.end() ? astype(found->second, primals[i].dtype()) : zeros_like(primals[i]);
+    return final_grads[i];
+  };
+  std::vector<bool> told(traced.size(), false);
+  if (on_ready) {
+    for (size_t i = 0; i < traced.size(); ++i) primal_index.emplace(traced[i].node(), i);
+    for (auto& a : order)
+      if (!primal_nodes.count(a.node()) && a.node()->primitive && depends[a.node()])
+        for (auto& in : a.node()->inputs)
+          if (primal_nodes.count(in.node())) ++readers[in.node()];
+    // Primals that nothing reads (or only outputs are) are final at once.
+    for (size_t i = 0; i < traced.size(); ++i)
+      if (!readers.count(traced[i].node()) && !told[i]) {
+        told[i] = true;
+        on_ready(i, grad_of(i));
+      }
+  }
+  auto walked = [&](ArrayNode* n) {
+    if (!on_ready) return;
+    for (auto& in : n->inputs) {
+      auto r = readers.find(in.node());
+      if (r == readers.end() || --r->second > 0) continue;
+      const size_t i = primal_index.at(in.node());
+      if (!told[i]) {
+        told[i] = true;
+        on_ready(i, grad_of(i));
+      }
+    }
+  };
+
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     ArrayNode* n = it->node();
     if (primal_nodes.count(n) || !n->primitive || !depends[n]) continue;
     auto found = ct.find(n);
-    if (found == ct.end()) continue;
+    if (found == ct.end()) {
+      walked(n);
+      continue;
+    }
     Array g = found->second;
     std::vector<bool> need(n->inputs.size());
     for (size_t i = 0; i < need.size(); ++i)
@@ -99,14 +143,11 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
     for (size_t i = 0; i < cts.size(); ++i)
       if (need[i] && cts[i].valid()) accumulate(n->inputs[i], cts[i]);
     ct.erase(found);  // frees this cotangent as soon as it has been propagated
+    walked(n);
   }
 
   std::vector<Array> grads;
-  for (size_t i = 0; i < traced.size(); ++i) {
-    auto found = ct.find(traced[i].node());
-    grads.push_back(found != ct.end() ? astype(found->second, primals[i].dtype())
-                                      : zeros_like(primals[i]));
-  }
+  for (size_t i = 0; i < traced.size(); ++i) grads.push_back(grad_of(i));
   // Outside any enclosing trace, drop the forward graph held by the outputs.
   if (exec_state().keep_graph == 0)
     for (auto& out : outputs)
@@ -123,7 +164,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp(const VectorFn& f,
 }
 
 std::pair<Array, std::vector<Array>> value_and_grad_vector(
-    const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& primals) {
+    const std::function<Array(const std::vector<Array>&)>& f, const std::vector<Array>& primals,
+    const std::function<void(size_t, const Array&)>& on_ready) {
   auto [outs, grads] = vjp_impl(
       [&](const std::vector<Array>& xs) {
         Array v = f(xs);
@@ -133,12 +175,13 @@ std::pair<Array, std::vector<Array>> value_and_grad_vector(
         return std::vector<Array>{v};
       },
       primals,
-      [](const std::vector<Array>& outs) { return std::vector<Array>{ones_like(outs[0])}; });
+      [](const std::vector<Array>& outs) { return std::vector<Array>{ones_like(outs[0])}; },
+      on_ready);
   return {outs[0], grads};
 }
 
 std::pair<Array, Params> value_and_grad_params(const std::function<Array(const Params&)>& f,
-                                               const Params& params) {
+                                               const Params& params, const GradReady& on_ready) {
   std::vector<std::string> names;
   std::vector<Array> flat;
   for (auto& [k, v] : params) {
@@ -151,7 +194,9 @@ std::pair<Array, Params> value_and_grad_params(const std::function<Array(const P
         for (size_t i = 0; i < xs.size(); ++i) p.emplace(names[i], xs[i]);
         return f(p);
       },
-      flat);
+      flat,
+      on_ready ? [&](size_t i, const Array& g) { on_ready(names[i], g); }
+               : std::function<void(size_t, const Array&)>());
   Params out;
   for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], grads[i]);
   return {value, out};

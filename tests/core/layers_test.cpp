@@ -34,6 +34,7 @@ int rank_of(const std::string& layer) {
 const std::map<std::string, std::string> kPublic{
     {"allocator.h", "core"},       {"array.h", "core"},   {"device.h", "core"},
     {"dtype.h", "core"},           {"error.h", "core"},   {"shape.h", "core"},
+    {"distributed.h", "core"},  // the process group (its MPI engine is in src/backend)
     {"primitive.h", "ops"},        {"ops.h", "ops"},      {"random.h", "ops"},
     {"transforms.h", "transforms"}, {"compiler.h", "compiler"}, {"kiln.h", "compiler"},
     {"nn.h", "nn"},                {"optim.h", "optim"},  {"data.h", "data"},

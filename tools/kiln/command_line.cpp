@@ -169,6 +169,18 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   t->add_option("--device", tc.device, "where the model trains: cpu, ref or cuda[:N]")
       ->check(kDevice);
+  t->add_option("--bucket-mb", tc.bucket_mb,
+                "data-parallel (mpirun -np N): gradients are averaged over the ranks in buckets "
+                "of about this many MB, each started while the backward goes on (default 25)")
+      ->check(kPositive);
+  t->add_option("--check-replicas", tc.check_replicas,
+                "data-parallel: every N steps compare a hash of every rank's parameters "
+                "(0: never)")
+      ->check(kNonNegativeInt);
+  t->add_option("--dist-timeout", tc.dist_timeout,
+                "data-parallel: seconds after which a collective that has not finished stops "
+                "every rank, naming the ranks that never reached it (0: no limit; default 300)")
+      ->check(kNonNegative);
   t->add_option("--attention", tf.attention,
                 "fused (one kernel per layer, forward and backward) or unfused (as transformers' "
                 "eager attention)")

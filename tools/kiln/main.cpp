@@ -19,6 +19,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "command_line.h"
+#include "kiln/distributed.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
@@ -146,6 +147,11 @@ void print_description(const train::TrainConfig& cfg) {
       (long long)cfg.model.image_size.width, cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
       cfg.data == "random" ? "random data" : cfg.data.c_str(), (long long)cfg.model.num_labels,
       loss.c_str(), opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
+  if (dist::size() > 1)
+    std::printf("data-parallel: %d ranks, %lld samples of each batch per rank, gradients "
+                "averaged in buckets of %g MB on %s\n",
+                dist::size(), (long long)(cfg.batch_size / dist::size()), cfg.bucket_mb,
+                dist::library().c_str());
   std::string precision = "fp32";
   if (cfg.precision == "bf16")
     precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
@@ -256,6 +262,18 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
       "measured by an fp32 %s FMA loop on all threads)\n",
       100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9,
       cpu_gemm_isa().c_str());
+  if (r.ranks > 1)
+    std::printf("gradient all-reduces: %llu of %.1f MB in the timed steps, %s in all, of which "
+                "%s (%.0f%%) not hidden behind the backward (per step: %s exposed)\n",
+                (unsigned long long)r.all_reduces, r.all_reduce_bytes / 1e6,
+                fmt_seconds(r.all_reduce_seconds).c_str(),
+                fmt_seconds(r.all_reduce_exposed_seconds).c_str(),
+                r.all_reduce_seconds > 0
+                    ? 100 * r.all_reduce_exposed_seconds / r.all_reduce_seconds
+                    : 0.0,
+                fmt_seconds(r.all_reduce_exposed_seconds /
+                            std::max<int64_t>(1, cfg.steps - r.first_step + 1 - cfg.warmup))
+                    .c_str());
   if (r.skipped_images)
     std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
                 (long long)r.skipped_images);
@@ -271,6 +289,10 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
 }
 
 int run_train(const cli::TrainFlags& f) {
+  // A data-parallel run (mpirun -np N): only rank 0 prints and writes.
+  dist::init();
+  if (dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    fail("train", "rank " + std::to_string(dist::rank()) + ": cannot silence stdout");
   // The reference script's first three lines, byte for byte (Python's
   // f"Mode: {mode} \n" f"Batch size: {batch_size} \n" f"Compile model: {compile_model}"),
   // so that runs of both can be compared by grepping them.
@@ -347,6 +369,19 @@ int run_grad(const cli::GradFlags& f) {
   return 0;
 }
 
+// "rank N: " in a data-parallel run, where every rank's errors reach the terminal.
+std::string rank_prefix() {
+  return dist::size() > 1 ? "rank " + std::to_string(dist::rank()) + ": " : "";
+}
+
+// After an error in a data-parallel run the other ranks would wait for this
+// one at their next collective: stop them all now.
+void stop_the_group() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (dist::size() > 1) dist::abort(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,13 +402,16 @@ int main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     if (::isatty(STDOUT_FILENO)) std::printf("\n");
-    std::fprintf(stderr, "kiln: %s\n", e.what());
+    std::fprintf(stderr, "kiln: %s%s\n", rank_prefix().c_str(), e.what());
+    stop_the_group();
     return 1;
   } catch (const std::exception& e) {
     // A library's own exception that no check turned into a kiln error: still
     // a message and an exit code, not an abort (and a bug to report).
     if (::isatty(STDOUT_FILENO)) std::printf("\n");
-    std::fprintf(stderr, "kiln: unexpected error (please report): %s\n", e.what());
+    std::fprintf(stderr, "kiln: %sunexpected error (please report): %s\n", rank_prefix().c_str(),
+                 e.what());
+    stop_the_group();
     return 1;
   }
   return 0;

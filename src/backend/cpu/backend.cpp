@@ -1,5 +1,6 @@
 // kiln cpu backend: its kernel table and what it supports, registered by
 // register_builtin_backends (src/backend/registry.cpp).
+#include "backend/collectives.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "kiln/ops.h"
@@ -45,6 +46,7 @@ void register_backend() {
   register_fused(table);
   register_attention(table);
   register_transfer(table);
+  dist::register_host_collectives(table);
   table.supports = supports;
   register_kernels(DeviceType::cpu, &table);
 }

@@ -269,6 +269,7 @@ void register_backend() {
   register_attention(table);
   register_nn(table);
   register_random(table);
+  register_collectives(table);
   table.supports = supports;
   table.stream = stream_of;
   table.synchronize = synchronize_device;

@@ -71,6 +71,7 @@ void register_matmul(KernelTable& t);
 void register_layout(KernelTable& t);
 void register_nn(KernelTable& t);
 void register_random(KernelTable& t);
+void register_collectives(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_attention(KernelTable& t);
 // What the backend runs beyond having a kernel (matmul.cpp: GEMM epilogues;

@@ -1,8 +1,9 @@
-// kiln cuda backend: loading cuBLASLt and NVRTC on first use (dynlib.h).
+// kiln cuda backend: loading cuBLASLt, NVRTC and NCCL on first use (dynlib.h).
 #include "backend/cuda/dynlib.h"
 
 #include <dlfcn.h>
 
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -20,31 +21,44 @@ namespace {
 #define KILN_STR2(x) #x
 #define KILN_STR(x) KILN_STR2(x)
 
+// Each library's soname (cuBLASLt's and NVRTC's carry the CUDA toolkit's
+// major version, NCCL's its own) and what it is, in the order of Lib.
+struct Library {
+  const char* file;
+  const char* what;
+};
+constexpr Library kLibraries[] = {
+    {"libcublasLt.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s cuBLASLt"},
+    {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
+    {"libnccl.so." KILN_STR(NCCL_MAJOR), "NCCL, the collectives of a run of several ranks on GPUs"},
+};
+const Library& library(Lib lib) {
+  return kLibraries[static_cast<int>(lib)];
+}
+
 // The library's file name, tried on the loader's path (LD_LIBRARY_PATH,
 // ld.so.cache), then in the toolkit kiln was built with.
 void* open(Lib lib) {
-  const std::string file = std::string(lib == Lib::cublaslt ? "libcublasLt.so." : "libnvrtc.so.") +
-                           KILN_STR(KILN_CUDA_MAJOR);
+  const std::string file = library(lib).file;
   std::string errors;
   for (const std::string& path : {file, std::string(KILN_CUDA_LIBRARY_DIR) + "/" + file,
                                   "/usr/local/cuda/lib64/" + file}) {
     if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
     if (const char* e = dlerror()) errors += std::string("\n  ") + e;
   }
-  fail("cuda", "cannot load " + file + " (CUDA " + KILN_STR(KILN_CUDA_MAJOR) +
-                   "'s " + (lib == Lib::cublaslt ? "cuBLASLt" : "NVRTC") +
+  fail("cuda", "cannot load " + file + " (" + library(lib).what +
                    "; put its folder on LD_LIBRARY_PATH):" + errors);
 }
 
 }  // namespace
 
 void* symbol(Lib lib, const char* name) {
-  static std::once_flag once[2];
-  static void* handles[2] = {};
+  static std::once_flag once[std::size(kLibraries)];
+  static void* handles[std::size(kLibraries)] = {};
   const int i = static_cast<int>(lib);
   std::call_once(once[i], [&] { handles[i] = open(lib); });
   void* f = dlsym(handles[i], name);
-  if (!f) fail("cuda", std::string("the CUDA library has no ") + name + ": " + dlerror());
+  if (!f) fail("cuda", std::string(library(lib).file) + " has no " + name + ": " + dlerror());
   return f;
 }
 

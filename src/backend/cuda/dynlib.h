@@ -1,18 +1,20 @@
-// kiln cuda backend: cuBLASLt and NVRTC, loaded when first called (dlopen)
-// rather than linked: libkiln then starts as fast with the CUDA backend as
-// without it (cuBLASLt alone is half a gigabyte), and runs where the driver
-// is present but a library is not until that library is needed. A call
-// goes through dyn::<name>, with the library's own signature; a library that
-// cannot be loaded is a clear kiln error naming it.
+// kiln cuda backend: cuBLASLt, NVRTC and NCCL, loaded when first called
+// (dlopen) rather than linked: libkiln then starts as fast with the CUDA
+// backend as without it (cuBLASLt alone is half a gigabyte), and runs where
+// the driver is present but a library is not until that library is needed
+// (NCCL: by a run of several ranks only). A call goes through dyn::<name>,
+// with the library's own signature; a library that cannot be loaded is a
+// clear kiln error naming it.
 #pragma once
 #include <cublasLt.h>
+#include <nccl.h>
 #include <nvrtc.h>
 
 #include <atomic>
 
 namespace kiln::cuda::dyn {
 
-enum class Lib { cublaslt, nvrtc };
+enum class Lib { cublaslt, nvrtc, nccl };
 // The address of `name` in `lib` (loading the library on first use).
 void* symbol(Lib lib, const char* name);
 
@@ -42,12 +44,17 @@ struct Lazy {
   X(nvrtcCompileProgram) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcGetCUBIN)           \
   X(nvrtcGetCUBINSize) X(nvrtcGetErrorString) X(nvrtcGetProgramLog) X(nvrtcGetProgramLogSize)    \
   X(nvrtcVersion)
+#define KILN_NCCL_FUNCTIONS(X)                                                                   \
+  X(ncclAllReduce) X(ncclCommInitRank) X(ncclGetErrorString) X(ncclGetUniqueId)
 
 #define KILN_LAZY_CUBLASLT(name) inline const Lazy<decltype(::name)> name{Lib::cublaslt, #name};
 #define KILN_LAZY_NVRTC(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc, #name};
+#define KILN_LAZY_NCCL(name) inline const Lazy<decltype(::name)> name{Lib::nccl, #name};
 KILN_CUBLASLT_FUNCTIONS(KILN_LAZY_CUBLASLT)
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC)
+KILN_NCCL_FUNCTIONS(KILN_LAZY_NCCL)
 #undef KILN_LAZY_CUBLASLT
 #undef KILN_LAZY_NVRTC
+#undef KILN_LAZY_NCCL
 
 }  // namespace kiln::cuda::dyn

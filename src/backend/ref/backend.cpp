@@ -8,6 +8,7 @@
 #include <new>
 #include <utility>
 
+#include "backend/collectives.h"
 #include "backend/ref/ref_common.h"
 #include "kiln/allocator.h"
 
@@ -147,6 +148,7 @@ void register_backend() {
   register_fused(table);
   register_random(table);
   register_transfer(table);
+  dist::register_host_collectives(table);
   route_through_recording(table, std::make_integer_sequence<int, kOpCount>{});
   table.begin_recording = begin_recording;
   table.end_recording = end_recording;
