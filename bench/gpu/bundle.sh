@@ -2,7 +2,8 @@
 # Builds the kiln that bench/gpu/check.sh runs on a GPU machine, into
 # build-gpu/: the CUDA backend (sm_90a + PTX), kernels for any x86-64 CPU
 # with AVX2 (x86-64-v3, not -march=native: the binary is carried to another
-# machine), oneDNN's sgemm (no oneMKL: too big to carry), the tests, and in
+# machine), oneDNN's sgemm (no oneMKL: too big to carry), no MPI (the GPU
+# machine runs one rank; NCCL needs no MPI for it), the tests, and in
 # build-gpu/lib every shared library it needs that a bare GPU machine may lack
 # (oneDNN, image and plotting libraries; not glibc, not the CUDA driver, and
 # not cuBLASLt or NVRTC, which kiln loads from the machine's CUDA at run time).
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ARCH=x86-64-v3 -DKILN_MKL=OFF \
-  -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
+  -DKILN_CUDA=ON -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
 ninja -C build-gpu -j"${KILN_JOBS:-2}" kiln-cli kiln-tests
 # Only what the check runs travels (the object files stay here, ignored by
 # the carry through .gitignore rules of their own folder).

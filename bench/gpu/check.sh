@@ -7,7 +7,8 @@
 #      (forward and VJP, eager and jit, every primitive), fused programs,
 #      Fill/Random, the code generator compiled by NVRTC for this GPU;
 #   3. kiln jit on ViT-B/16, batch 32, tf32: first with an empty kernel cache
-#      (cold), then again (warm: time to first step), and in bf16;
+#      (cold), then again (warm: time to first step), in bf16, and in tf32
+#      with every gradient bucket through NCCL (issue #17's path, one rank);
 #   4. the reference experiment beside the peers (bench/compare.py: kiln
 #      eager, lazy and jit, PyTorch eager, torch.compile, JAX jit) in tf32,
 #      then bf16 as far as the time allows;
@@ -138,6 +139,12 @@ step "kiln jit, bf16"
 # not be recorded as a graph; only the first step, untimed, pays for it.)
 KILN_DEBUG=1 train jit-bf16 90 --mode jit --precision bf16
 grep -h "could not record" "$out"/kiln-*.txt | head -3
+step "kiln jit, tf32, gradients averaged through NCCL (data-parallel path, one rank)"
+# The same run as jit-tf32-warm with every gradient bucket through an
+# all-reduce (a communicator of one rank): the same losses, and the cost.
+train jit-tf32-nccl 90 --mode jit "${tf32[@]}" --all-reduce always
+grep -h '"loss"' "$out/kiln-jit-tf32-warm.jsonl" | tail -1
+grep -h '"loss"' "$out/kiln-jit-tf32-nccl.jsonl" | tail -1
 
 if [ "$device" = cuda ]; then
   peak_tf32=$(timeout "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype tf32 2>>"$out/gpu-peak.log")

@@ -57,6 +57,10 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --layout xyz", "--layout"},
       {"train --sa x", "ambiguous flag --sa: it could be --save, --save-every"},
       {"train --mode tpu", "--mode"},
+      {"train --bucket-mb 0", "--bucket-mb: expected a number above 0, got 0"},
+      {"train --dist-timeout -1", "--dist-timeout: expected a number of 0 or more, got -1"},
+      {"train --check-replicas 1.5", "--check-replicas: expected an integer, got '1.5'"},
+      {"train --all-reduce sometimes", "--all-reduce"},
       {"train --steps 3 --warmup 3", "--warmup must lie in [0, --steps)"},
       {"train --config /nonexistent/config.json", "--config"},
       {"train --model vit-tiny --config " + std::string(KILN_FIXTURES_DIR) +

@@ -161,6 +161,7 @@ TEST_F(Dist, TwoRanksOnTwoHostsTrainAsOneProcessDoes) {
   line += "; $MPIRUN_TWO_HOSTS hostname -I";
   Shell r = shell("bash " KILN_SOURCE_DIR "/tests/dist/two_hosts.sh run t" +
                 std::to_string(::getpid() % 100000) + " '" + line + "'");
+  if (r.status == 77) GTEST_SKIP() << r.output;  // no network namespaces here
   ASSERT_EQ(r.status, 0) << r.output;
   // The ranks ran on the two hosts' addresses.
   EXPECT_NE(r.output.find("10.77."), r.output.rfind("10.77.")) << r.output;

@@ -2,7 +2,8 @@
 # Two hosts on one machine for the data-parallel tests and benchmarks: network
 # namespaces joined by a veth pair (host A 10.77.X.1, host B 10.77.X.2, one
 # /24 of their own), and an Open MPI that starts ranks in both over TCP.
-# Nothing leaves the machine. Needs root (ip netns).
+# Nothing leaves the machine. Needs root (ip netns); exits 77 where network
+# namespaces cannot be made.
 #
 #   two_hosts.sh run TAG CMD...   makes the hosts, runs CMD (a bash line) in
 #                                 host A with $MPIRUN_TWO_HOSTS (an mpirun command
@@ -39,7 +40,10 @@ remove_hosts() {
 }
 trap 'remove_hosts; rm -f "$map" "$map.hosts" "$map.mpirun"' EXIT
 remove_hosts  # left over from a run that was killed
-ip netns add "$NS_A"
+if ! ip netns add "$NS_A"; then
+  echo "two_hosts.sh: cannot make a network namespace here" >&2
+  exit 77
+fi
 ip netns add "$NS_B"
 ip link add "k$net-a" netns "$NS_A" type veth peer name "k$net-b" netns "$NS_B"
 ip -n "$NS_A" addr add "$HOST_A/24" dev "k$net-a"

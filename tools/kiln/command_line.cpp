@@ -173,6 +173,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
                 "data-parallel (mpirun -np N): gradients are averaged over the ranks in buckets "
                 "of about this many MB, each started while the backward goes on (default 25)")
       ->check(kPositive);
+  t->add_option("--all-reduce", tf.all_reduce,
+                "auto: average gradients over the ranks when there are several; always: through "
+                "the buckets even in a process alone (checks the path; on CUDA through NCCL)")
+      ->check(CLI::IsMember({"auto", "always"}));
   t->add_option("--check-replicas", tc.check_replicas,
                 "data-parallel: every N steps compare a hash of every rank's parameters "
                 "(0: never)")
@@ -304,6 +308,7 @@ train::TrainConfig train_config(const TrainFlags& f) {
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.fused_attention = f.attention == "fused";
+  cfg.all_reduce_always = f.all_reduce == "always";
   if (f.epochs > 0) {
     if (cfg.data == "random")
       fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");

@@ -27,7 +27,7 @@ struct TrainFlags {
   train::TrainConfig config;
   std::string mode = "jax";  // as spelled (the reference script's default; its header prints it)
   std::string model = "vit-base", config_file;  // --model PRESET or --config FILE
-  std::string layout = "nchw", attention = "fused";
+  std::string layout = "nchw", attention = "fused", all_reduce = "auto";
   int threads = 0;
   int64_t epochs = 0, print_every = 0;
   bool steps_given = false, warmup_given = false;

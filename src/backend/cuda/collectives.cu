@@ -2,15 +2,15 @@
 // kernels' semantics (src/backend/collectives.cpp) on device memory.
 //
 // Start packs its inputs into the bucket's device buffer on the device's
-// stream. In a group of several ranks it then forks to the device's
-// communication stream (an event the latter waits for), queues NCCL's
+// stream, then forks to the device's communication stream (an event the latter waits for), queues NCCL's
 // in-place sum of the buffer there and records the bucket's `done` event;
 // Wait joins back (the device's stream waits for `done`) and copies its slice
 // of the sums out, scaled. The host never waits: the exchange runs while the
 // kernels queued between the two compute. Fork and join are events, which
 // stream capture turns into graph edges, so that a compiled step that starts
-// and waits records both into one CUDA Graph. In a group of one nothing is
-// exchanged: Start packs, Wait copies.
+// and waits records both into one CUDA Graph. A process alone goes through
+// NCCL too (a communicator of one rank): the GPU check runs the path on the
+// one GPU it has.
 #include <map>
 #include <mutex>
 #include <string>
@@ -173,7 +173,7 @@ void start_kernel(const KernelContext& ctx, const Primitive& p, const std::vecto
   b.dtype = dtype;
   b.count = count;
   b.started = true;
-  if (dist::size() > 1 && count > 0) exchange(d, b, s);
+  if (count > 0) exchange(d, b, s);
   // The token only orders the waits after the start: its value is unused.
   KILN_CUDA_CHECK(cudaMemsetAsync(alloc_output(out), 0, sizeof(int64_t), s));
 }
