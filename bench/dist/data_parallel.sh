@@ -87,7 +87,12 @@ def fit(path):  # all-reduce time = latency + bytes / bandwidth, over the sizes 
     slope = sum((r["bytes"] - mx) * (r["median_s"] - my) for r in big) / sum((r["bytes"] - mx) ** 2 for r in big)
     return rows, 1 / slope, rows[0]["median_s"]
 
+import datetime, platform, subprocess
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 L = ["# Data-parallel training on this machine", "",
+     f"{datetime.date.today()}, {cpu}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} "
+     f"cores; `bash bench/dist/data_parallel.sh {out} {' '.join(models)}` (kiln "
+     f"{subprocess.run(['git', 'log', '-1', '--format=%h'], capture_output=True, text=True).stdout.strip()}).", "",
      "2 ranks x 1 thread (`mpirun -np 2 ... --threads 1`) against 1 rank x 2 threads, global batch 32, "
      "`--mode jit`; medians over rounds of each run's median step (rounds alternate the order). "
      "All-reduce seconds are per timed step: in all (each exchange's start to end) and exposed "
