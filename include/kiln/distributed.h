@@ -25,14 +25,17 @@ void init();
 bool launched_by_mpirun();
 int rank();  // 0 before init()
 int size();  // 1 before init()
+// This rank's number among the ranks on its host (the launcher's
+// OMPI_COMM_WORLD_LOCAL_RANK; 0 without one): which GPU it takes.
+int local_rank();
 // "Open MPI v4.1.4, ...", or "none (built without MPI)".
 std::string library();
 
 // Ends the group once the collectives queued so far have finished
 // (MPI_Finalize). Also run at exit.
 void finalize();
-// Stops every rank of the group now (MPI_Abort) with exit code `code`; in a
-// group of one, exits.
+// Exits now with `code` (stdout and stderr flushed, MPI not finalized), so
+// that mpirun stops every other rank.
 [[noreturn]] void abort(int code);
 
 // A collective that has not finished `seconds` after it started stops every

@@ -129,7 +129,7 @@ struct TrainReport {
   double mean = 0, median = 0, p90 = 0, min = 0, max = 0;  // over timed steps, seconds
   double images_per_second = 0;
   double data_wait_share = 0;  // data wait / step time, timed steps
-  double flops_per_step = 0;
+  double flops_per_step = 0;  // this rank's: its shard of the batch
   double achieved_gflops = 0;
   double peak_gflops = 0;
   double mfu = 0;

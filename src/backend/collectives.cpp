@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -155,6 +156,8 @@ void Group::loop(std::promise<void>* ready) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
       fail("dist", "MPI_Init_thread failed");
+    if (provided < MPI_THREAD_FUNNELED)
+      fail("dist", "this MPI cannot be called from a thread of kiln's (MPI_THREAD_FUNNELED)");
     MPI_Comm_dup(MPI_COMM_WORLD, &world_);
     MPI_Comm_dup(MPI_COMM_WORLD, &news_);
     MPI_Comm_rank(world_, &rank_);
@@ -261,6 +264,7 @@ void Group::run(Pending& p) {
     }
     if (polls > 8) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
   }
+  hear_others();  // receive the others' news, so that it never piles up
   if (p.exchange) p.exchange();
   std::lock_guard lock(p.mu);
   p.finished = Clock::now();
@@ -329,6 +333,12 @@ void Group::finalize() {}
 
 }  // namespace
 
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"})
+    if (const char* r = std::getenv(v)) return std::atoi(r);
+  return 0;
+}
+
 bool launched_by_mpirun() {
   for (const char* v : kLaunchVariables)
     if (std::getenv(v)) return true;
@@ -342,13 +352,12 @@ std::string library() { return Group::get().library(); }
 void finalize() { Group::get().finalize(); }
 
 void abort(int code) {
-#ifdef KILN_HAVE_MPI
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized && size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
-#endif
-  std::exit(code);
+  // Only the communication thread may call MPI (MPI_THREAD_FUNNELED), and it
+  // may be inside a collective: exit without finalizing instead, which makes
+  // mpirun stop every other rank.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
 }
 
 void set_timeout(double seconds) {
@@ -471,7 +480,7 @@ void start_kernel(const KernelContext&, const Primitive& prim, const std::vector
   *static_cast<int64_t*>(alloc_output(out)) = static_cast<int64_t>(b.pending->serial);
 }
 
-void wait_kernel(const KernelContext&, const Primitive& prim, const std::vector<Array>&,
+void wait_kernel(const KernelContext&, const Primitive& prim, const std::vector<Array>& in,
                  ArrayNode& out) {
   Group& g = Group::get();
   const auto& a = prim.attrs<CollectiveAttrs>();
@@ -482,6 +491,11 @@ void wait_kernel(const KernelContext&, const Primitive& prim, const std::vector<
   Bucket& b = it->second;
   std::shared_ptr<Pending> p = b.pending;
   lock.unlock();
+  // The token names the exchange its start queued: the bucket's latest.
+  if (*in[0].data<int64_t>() != static_cast<int64_t>(p->serial))
+    fail("all_reduce_wait", "bucket " + std::to_string(a.bucket) + " was started again (exchange #" +
+                                std::to_string(p->serial) + ") before this wait for exchange #" +
+                                std::to_string(*in[0].data<int64_t>()) + " read it");
   g.wait(*p);
   const int64_t n = numel(out.shape);
   if (out.dtype != b.dtype || a.offset < 0 || a.offset + n > b.count)

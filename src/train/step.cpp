@@ -53,7 +53,8 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
 }
 
 std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array& images,
-                                                   const Array& labels, const Array& key) const {
+                                                   const Array& labels, const Array& key,
+                                                   bool across_ranks) const {
   nn::ApplyOptions opt{.layout = cfg_.layout,
                        .train = dropout_,
                        .dropout_key_array = key,
@@ -65,7 +66,7 @@ std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array&
   };
   Array loss;
   Params grads;
-  if (all_reduce_) {
+  if (all_reduce_ && across_ranks) {
     // Data-parallel: each bucket of gradients starts its all-reduce as soon
     // as the backward has finished it; the loss joins the last bucket.
     GradBuckets buckets(cfg_.bucket_mb * 1e6);

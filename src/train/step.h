@@ -33,9 +33,9 @@ class TrainStep {
 
   // The loss and the gradients (clipped to --clip-norm) of one batch, eagerly
   // in the current scope: the eager step's, and the re-run that finds where a
-  // NaN starts.
+  // NaN starts (which stays on this rank: `across_ranks` false).
   std::pair<Array, Params> loss_and_grads(const Params& p, const Array& images, const Array& labels,
-                                          const Array& key) const;
+                                          const Array& key, bool across_ranks = true) const;
 
   // Executables built since the step was made, and the last one's statistics
   // (none in plain eager mode).

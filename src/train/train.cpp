@@ -72,8 +72,11 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
   }
   require_classifier(s.model, "train");
   // The model and the optimizer state live on the training device (a new
-  // model is drawn there: no copy of it from the host).
-  const Device device = parse_device(cfg.device, "--device");
+  // model is drawn there: no copy of it from the host). `--device cuda` in a
+  // data-parallel run: each rank takes a GPU of its host by its local rank.
+  Device device = parse_device(cfg.device, "--device");
+  if (cfg.device == "cuda" && dist::size() > 1 && cuda_device_count() > 0)
+    device = Device::cuda(dist::local_rank() % cuda_device_count());
   if (s.params.empty()) {
     s.params = nn::ViTForImageClassification(s.model).init(key, device);
     s.state = optimizer.init(s.params);
@@ -203,7 +206,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
   report_.skipped_images = data_.skipped;
   report_.first_step = first_step_;
   for (auto& [name, p] : params_) report_.parameters += p.size();
-  report_.flops_per_step = model_.config().train_flops_per_image() * cfg.batch_size;
+  // The FLOPs this rank computes (its shard of the batch), for its MFU.
+  report_.flops_per_step = model_.config().train_flops_per_image() * cfg.batch_size / ranks_;
   report_.ranks = ranks_;
   if (!cfg.log_json.empty() && rank_ == 0) {  // only rank 0 logs
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
@@ -325,7 +329,10 @@ void Trainer::stop_at_non_finite(int64_t step, float loss, const StepInputs& in,
   std::string where = "every op of the step's forward and backward was finite on the re-run";
   try {
     CheckFiniteScope check;
-    auto [l, grads] = step_.loss_and_grads(before, in.images, in.labels, in.key);
+    // This rank's own forward and backward: a rank whose data makes the NaN
+    // names the op; the ranks do not wait for one another.
+    auto [l, grads] =
+        step_.loss_and_grads(before, in.images, in.labels, in.key, /*across_ranks=*/false);
     optimizer_.apply(grads, state_before, before, in.scalars);
   } catch (const Error& e) {
     where = std::string("first non-finite value: ") + e.what();

@@ -95,6 +95,14 @@ TEST(Collectives, BadBucketsGetAClearError) {
   EXPECT_NE(message([] { all_reduce_wait(full({}, 1, DType::i64), {full({2}, 1.0)}, 99); })
                 .find("bucket 99 was never started"),
             std::string::npos);
+  // A wait reads the exchange its token names, never a later one's sums.
+  Array first = all_reduce_start({full({2}, 1.0)}, 7);
+  Array again = all_reduce_start({full({2}, 2.0)}, 7);
+  EXPECT_NE(message([&] { all_reduce_wait(first, {full({2}, 1.0)}, 7); })
+                .find("bucket 7 was started again"),
+            std::string::npos);
+  EXPECT_EQ(all_reduce_wait(again, {full({2}, 1.0)}, 7)[0].to_vector<float>(),
+            (std::vector<float>{2, 2}));
 }
 
 // The backward tells each gradient once, as soon as it is final: in a chain
@@ -168,6 +176,9 @@ TEST(GradBuckets, ATrainingRunThroughTheBucketsIsTheSameRun) {
       SCOPED_TRACE(std::string(mode) + " on " + device);
       train::TrainConfig c;
       c.model = small_config();
+      // Three labels: graphs of their own, which no other test's lazy runs
+      // leave in the process's executable cache.
+      c.model.num_labels = 3;
       c.batch_size = 4;
       c.steps = 4;
       c.warmup = 1;
