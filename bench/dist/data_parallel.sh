@@ -9,6 +9,7 @@
 # veth pair, TCP), beside iperf3 on that link. Needs root for the namespaces.
 #
 #   bash bench/dist/data_parallel.sh OUT_DIR [models...]   (default: vit-tiny vit-small)
+#   MODES="jit eager" ROUNDS=2 (the defaults: jit, two rounds)
 #
 # Writes OUT_DIR/*.jsonl and *.txt (every run's log and output), OUT_DIR/summary.md,
 # and OUT_DIR/measured-<model>.json, which bench/dist/scaling_model.py --check reads.
@@ -31,24 +32,29 @@ run() {  # NAME ROUND COMMAND...
   "$@" --log-json "$out/$name-r$round.jsonl" > "$out/$name-r$round.txt" 2>&1
 }
 
+modes=(${MODES:-jit})
+for mode in "${modes[@]}"; do
 for model in "${models[@]}"; do
   steps=10
   [ "$model" = vit-small ] && steps=8
-  train=(build/kiln train --model "$model" --mode jit --steps "$steps" --warmup 2)
+  train=(build/kiln train --model "$model" --mode "$mode" --steps "$steps" --warmup 2)
+  name=$model
+  [ "$mode" = jit ] || name=$model-$mode
   for round in $(seq "$rounds"); do
     # Alternate the order, so that a slow spell of the machine falls on both.
     order=(one two two4 local)
     [ $((round % 2)) -eq 0 ] && order=(local two4 two one)
     for what in "${order[@]}"; do
       case $what in
-        one) run "$model-1x2" "$round" "${train[@]}" --batch-size 32 --threads 2 ;;
-        two) run "$model-2x1" "$round" "${mpi[@]}" "${train[@]}" --batch-size 32 --threads 1 ;;
-        two4) run "$model-2x1-b4" "$round" "${mpi[@]}" "${train[@]}" --batch-size 32 --threads 1 \
+        one) run "$name-1x2" "$round" "${train[@]}" --batch-size 32 --threads 2 ;;
+        two) run "$name-2x1" "$round" "${mpi[@]}" "${train[@]}" --batch-size 32 --threads 1 ;;
+        two4) run "$name-2x1-b4" "$round" "${mpi[@]}" "${train[@]}" --batch-size 32 --threads 1 \
                 --bucket-mb 4 ;;
-        local) run "$model-local" "$round" "${train[@]}" --batch-size 16 --threads 1 ;;
+        local) run "$name-local" "$round" "${train[@]}" --batch-size 16 --threads 1 ;;
       esac
     done
   done
+done
 done
 
 # The all-reduce alone: one host, then two hosts over the veth link with
@@ -60,9 +66,9 @@ bash tests/dist/two_hosts.sh run bench "
   sleep 1
   iperf3 -c \$HOST_B -t 5 -J > $out/iperf3-two-hosts.json"
 
-python3 - "$out" "${models[@]}" << 'PY'
+python3 - "$out" "${MODES:-jit}" "${models[@]}" << 'PY'
 import json, statistics, sys
-out, models = sys.argv[1], sys.argv[2:]
+out, modes, models = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 
 def summaries(name):
     found = []
@@ -91,34 +97,35 @@ import datetime, platform, subprocess
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 L = ["# Data-parallel training on this machine", "",
      f"{datetime.date.today()}, {cpu}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} "
-     f"cores; `bash bench/dist/data_parallel.sh {out} {' '.join(models)}` (kiln "
+     f"cores; `MODES='{' '.join(modes)}' bash bench/dist/data_parallel.sh {out} {' '.join(models)}` (kiln "
      f"{subprocess.run(['git', 'log', '-1', '--format=%h'], capture_output=True, text=True).stdout.strip()}).", "",
-     "2 ranks x 1 thread (`mpirun -np 2 ... --threads 1`) against 1 rank x 2 threads, global batch 32, "
-     "`--mode jit`; medians over rounds of each run's median step (rounds alternate the order). "
+     "2 ranks x 1 thread (`mpirun -np 2 ... --threads 1`) against 1 rank x 2 threads, global batch 32; "
+     "medians over rounds of each run's median step (rounds alternate the order). "
      "All-reduce seconds are per timed step: in all (each exchange's start to end) and exposed "
      "(the step waited for it).", "",
-     "| model | 1x2 step | 2x1 step | throughput 2x1 / 1x2 | all-reduces per step | MB per step | all-reduce per step | exposed | 2x1, 4 MB buckets: step | all-reduce | exposed | 1 rank, batch 16, 1 thread |",
-     "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+     "| model | mode | 1x2 step | 2x1 step | throughput 2x1 / 1x2 | all-reduces per step | MB per step | all-reduce per step | exposed | 2x1, 4 MB buckets: step | all-reduce | exposed | 1 rank, batch 16, 1 thread |",
+     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 one_host, bw, lat = fit(f"{out}/allreduce-one-host.jsonl")
-for m in models:
-    one, two, two4, local = (summaries(f"{m}-{k}") for k in ("1x2", "2x1", "2x1-b4", "local"))
+for mode, m in [(mode, m) for mode in modes for m in models]:
+    name = m if mode == "jit" else f"{m}-{mode}"
+    one, two, two4, local = (summaries(f"{name}-{k}") for k in ("1x2", "2x1", "2x1-b4", "local"))
     steps = 10 if m != "vit-small" else 8
     t = steps - 2
     per = lambda runs, key: med([s[key] / t for s in runs])
     a, b, b4, c = (med([s["median"] for s in r]) for r in (one, two, two4, local))
     n_ar = med([s["all_reduces"] / t for s in two])
     mb = med([s["all_reduce_bytes"] / t for s in two])
-    L.append(f"| {m} | {a:.3f} s | {b:.3f} s | **{a / b:.2f}** | {n_ar:.0f} | {mb / 1e6:.1f} | "
+    L.append(f"| {m} | {mode} | {a:.3f} s | {b:.3f} s | **{a / b:.2f}** | {n_ar:.0f} | {mb / 1e6:.1f} | "
              f"{per(two, 'all_reduce_seconds') * 1e3:.0f} ms | {per(two, 'all_reduce_exposed_seconds') * 1e3:.0f} ms | "
              f"{b4:.3f} s | {per(two4, 'all_reduce_seconds') * 1e3:.0f} ms | "
              f"{per(two4, 'all_reduce_exposed_seconds') * 1e3:.0f} ms | {c:.3f} s |")
-    measured = {"model": m, "flops_per_image": one[0]["flops_per_step"] / 32,
+    measured = {"model": m if mode == "jit" else f"{m} ({mode})", "flops_per_image": one[0]["flops_per_step"] / 32,
                 "params": int((mb - 4) / 4), "grad_bytes": mb - 4,
                 "one_rank_two_threads_step_s": a, "two_ranks_one_thread_step_s": b,
                 "per_rank_compute_s": c, "allreduce_bytes_per_s": bw, "allreduce_latency_s": lat,
                 "measured_exposed_s": per(two, "all_reduce_exposed_seconds"),
                 "measured_allreduce_s": per(two, "all_reduce_seconds"), "bucket_bytes": 25e6}
-    json.dump(measured, open(f"{out}/measured-{m}.json", "w"), indent=1)
+    json.dump(measured, open(f"{out}/measured-{name}.json", "w"), indent=1)
 
 two_hosts, bw2, lat2 = fit(f"{out}/allreduce-two-hosts.jsonl")
 ip = json.load(open(f"{out}/iperf3-two-hosts.json"))
@@ -135,7 +142,11 @@ L += ["", f"Fit over >= 1 MB (time = latency + bytes / bandwidth): one host {bw 
 open(f"{out}/summary.md", "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
-for m in "${models[@]}"; do
-  bench/peers/.venv/bin/python bench/dist/scaling_model.py --check "$out/measured-$m.json" \
-    --out-md "$out/summary.md" > /dev/null
+for mode in "${modes[@]}"; do
+  for m in "${models[@]}"; do
+    name=$m
+    [ "$mode" = jit ] || name=$m-$mode
+    bench/peers/.venv/bin/python bench/dist/scaling_model.py --check "$out/measured-$name.json" \
+      --out-md "$out/summary.md" > /dev/null
+  done
 done

@@ -109,9 +109,9 @@ class Group {
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<Pending>> queue_;
-  bool stopping_ = false;
+  bool stopping_ = false, finalized_ = false;
 #endif
-  bool initialized_ = false, finalized_ = false;
+  bool initialized_ = false;
   uint64_t serial_ = 0;
   int rank_ = 0, size_ = 1;
   std::string library_ = "none (kiln was built without MPI)";
