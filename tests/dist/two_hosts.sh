@@ -3,7 +3,7 @@
 # namespaces joined by a veth pair (host A 10.77.X.1, host B 10.77.X.2, one
 # /24 of their own), and an Open MPI that starts ranks in both over TCP.
 # Nothing leaves the machine. Needs root (ip netns); exits 77 where network
-# namespaces cannot be made.
+# namespaces cannot be made or entered (a chroot, as the fresh-machine check).
 #
 #   two_hosts.sh run TAG CMD...   makes the hosts, runs CMD (a bash line) in
 #                                 host A with $MPIRUN_TWO_HOSTS (an mpirun command
@@ -40,8 +40,9 @@ remove_hosts() {
 }
 trap 'remove_hosts; rm -f "$map" "$map.hosts" "$map.mpirun"' EXIT
 remove_hosts  # left over from a run that was killed
-if ! ip netns add "$NS_A"; then
-  echo "two_hosts.sh: cannot make a network namespace here" >&2
+# (In a chroot whose root is no mount point `ip netns exec` cannot remount /.)
+if ! ip netns add "$NS_A" || ! ip netns exec "$NS_A" true; then
+  echo "two_hosts.sh: cannot make or enter a network namespace here" >&2
   exit 77
 fi
 ip netns add "$NS_B"
