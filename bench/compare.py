@@ -28,27 +28,50 @@ PEERS = os.path.join(ROOT, "bench", "peers")
 VENV_PY = os.path.join(PEERS, ".venv", "bin", "python")
 
 
+def last_line(text):
+    """The last non-empty line of a program's output (its error, mostly), fit for a table cell."""
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    return (lines[-1] if lines else "no output")[:160].replace("|", "/")
+
+
 def run(name, cmd, log, reuse=False, timeout=None):
+    """Runs one program; returns (its summary, None) or (None, why it has none)."""
     if not reuse:
         print(f"== {name}: {' '.join(cmd)}", flush=True)
+        if not os.path.exists(cmd[0]):
+            print(f"!! {name}: {cmd[0]} does not exist", flush=True)
+            return None, f"{cmd[0]} does not exist"
         try:
             proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired as e:
             out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
             sys.stdout.write(out[-2000:])
-            print(f"!! {name} did not finish within {timeout} s: left out", flush=True)
-            return None
+            print(f"!! {name} did not finish within {timeout:g} s: left out", flush=True)
+            return None, f"did not finish within {timeout:g} s"
+        except OSError as e:
+            print(f"!! {name} could not start: {e}", flush=True)
+            return None, f"could not start: {e}"
         sys.stdout.write(proc.stdout[-2000:])
         if proc.returncode != 0:
             print(f"!! {name} failed with exit code {proc.returncode}", flush=True)
-            return None
+            return None, f"exit code {proc.returncode}: {last_line(proc.stdout)}"
     elif not os.path.exists(log):
-        return None
-    lines = [json.loads(l) for l in open(log) if l.strip()]
-    s = lines[-1]
+        return None, f"no log {log}"
+    try:
+        lines = [json.loads(l) for l in open(log) if l.strip()]
+    except (OSError, ValueError) as e:
+        return None, f"unreadable log {os.path.basename(log)}: {e}"
+    s = lines[-1] if lines else {}
+    if not s.get("summary") or "median" not in s:
+        return None, f"no summary line in {os.path.basename(log)}"
     s["name"], s["command"] = name, " ".join(cmd)
-    return s
+    return s, None
+
+
+def cell(value, fmt, suffix=""):
+    """A table cell: the value formatted, or a dash where it was not measured."""
+    return f"{value:{fmt}}{suffix}" if isinstance(value, (int, float)) else "—"
 
 
 def main():
@@ -73,14 +96,20 @@ def main():
                    help="avx2: every program capped at AVX2 (an AVX2-only CPU's configuration): kiln "
                    "built for x86-64-v3 (build-avx2/kiln) with oneDNN and oneMKL capped, PyTorch's "
                    "ATen, oneDNN and MKL capped, XLA capped (--xla_cpu_max_isa)")
-    p.add_argument("--precision", default="tf32", choices=["tf32", "bf16"],
-                   help="cuda: every program's matmul precision (tf32: the reference experiment's)")
+    p.add_argument("--precision", default=None, choices=["tf32", "bf16"],
+                   help="every program's matmul precision: tf32 (the reference experiment's; on the cpu: "
+                   "plain f32) or bf16 (mixed precision); given, it names the output files (default: tf32 "
+                   "on cuda, f32 on the cpu)")
     p.add_argument("--kiln", default="", help="the kiln binary (default: build/kiln, build-avx2/kiln for --isa avx2)")
     p.add_argument("--peak-gflops", type=float, default=None, help="the peak that MFU is computed against "
                    "(default: the FMA-loop peak kiln's runs measure; on a GPU, pass one)")
     args = p.parse_args()
+    named_precision = args.precision is not None
+    args.precision = args.precision or "tf32"
     if not os.path.exists(args.python):
-        sys.exit(f"bench/compare: {args.python} does not exist; run bench/peers/setup_venv.sh first")
+        # kiln's rows are still measured; the peers' say why they are missing.
+        print(f"bench/compare: the peers' Python {args.python} does not exist (bench/peers/setup_venv.sh "
+              "makes one): the peers are left out", flush=True)
     skip = set(filter(None, args.skip.split(",")))
     tmp = args.reuse or tempfile.mkdtemp(prefix="kiln-compare-")
     reuse = bool(args.reuse)
@@ -96,55 +125,62 @@ def main():
                                          " --xla_cpu_max_isa=AVX2").strip()})
     programs = []  # (name, command without --log-json, is a peer)
     if args.device == "cpu":
+        # The cpu has no tf32: f32, or bf16 mixed precision.
+        prec = ["--precision", "bf16"] if args.precision == "bf16" else []
         for name, flags in [("kiln eager", ["--mode", "eager"]),
                             ("kiln eager + compile-model", ["--mode", "eager", "--compile-model"]),
                             ("kiln lazy", ["--mode", "lazy"]), ("kiln jit", ["--mode", "jit"])]:
-            programs.append((name, [kiln, "train", *common, *flags], False))
+            programs.append((name, [kiln, "train", *common, *prec, *flags], False))
     else:
         # kiln's three modes on the GPU, at the peers' precision.
         for name, flags in [("kiln eager", ["--mode", "eager"]), ("kiln lazy", ["--mode", "lazy"]),
                             ("kiln jit", ["--mode", "jit"])]:
             programs.append((name, [kiln, "train", *common, "--device", "cuda", "--precision",
                                     args.precision, *flags], False))
-    peer_args = [*common, "--device", args.device]
-    if args.device == "cuda":
-        peer_args += ["--precision", args.precision]
+    peer_args = [*common, "--device", args.device, "--precision", args.precision]
     for name, script, flags in [("pytorch eager", "torch_vit.py", []),
                                 ("torch.compile", "torch_vit.py", ["--compile"]),
                                 ("jax jit", "jax_vit.py", [])]:
         programs.append((name, [args.python, os.path.join(PEERS, script), *peer_args, *flags], True))
     programs = [p for p in programs if p[0] not in skip]
     results = {name: [] for name, _, _ in programs}
+    failures = {name: [] for name, _, _ in programs}
     for k in range(args.rounds):
         order = programs[k % len(programs):] + programs[:k % len(programs)]
         for name, cmd, _ in order:
             suffix = "" if args.rounds == 1 else f"-r{k + 1}"
             log = os.path.join(tmp, name.replace(" ", "_") + suffix + ".jsonl")
-            s = run(name + (f" (round {k + 1})" if args.rounds > 1 else ""), [*cmd, "--log-json", log], log,
-                    reuse, args.run_timeout)
+            s, why = run(name + (f" (round {k + 1})" if args.rounds > 1 else ""), [*cmd, "--log-json", log],
+                         log, reuse, args.run_timeout)
             if s:
                 s["name"], s["command"] = name, " ".join(cmd)
                 results[name].append(s)
-    rows = []
-    for name, _, is_peer in programs:
+            else:
+                failures[name].append(why)
+    rows, failed = [], []
+    for name, cmd, is_peer in programs:
         runs = results[name]
         if not runs:
+            failed.append({"name": name, "command": " ".join(cmd), "peer_row": is_peer,
+                           "reason": "; ".join(dict.fromkeys(failures[name])) or "not run"})
             continue
         # The round whose median is the median of the rounds represents the row.
         runs_sorted = sorted(runs, key=lambda r: r["median"])
         r = dict(runs_sorted[(len(runs_sorted) - 1) // 2])
         r["median"] = statistics.median(x["median"] for x in runs)
         r["round_medians"] = [x["median"] for x in runs]
-        r["peak_rss_mib"] = max(x["peak_rss_mib"] for x in runs)
+        r["peak_rss_mib"] = max((x.get("peak_rss_mib") or 0) for x in runs) or None
         if is_peer:
             r["peer_row"] = True
         rows.append(r)
 
     sys.path.insert(0, PEERS)
     import common as peer_common
-    flops = peer_common.train_flops_per_image(args.model) * args.batch_size
+    flops = (peer_common.train_flops_per_image(args.model) * args.batch_size
+             if args.model in peer_common.PRESETS else None)
     for r in rows:
-        r.setdefault("flops_per_step", flops)
+        if flops and not r.get("flops_per_step"):
+            r["flops_per_step"] = flops
     # The FMA-loop peak that every kiln run measures: the highest reading (a
     # reading taken while the shared VM was busy elsewhere is too low, and
     # would put MFU above 100%).
@@ -155,12 +191,13 @@ def main():
     fastest = min(peers, key=lambda r: r["median"]) if peers else None
     for r in rows:
         r["vs_fastest_peer"] = fastest["median"] / r["median"] if fastest else None
-        r["mfu"] = r["flops_per_step"] / r["median"] / 1e9 / peak if peak else None
+        r["mfu"] = (r["flops_per_step"] / r["median"] / 1e9 / peak
+                    if peak and r.get("flops_per_step") and r["median"] > 0 else None)
     date = datetime.date.today().isoformat()
     machine = cpu_model() if args.device == "cpu" else f"{gpu_model()} (host: {cpu_model()})"
     # Rotated multi-round runs get their own files beside single-round ones.
     stem = os.path.join(args.out, f"{date}-{args.device}-{args.model}"
-                        + (f"-{args.precision}" if args.device == "cuda" else "")
+                        + (f"-{args.precision}" if args.device == "cuda" or named_precision else "")
                         + (f"-rotated{args.rounds}" if args.rounds > 1 else "")
                         + (f"-{args.tag}" if args.tag else ""))
     meta = {"date": date, "device": args.device, "model": args.model, "batch_size": args.batch_size,
@@ -169,13 +206,13 @@ def main():
             "command": f"bench/compare --model {args.model} --batch-size {args.batch_size} --steps {args.steps} "
                        f"--warmup {args.warmup} --device {args.device}"
                        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-                       + (f" --precision {args.precision}" if args.device == "cuda" else "")
+                       + (f" --precision {args.precision}" if args.device == "cuda" or named_precision else "")
                        + (f" --peak-gflops {args.peak_gflops:g}" if args.peak_gflops else "")
                        + (f" --isa {args.isa}" if args.isa != "native" else "")
                        + (f" --skip '{args.skip}'" if args.skip else "")
                        + (f" --tag {args.tag}" if args.tag else ""),
             "logs": tmp,
-            "peak_gflops": peak, "rows": rows}
+            "precision": args.precision, "peak_gflops": peak, "rows": rows, "failed": failed}
     os.makedirs(args.out, exist_ok=True)
     # Keep every run's per-step log beside the report.
     logs = stem + "-logs"
@@ -200,15 +237,19 @@ def main():
           "| run | median step | per round | p90 | images/s | time to first step | peak memory | MFU | speed vs fastest peer | reference formula |",
           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        mem = r.get("peak_device_mib", r["peak_rss_mib"])
+        mem = r.get("peak_device_mib") or r.get("peak_rss_mib")
         per_round = ", ".join(f"{m:.3f}" for m in r["round_medians"])
-        md.append(f"| {r['name']} | {r['median']:.3f} s | {per_round} | {r['p90']:.3f} s | {r['images_per_second']:.2f} | "
-                  f"{r['first_step_seconds']:.2f} s | {mem / 1024:.2f} GiB | "
-                  + (f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "—") + f" | {r['vs_fastest_peer']:.2f}x | "
-                  + (f"{r['reference_formula']:.3f} |" if "reference_formula" in r else "— |"))
+        md.append(f"| {r['name']} | {r['median']:.3f} s | {per_round} | {cell(r.get('p90'), '.3f', ' s')} | "
+                  f"{cell(r.get('images_per_second'), '.2f')} | {cell(r.get('first_step_seconds'), '.2f', ' s')} | "
+                  f"{cell(mem / 1024 if mem else None, '.2f', ' GiB')} | "
+                  f"{cell(r['mfu'] * 100 if r['mfu'] else None, '.1f', '%')} | "
+                  f"{cell(r['vs_fastest_peer'], '.2f', 'x')} | {cell(r.get('reference_formula'), '.3f')} |")
+    for f in failed:
+        md.append(f"| {f['name']} | failed ({f['reason']}) |" + " — |" * 8)
     md.append("\n'speed vs fastest peer' = the fastest peer's median step / this row's (above 1: faster). "
               "'reference formula' = what the reference script would print (sum of the timed steps / all "
-              "steps); for kiln it is not computed.")
+              "steps); for kiln it is not computed."
+              + ("" if fastest else " No peer was measured: no speed against one."))
     with open(stem + ".md", "w") as f:
         f.write("\n".join(md) + "\n")
     try:
@@ -224,10 +265,12 @@ def main():
         ax.set_title(f"{args.model}, batch {args.batch_size}, {args.device}")
         fig.tight_layout()
         fig.savefig(stem + ".png", dpi=100)
-    except ImportError:
-        print("matplotlib missing: no chart")
+    except Exception as e:  # noqa: BLE001 (a chart is a nicety: the tables are written already)
+        print(f"no chart: {type(e).__name__}: {e}")
     print("\n".join(md))
+    # The report is written whatever failed; the status says whether anything did.
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,21 +11,47 @@
 # all): the bundle travels packed, as build-gpu/bundle.tar.xz, which
 # check.sh unpacks; the script fails when that is larger than the room left.
 #
+# The reference experiment's script (../shared/reference/, kept outside the
+# repository) travels in the bundle where it is there, for check.sh's last step.
+#
 #   bash bench/gpu/bundle.sh        then run with carry ["build-gpu/bundle.tar.xz"]
+#
+# KILN_BUNDLE_FROM=build KILN_BUNDLE_OUT=DIR packs an existing build instead,
+# without its shared libraries and barely compressed: a bundle for rehearsing
+# the check on this machine (bench/gpu/rehearse.sh), never for carrying.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/setup.sh
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ARCH=x86-64-v3 -DKILN_MKL=OFF \
-  -DKILN_CUDA=ON -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
-ninja -C build-gpu -j"${KILN_JOBS:-2}" kiln-cli kiln-tests
+from=${KILN_BUNDLE_FROM:-}
+outdir=${KILN_BUNDLE_OUT:-build-gpu}
+if [ -z "$from" ]; then
+  bash scripts/setup.sh
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ARCH=x86-64-v3 -DKILN_MKL=OFF \
+    -DKILN_CUDA=ON -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
+  ninja -C build-gpu -j"${KILN_JOBS:-2}" kiln-cli kiln-tests
+  from=build-gpu
+fi
+for f in kiln kiln-tests libkiln.so; do
+  [ -f "$from/$f" ] || { echo "bench/gpu/bundle.sh: no $from/$f (build it first)" >&2; exit 1; }
+done
 # Only what the check runs travels (the object files stay here, ignored by
 # the carry through .gitignore rules of their own folder).
-dest=build-gpu/bundle
+mkdir -p "$outdir"
+dest=$outdir/bundle
 rm -rf "$dest" && mkdir -p "$dest/lib"
-cp build-gpu/kiln build-gpu/kiln-tests build-gpu/libkiln.so "$dest/"
+cp "$from/kiln" "$from/kiln-tests" "$from/libkiln.so" "$dest/"
 # The tests find fixtures and the kiln command by this build's paths.
 echo "$PWD" > "$dest/source_dir"
+echo "$(git log -1 --format='%h %s' | cut -c1-72)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')" \
+  > "$dest/source_commit"
+if [ -f ../shared/reference/reference_train.py ]; then
+  mkdir -p "$dest/reference" && cp ../shared/reference/reference_train.py "$dest/reference/"
+fi
 strip --strip-unneeded "$dest/kiln" "$dest/kiln-tests" "$dest/libkiln.so"
+if [ -n "${KILN_BUNDLE_FROM:-}" ]; then
+  tar -C "$outdir" -cf - bundle | xz -0 -T2 > "$outdir/bundle.tar.xz.tmp" && mv "$outdir/bundle.tar.xz.tmp" "$outdir/bundle.tar.xz"
+  echo "bench/gpu/bundle.sh: $outdir/bundle.tar.xz from $from ($(du -m "$outdir/bundle.tar.xz" | cut -f1) MiB; for rehearsals here only)"
+  exit 0
+fi
 # Libraries every Linux with a C++ runtime has, and the driver's: not copied.
 system='^(linux-vdso|libc\.|libm\.|libdl\.|librt\.|libpthread\.|ld-linux|libstdc\+\+|libgcc_s|libcuda\.|libkiln\.)'
 for bin in "$dest/kiln" "$dest/kiln-tests" "$dest/libkiln.so"; do

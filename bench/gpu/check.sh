@@ -1,64 +1,205 @@
 #!/usr/bin/env bash
-# kiln's GPU check (issue #16), one run of at most ~8 minutes on a machine
-# with an NVIDIA GPU, leaving everything in one folder ($OUT where set, else
-# bench/results/<date>-gpu-check):
-#   1. the machine (nvidia-smi, the CUDA libraries found);
+# kiln's GPU check: one call of at most 10 minutes on a machine with an
+# NVIDIA GPU, run as
+#
+#   bash bench/gpu/check.sh        (device tool: carry ["build-gpu/bundle.tar.xz"], timeout_s 600)
+#
+# Steps, most valuable first; each is independent (a step that fails, times
+# out, crashes or lacks its tool is reported as such and the rest still run),
+# and each is capped so that even the slowest plausible first run (cold NVRTC
+# cache, first cuBLASLt heuristics, torch.compile and XLA compiling from
+# nothing) ends inside GPU_CHECK_BUDGET_S (default 560) with its summary
+# written. Seconds, as expected on an H200 / the cap:
+#   1. the machine: nvidia-smi, the runtime, the peers' versions (10 / 60);
 #   2. the GPU tests: the operator table on CUDA against the CPU backend
-#      (forward and VJP, eager and jit, every primitive), fused programs,
-#      Fill/Random, the code generator compiled by NVRTC for this GPU;
-#   3. kiln jit on ViT-B/16, batch 32, tf32: first with an empty kernel cache
-#      (cold), then again (warm: time to first step), in bf16, and in tf32
-#      with every gradient bucket through NCCL (issue #17's path, one rank);
-#   4. the reference experiment beside the peers (bench/compare.py: kiln
-#      eager, lazy and jit, PyTorch eager, torch.compile, JAX jit) in tf32,
-#      then bf16 as far as the time allows;
-#   5. summary.md with every table.
-# kiln comes from build-gpu/bundle.tar.xz (bench/gpu/bundle.sh; carried by
-# the device tool) or, failing that, from build/. GPU_CHECK_BUDGET_S (default 470)
-# bounds the whole run; each program gets a timeout from what is left.
-# GPU_CHECK_DEVICE=cpu rehearses every step on a machine without a GPU (a
-# tiny model on the cpu, the peers on the CPU), so that the real run cannot
-# fail for a silly reason.
+#      (forward and VJP, eager and jit), fused programs, Fill/Random, the code
+#      generator compiled by NVRTC for this GPU (~250 programs at 0.1-0.25 s
+#      each, cold); after a crash the rest go on in a fresh process, and
+#      failed tests run again in a fresh process (100 / 170, further rounds
+#      90 each while 330 s are left);
+#   3. kiln jit on ViT-B/16, batch 32, tf32: with an empty kernel cache
+#      (cold), again (warm: time to first step), in bf16, and in tf32 with
+#      every gradient bucket through NCCL (one rank) (4 x 15 / 120 + 3 x 60);
+#   4. the measured tf32 and bf16 matmul rates (PyTorch) (20 / 2 x 60);
+#   5. the reference experiment in tf32 beside the peers (bench/compare.py:
+#      kiln eager, lazy and jit, PyTorch eager, torch.compile, JAX jit)
+#      (180 / 260, 110 a program), when 60 s are left;
+#   6. kiln's kernel time per primitive on the tf32 step (15 / 60);
+#   7. compute-sanitizer memcheck and racecheck on the riskiest kernels, where
+#      the machine has a working one (gVisor has none) (60 / 2 x 45);
+#   8. the reference script as written (pytorch and jax modes; its own
+#      formula), when 90 s are left (60 / 2 x 90);
+#   9. the comparison in bf16, when 120 s are left (180 / 200);
+#   then summary.md: every step's status, issue #16's five targets, every
+#   table; "failed (reason)" or "skipped (reason)" where a number is
+#   missing. It is rewritten after every step, and 15 s are kept for it.
+# With $OUT set (the device tool brings back only $OUT, at most 8 files),
+# the results are kept in a work folder and, after every step, $OUT gets
+# summary.md, check.log and results.tar.gz (everything: logs, JSON, tables;
+# `tar -xzf results.tar.gz -C bench/results/<date>-gpu-check`), so that a
+# call cut short still brings back what it measured. Without $OUT they go to
+# bench/results/<date>-<time>-gpu-check/.
+# kiln comes from build-gpu/bundle.tar.xz (bench/gpu/bundle.sh) or, failing
+# that, from build/. GPU_CHECK_DEVICE=cpu rehearses every step on a machine
+# without a GPU (a tiny model on the cpu, the GPU tests on the reference
+# backend, the peers on the CPU; bench/gpu/rehearse.sh); GPU_CHECK_PYTHON
+# names the Python of the peers (default python3), GPU_CHECK_TESTS the GPU
+# tests' filter, GPU_CHECK_REFERENCE the reference script.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 start=$(date +%s)
-budget=${GPU_CHECK_BUDGET_S:-470}
+budget=${GPU_CHECK_BUDGET_S:-560}
 device=${GPU_CHECK_DEVICE:-cuda}
-out=${OUT:-$root/bench/results/$(date +%Y-%m-%d)-gpu-check}
-mkdir -p "$out"
-exec > >(tee -a "$out/check.log") 2>&1
+py=${GPU_CHECK_PYTHON:-python3}
+case "$device" in cuda | cpu) ;; *) echo "bench/gpu/check.sh: GPU_CHECK_DEVICE is '$device', expected cuda or cpu" >&2; exit 2 ;; esac
+if [ -n "${OUT:-}" ]; then
+  out=$OUT work=${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/kiln-gpu-check}
+  rm -rf "$work"
+else
+  out=$root/bench/results/$(date +%Y-%m-%d-%H%M)-gpu-check work=$out
+fi
+scratch=$work.scratch  # kernel caches: not packed
+rm -rf "$scratch"
+mkdir -p "$out" "$work" "$scratch"
+exec > >(tee -a "$work/check.log") 2>&1
+: > "$work/steps.tsv"
 left() { echo $((budget - ($(date +%s) - start))); }
-step() { echo; echo "=== gpu-check [$(($(date +%s) - start)) s of $budget] $*"; }
-cap() {  # cap SECONDS: at most SECONDS, and never past the budget
-  local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5))
+cap() {  # cap SECONDS: at most SECONDS, and never into the last 15 s kept for the summary
+  local l=$(($(left) - 15))
+  [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5))
+}
+step_name="" step_t0=0
+step() {  # step NAME: a new step (the previous one is recorded when it has not been)
+  step_name=$1 step_t0=$(date +%s)
+  echo
+  echo "=== gpu-check [$(($(date +%s) - start)) s of $budget] $1"
+}
+record() {  # record STATUS: the current step's outcome, then the summary and $OUT are refreshed
+  printf '%s\t%s\t%s\n' "$step_name" "$1" $(($(date +%s) - step_t0)) >> "$work/steps.tsv"
+  echo "--- $step_name: $1"
+  write_summary
+  pack
+}
+skip() {  # skip NAME REASON: a step that does not run
+  step "$1"
+  record "skipped ($2)"
+}
+status_of() {  # status_of EXIT SECONDS: an exit status in words
+  case $1 in
+    0) echo ok ;;
+    124 | 137) echo "failed (timed out after $2 s)" ;;
+    127) echo "failed (command not found)" ;;
+    13[0-9] | 14[0-9]) echo "failed (killed by signal $(($1 - 128)): $(kill -l $(($1 - 128)) 2>/dev/null))" ;;
+    *) echo "failed (exit status $1)" ;;
+  esac
+}
+because() {  # because STATUS LOG: a failed status with LOG's last line inside its parentheses
+  if [ "$1" = ok ] || [ ! -s "$2" ]; then echo "$1"; return; fi
+  echo "${1%)}: $(grep -v '^[[:space:]]*$' "$2" | tail -1 | cut -c1-160 | tr -d '|'))"
+}
+run_capped() {  # run_capped SECONDS LOG CMD...: CMD under a timeout, its output in LOG; prints its status
+  local secs=$1 log=$2 rc
+  shift 2
+  timeout -k 10 "$secs" "$@" > "$log" 2>&1
+  rc=$?
+  status_of "$rc" "$secs"
 }
 
+# --- the summary and $OUT -------------------------------------------------
+section() {  # section TITLE FILE: FILE's text under a heading, or why it is missing
+  echo
+  echo "## $1"
+  echo
+  if [ -s "$2" ]; then cat "$2"; else echo "${3:-not run (the check ended before this step)}"; fi
+}
+step_status() { awk -F'\t' -v s="$1" '$1 == s {v = $2} END {print v}' "$work/steps.tsv"; }
+write_summary() {
+  {
+    echo "# kiln GPU check, $(date -u '+%Y-%m-%d %H:%M UTC') ($device)"
+    echo
+    echo "- machine: $(grep -m1 -E 'NVIDIA|Tesla' "$work/gpus.txt" 2>/dev/null || echo "no GPU ($device)")"
+    echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs, $(uname -r)"
+    echo "- kiln: ${kiln_from:-?}"
+    echo "- peers' Python: $(cat "$work/versions.txt" 2>/dev/null | tr '\n' ' ')"
+    echo "- measured matmul rate: tf32 ${peak_tf32:-n/a} GFLOP/s, bf16 ${peak_bf16:-n/a} GFLOP/s"
+    echo "- $(($(date +%s) - start)) s of the ${budget} s budget used"
+    echo
+    echo "## Steps"
+    echo
+    echo "| step | status | seconds |"
+    echo "|---|---|---|"
+    awk -F'\t' '{printf "| %s | %s | %s |\n", $1, $2, $3}' "$work/steps.tsv"
+    echo
+    echo "## Issue #16's targets"
+    echo
+    timeout 30 "$py" "$root/bench/gpu/targets.py" "$work" "${peak_bf16:-}" 2>&1 ||
+      echo "failed (bench/gpu/targets.py could not run with $py)"
+    section "GPU tests" "$work/gpu-tests-summary.txt" "not run ($(step_status "GPU tests" | grep . || echo 'the check ended before this step'))"
+    echo
+    echo "## kiln runs"
+    local name
+    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-tf32-nccl jit-tf32-profile; do
+      echo
+      echo "### kiln $name: $(cat "$work/kiln-$name.status" 2>/dev/null || echo 'not run')"
+      if [ -s "$work/kiln-$name.txt" ]; then
+        echo
+        echo '```'
+        grep -E "^(device|median|average|time to first|peak|model FLOP|gradient all-reduces|kiln:|step 1/|.*could not record)" "$work/kiln-$name.txt" | head -14
+        grep -A16 "^kernel time by primitive" "$work/kiln-$name.txt"
+        echo '```'
+      fi
+    done
+    local prec
+    for prec in tf32 bf16; do
+      section "The reference experiment in $prec beside the peers" "$(ls "$work"/*-"$prec".md 2>/dev/null | head -1)" \
+        "$(step_status "comparison, $prec" | grep . || echo 'not run (the check ended before this step)')"
+    done
+    section "compute-sanitizer" "$work/sanitizer-summary.txt" "$(step_status "compute-sanitizer" | grep . || echo 'not run')"
+    section "The reference script as written" "$work/reference-summary.txt" "$(step_status "the reference script" | grep . || echo 'not run')"
+  } > "$work/summary.md.tmp" 2>&1
+  mv -f "$work/summary.md.tmp" "$work/summary.md"
+}
+pack() {
+  [ "$out" = "$work" ] && return 0
+  cp -f "$work/summary.md" "$out/summary.md.tmp" && mv -f "$out/summary.md.tmp" "$out/summary.md"
+  tar -czf "$out/results.tar.gz.tmp" -C "$work" . 2>/dev/null && mv -f "$out/results.tar.gz.tmp" "$out/results.tar.gz"
+  cp -f "$work/check.log" "$out/check.log" 2>/dev/null
+  return 0
+}
+
+# --- 1. the machine ----------------------------------------------------------
 step "the machine"
 date -u
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1 && head -15 "$out/nvidia-smi.txt" || echo "no nvidia-smi"
-nproc; uname -a
-
+nproc
+uname -a
+if command -v nvidia-smi > /dev/null; then
+  timeout 30 nvidia-smi > "$work/nvidia-smi.txt" 2>&1
+  timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$work/gpus.txt" 2>&1
+  head -15 "$work/nvidia-smi.txt"
+else
+  echo "no nvidia-smi" | tee "$work/nvidia-smi.txt"
+fi
 # kiln: the carried bundle (unpacked here), else this tree's build.
 if [ -f build-gpu/bundle.tar.xz ] && [ ! -x build-gpu/bundle/kiln ]; then
   tar -C build-gpu -xJf build-gpu/bundle.tar.xz || echo "gpu-check: could not unpack build-gpu/bundle.tar.xz"
 fi
 if [ -x build-gpu/bundle/kiln ]; then
   bin=$root/build-gpu/bundle
+  kiln_from="the bundle ($(cat "$bin/source_commit" 2>/dev/null || echo 'commit unknown'))"
+  # The tests name their fixtures by the build's source folder: where it is
+  # not here, it becomes a link to here (an existing one is left alone).
   src_dir=$(cat "$bin/source_dir")
-  # The tests look for fixtures and the kiln command by the build's paths.
   if [ "$src_dir" != "$root" ] && [ ! -e "$src_dir" ]; then
     mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
   fi
-  mkdir -p "$src_dir/build-gpu" && ln -sf "$bin/kiln" "$src_dir/build-gpu/kiln"
   export LD_LIBRARY_PATH="$bin:$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   bin=$root/build
+  kiln_from="$bin ($(git -C "$root" log -1 --format='%h %s' 2>/dev/null | cut -c1-72))"
 fi
-[ -x "$bin/kiln" ] || { echo "gpu-check: no kiln in $bin (run bench/gpu/bundle.sh or scripts/build.sh)"; exit 1; }
-# cuBLASLt and NVRTC: CUDA's own folder, and the ones PyTorch's wheels bring.
-py=${GPU_CHECK_PYTHON:-python3}
-extra=$("$py" - <<'PY' 2>/dev/null
+# cuBLASLt, NVRTC and NCCL: CUDA's own folder, and the ones PyTorch's wheels bring.
+extra=$(timeout 30 "$py" - <<'PY' 2>/dev/null
 import glob, os, site
 dirs = []
 for base in site.getsitepackages() + [site.getusersitepackages()]:
@@ -67,139 +208,270 @@ print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${extra:+:$extra}"
-export KILN_CACHE_DIR="$out/kernel-cache"
-rm -rf "$KILN_CACHE_DIR"
-echo "kiln from $bin; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-"$bin/kiln" info 2>&1 | head -20
+echo "kiln from $kiln_from; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+# The peers' packages, one by one: a missing one is said, not fatal.
+timeout 60 "$py" - > "$work/versions.txt" 2>&1 <<'PY'
+import importlib, sys
+found = [f"python {sys.version.split()[0]}"]
+for name in ("torch", "jax", "flax", "optax", "transformers"):
+    try:
+        found.append(f"{name} {importlib.import_module(name).__version__}")
+    except Exception as e:  # noqa: BLE001
+        found.append(f"{name} missing ({type(e).__name__})")
+print(", ".join(found))
+PY
+[ -s "$work/versions.txt" ] || echo "$py did not run" > "$work/versions.txt"
+cat "$work/versions.txt"
+if [ -x "$bin/kiln" ]; then
+  timeout 60 "$bin/kiln" info > "$work/kiln-info.txt" 2>&1
+  status=$(status_of $? 60)
+  head -20 "$work/kiln-info.txt"
+  record "$status"
+else
+  record "failed (no kiln in $bin: run bench/gpu/bundle.sh, or scripts/build.sh)"
+fi
 
-step "GPU tests (kiln-tests, gpu-labeled and CUDA compile checks)"
-filter='*Gpu*:CudaCodegen*:CudaBackend*'
+# --- 2. the GPU tests ------------------------------------------------------
+# A kernel that faults kills its process, or leaves its CUDA context broken
+# so that every test after it fails too. So the tests run in rounds: after a
+# crash (or a test past its time), the tests not yet run go on in a fresh
+# process; then the failed ones run again in a fresh process, where the
+# first of them is on its own: its result stands, as does every pass, and
+# the other failures go round again. Each round settles at least one test.
+step "GPU tests"
+filter=${GPU_CHECK_TESTS:-'*Gpu*:CudaCodegen*:CudaBackend*'}
 # Rehearsing: the GPU tests run on the reference backend (tests/gpu_device.h).
 [ "$device" = cuda ] || export KILN_GPU_TESTS_ON=ref
-timeout "$(cap 170)" "$bin/kiln-tests" --gtest_filter="$filter" \
-  --gtest_output="xml:$out/gpu-tests.xml" > "$out/gpu-tests.log" 2>&1
-echo "kiln-tests exit status $?"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu-tests.log" | tail -40
-grep -B2 -A12 "Failure" "$out/gpu-tests.log" | head -120
-# A kernel that faults leaves the process's CUDA context broken, and every
-# test after it fails too: the failed tests (or, after a crash, the rest)
-# run again one process each, so that the real failures stand out.
-"$bin/kiln-tests" --gtest_filter="$filter" --gtest_list_tests 2>/dev/null | awk '
-  /^[^ ]/ {suite = $1} /^  / {print suite $1}' > "$out/gpu-tests.list"
-grep -oE "^\[ +(OK|SKIPPED) \] [^ ]+" "$out/gpu-tests.log" | awk '{print $NF}' > "$out/gpu-tests.done"
-grep -vxF -f "$out/gpu-tests.done" "$out/gpu-tests.list" | head -60 > "$out/gpu-tests.rerun"
-if [ -s "$out/gpu-tests.rerun" ]; then
-  echo "re-running $(wc -l < "$out/gpu-tests.rerun") tests that failed or did not run, one process each"
-  while read -r t; do
-    [ "$(left)" -gt 300 ] || { echo "(stopped: time)"; break; }
-    if timeout 30 "$bin/kiln-tests" --gtest_filter="$t" > "$out/rerun.log" 2>&1; then
-      echo "  passes alone: $t"
-    else
-      echo "  FAILS alone:  $t"
-      grep -A8 "Failure\|what()\|exception" "$out/rerun.log" | head -12 | sed 's/^/      /'
-    fi
-  done < "$out/gpu-tests.rerun" | tee "$out/gpu-tests-rerun.txt"
-fi
-
-# The kernels most likely to go out of bounds or race, under compute-sanitizer
-# (memcheck, then racecheck), where the machine has it.
-if [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
-  step "compute-sanitizer on attention, reductions, layout and row kernels"
-  sfilter='*GpuForwardMatchesCpu/*attention*:*GpuForwardMatchesCpu/*sum*:*GpuForwardMatchesCpu/*transpose*:*GpuForwardMatchesCpu/*layer_norm*:*GpuForwardMatchesCpu/*softmax*'
-  for tool in memcheck racecheck; do
-    timeout "$(cap 60)" compute-sanitizer --tool "$tool" --print-limit 20 "$bin/kiln-tests" \
-      --gtest_filter="$sfilter" > "$out/sanitizer-$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit status $?; $(grep -cE '^========= (Invalid|Race|Error)' \
-      "$out/sanitizer-$tool.log") reports" | tee -a "$out/sanitizer-summary.txt"
-    grep -E "^========= " "$out/sanitizer-$tool.log" | head -15
-  done
-fi
-
-if [ "$device" = cuda ]; then
-  model=vit-base steps=22 warmup=2 kdev=cuda
-else
-  model=vit-tiny steps=4 warmup=1 kdev=cpu
-fi
-train() {  # train NAME SECONDS FLAGS...: one kiln run, its log and JSON kept
-  local name=$1 secs=$2
-  shift 2
-  echo "--- kiln $name: kiln train --model $model --batch-size 32 --steps $steps --warmup $warmup --device $kdev $*"
-  timeout "$(cap "$secs")" "$bin/kiln" train --model "$model" --batch-size 32 --steps "$steps" \
-    --warmup "$warmup" --device "$kdev" --log-json "$out/kiln-$name.jsonl" "$@" > "$out/kiln-$name.txt" 2>&1
-  echo "exit status $?"
-  grep -E "^(device|median|time to first|peak|model FLOP|kiln:)" "$out/kiln-$name.txt"
+export KILN_CACHE_DIR=$scratch/cache-tests
+outcomes() {  # outcomes LOG: "name<TAB>passed|failed|skipped" per finished test, "name<TAB>crashed" for one left running
+  awk '$1 == "[" && $3 == "]" {
+         name = $4; sub(/,$/, "", name)
+         if ($2 == "RUN") { running = name; next }
+         if (name != running) next
+         print name "\t" ($2 == "OK" ? "passed" : $2 == "FAILED" ? "failed" : "skipped"); running = ""
+       }
+       END { if (running != "") print running "\tcrashed" }' "$1"
 }
-tf32=(--precision tf32)
-[ "$device" = cuda ] || tf32=()
-step "kiln jit, tf32: cold kernel cache, then warm (time to first step)"
+tests_round() {  # tests_round N LIST SECONDS: LIST's tests in one process; their outcomes appended to rounds.tsv
+  local n=$1 list=$2 secs s
+  secs=$(cap "$3")
+  s=$(run_capped "$secs" "$work/gpu-tests-round$n.log" "$bin/kiln-tests" --gtest_filter="$(paste -sd: "$list")" \
+    $([ "$n" = 1 ] && echo "--gtest_output=xml:$work/gpu-tests.xml"))
+  echo "round $n: $(wc -l < "$list") tests, $s"
+  outcomes "$work/gpu-tests-round$n.log" | sed "s/\$/\t$n/" >> "$work/gpu-tests-rounds.tsv"
+  # gtest exits 1 when tests fail; any other end with no test left running
+  # (a crash before the first test, a timeout between two) leaves the rest unrun.
+  case "$s" in ok | "failed (exit status 1)") ;; *)
+    outcomes "$work/gpu-tests-round$n.log" | grep -qP '\tcrashed$' ||
+      echo "round $n ended between tests: $s" >> "$work/gpu-tests-notes.txt" ;;
+  esac
+}
+settled() { awk -F'\t' '{print $1}' "$work/gpu-tests-rounds.tsv" | sort -u; }
+gpu_tests() {
+  : > "$work/gpu-tests-rounds.tsv"
+  timeout 60 "$bin/kiln-tests" --gtest_filter="$filter" --gtest_list_tests 2>/dev/null | awk '
+    /^[^ ]/ {suite = $1} /^  / {print suite $1}' > "$work/gpu-tests.list"
+  [ -s "$work/gpu-tests.list" ] || { echo "failed (kiln-tests lists no test for '$filter')"; return; }
+  cp "$work/gpu-tests.list" "$work/gpu-tests.pending"
+  local n=0 min=170
+  # Rounds of the tests not yet run: after a crash, the rest in a fresh process.
+  while [ -s "$work/gpu-tests.pending" ]; do
+    [ "$n" -eq 0 ] || [ "$(left)" -gt 330 ] || { echo "(no more rounds: $(left) s left)"; break; }
+    n=$((n + 1))
+    tests_round $n "$work/gpu-tests.pending" $min
+    min=90
+    outcomes "$work/gpu-tests-round$n.log" | grep -qP '\tcrashed$' || break
+    settled | grep -vxF -f - "$work/gpu-tests.list" > "$work/gpu-tests.pending" || true
+  done
+  # Rounds of the failed tests, in a fresh process each: the first settles;
+  # of the rest, the ones failing again (or not reached) go round again.
+  awk -F'\t' '$2 == "failed" {print $1}' "$work/gpu-tests-rounds.tsv" > "$work/gpu-tests.failed"
+  while [ -s "$work/gpu-tests.failed" ]; do
+    [ "$(left)" -gt 330 ] || { echo "(no more rounds: $(left) s left)"; break; }
+    n=$((n + 1))
+    tests_round $n "$work/gpu-tests.failed" 60
+    outcomes "$work/gpu-tests-round$n.log" > "$work/gpu-tests.this"
+    [ -s "$work/gpu-tests.this" ] || break
+    awk -F'\t' 'NR == FNR {this[$1] = $2; next}
+                 FNR > 1 && (!($1 in this) || this[$1] == "failed")' \
+      "$work/gpu-tests.this" "$work/gpu-tests.failed" > "$work/gpu-tests.next"
+    mv -f "$work/gpu-tests.next" "$work/gpu-tests.failed"
+  done
+}
+gpu_tests_summary() {  # the final outcome of each test: its last round's
+  awk -F'\t' '{last[$1] = $2; round[$1] = $3; if (!($1 in first)) first[$1] = $2}
+       END {for (t in last) print t "\t" last[t] "\t" first[t] "\t" round[t]}' "$work/gpu-tests-rounds.tsv" |
+    sort > "$work/gpu-tests-outcomes.tsv"
+  local total passed skipped failed crashed cleared unrun
+  total=$(wc -l < "$work/gpu-tests.list")
+  passed=$(awk -F'\t' '$2 == "passed" && $3 == "passed"' "$work/gpu-tests-outcomes.tsv" | wc -l)
+  cleared=$(awk -F'\t' '$2 == "passed" && $3 != "passed"' "$work/gpu-tests-outcomes.tsv" | wc -l)
+  skipped=$(awk -F'\t' '$2 == "skipped"' "$work/gpu-tests-outcomes.tsv" | wc -l)
+  failed=$(awk -F'\t' '$2 == "failed"' "$work/gpu-tests-outcomes.tsv" | wc -l)
+  crashed=$(awk -F'\t' '$2 == "crashed"' "$work/gpu-tests-outcomes.tsv" | wc -l)
+  unrun=$((total - $(wc -l < "$work/gpu-tests-outcomes.tsv")))
+  echo "$total tests ('$filter'): $passed passed, $skipped skipped, $failed failed, $crashed crashed their process, $cleared failed only after another test's fault (passed in a fresh process), $unrun not run"
+  awk -F'\t' '$2 == "failed" || $2 == "crashed" {print "  " $2 ": " $1}' "$work/gpu-tests-outcomes.tsv" | head -40
+  awk -F'\t' '$2 == "passed" && $3 != "passed" {print "  passed in a fresh process (first " $3 "): " $1}' \
+    "$work/gpu-tests-outcomes.tsv" | head -20
+  cat "$work/gpu-tests-notes.txt" 2>/dev/null
+  [ "$failed" -eq 0 ] && [ "$crashed" -eq 0 ] && [ "$unrun" -eq 0 ] && return 0
+  return 1
+}
+if [ -x "$bin/kiln-tests" ]; then
+  rm -f "$work/gpu-tests-notes.txt"
+  gpu_tests | tee "$work/gpu-tests-rounds.txt"
+  {
+    echo '```'
+    gpu_tests_summary > "$work/gpu-tests-result.txt"
+    status=$?
+    cat "$work/gpu-tests-result.txt"
+    cat "$work/gpu-tests-rounds.txt"
+    echo '```'
+    # Each failure's first lines, from the round that settled it.
+    awk -F'\t' '$2 == "failed" || $2 == "crashed" {print $1 "\t" $4}' "$work/gpu-tests-outcomes.tsv" | head -10 |
+      while IFS=$'\t' read -r t r; do
+        echo
+        echo "\`$t\` (round $r):"
+        echo '```'
+        awk -v t="$t" 'index($0, "[ RUN      ] " t) == 1 {p = 1; next} p && /^\[ / {exit} p' \
+          "$work/gpu-tests-round$r.log" | head -14
+        echo '```'
+      done
+  } > "$work/gpu-tests-summary.txt"
+  cat "$work/gpu-tests-summary.txt"
+  record "$([ "$status" -eq 0 ] && echo ok || echo "failed ($(head -1 "$work/gpu-tests-result.txt" | sed 's/^[0-9]* tests ([^)]*): //'))")"
+else
+  record "failed (no kiln-tests in $bin)"
+fi
+
+# --- 3. kiln's own runs ----------------------------------------------------
+if [ "$device" = cuda ]; then
+  model=vit-base steps=22 warmup=2 kdev=cuda tf32=(--precision tf32)
+else
+  model=${GPU_CHECK_MODEL:-vit-tiny} steps=${GPU_CHECK_STEPS:-4} warmup=1 kdev=cpu tf32=()
+fi
+train() {  # train NAME SECONDS FLAGS...: one kiln run; kiln-NAME.{txt,jsonl,status} (STEPS= overrides $steps)
+  local name=$1 secs nsteps=${STEPS:-$steps}
+  secs=$(cap "$2")
+  shift 2
+  step "kiln $name"
+  if [ "$(left)" -lt 30 ]; then
+    echo "skipped ($(left) s left)" > "$work/kiln-$name.status"
+    record "$(cat "$work/kiln-$name.status")"
+    return
+  fi
+  echo "kiln train --model $model --batch-size 32 --steps $nsteps --warmup $warmup --device $kdev $*"
+  run_capped "$secs" "$work/kiln-$name.txt" "$bin/kiln" train --model "$model" --batch-size 32 --steps "$nsteps" \
+    --warmup "$warmup" --device "$kdev" --log-json "$work/kiln-$name.jsonl" "$@" > "$work/kiln-$name.status"
+  because "$(cat "$work/kiln-$name.status")" "$work/kiln-$name.txt" > "$work/kiln-$name.status.tmp"
+  mv -f "$work/kiln-$name.status.tmp" "$work/kiln-$name.status"
+  grep -E "^(device|median|time to first|peak|model FLOP|kiln:)" "$work/kiln-$name.txt"
+  record "$(cat "$work/kiln-$name.status")"
+}
+export KILN_CACHE_DIR=$scratch/cache-kiln
 train jit-tf32-cold 120 --mode jit "${tf32[@]}"
-train jit-tf32-warm 90 --mode jit "${tf32[@]}"
-step "kiln jit, bf16"
+train jit-tf32-warm 60 --mode jit "${tf32[@]}"
 # (KILN_DEBUG=1: the compiler verifies every pass and says if the step could
 # not be recorded as a graph; only the first step, untimed, pays for it.)
-KILN_DEBUG=1 train jit-bf16 90 --mode jit --precision bf16
-grep -h "could not record" "$out"/kiln-*.txt | head -3
-step "kiln jit, tf32, gradients averaged through NCCL (data-parallel path, one rank)"
+KILN_DEBUG=1 train jit-bf16 60 --mode jit --precision bf16
 # The same run as jit-tf32-warm with every gradient bucket through an
-# all-reduce (a communicator of one rank): the same losses, and the cost.
-train jit-tf32-nccl 90 --mode jit "${tf32[@]}" --all-reduce always
-grep -h '"loss"' "$out/kiln-jit-tf32-warm.jsonl" | tail -1
-grep -h '"loss"' "$out/kiln-jit-tf32-nccl.jsonl" | tail -1
+# all-reduce (on CUDA a NCCL communicator of one rank): the same losses.
+train jit-tf32-nccl 60 --mode jit "${tf32[@]}" --all-reduce always
+grep -h '"loss"' "$work/kiln-jit-tf32-warm.jsonl" 2>/dev/null | tail -1
+grep -h '"loss"' "$work/kiln-jit-tf32-nccl.jsonl" 2>/dev/null | tail -1
 
+# --- 4. the GPU's matmul rates --------------------------------------------
+peak_tf32="" peak_bf16=""
 if [ "$device" = cuda ]; then
-  peak_tf32=$(timeout "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype tf32 2>>"$out/gpu-peak.log")
-  peak_bf16=$(timeout "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype bf16 2>>"$out/gpu-peak.log")
-  echo "measured matmul rate: tf32 ${peak_tf32:-?} GFLOP/s, bf16 ${peak_bf16:-?} GFLOP/s"
-  cat "$out/gpu-peak.log"
+  step "matmul rates"
+  peak_tf32=$(timeout -k 5 "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype tf32 2>>"$work/gpu-peak.log")
+  peak_bf16=$(timeout -k 5 "$(cap 60)" "$py" bench/peers/gpu_peak.py --dtype bf16 2>>"$work/gpu-peak.log")
+  cat "$work/gpu-peak.log"
+  # A number, or nothing (a failed run prints its error to the log).
+  [[ "$peak_tf32" =~ ^[0-9]+$ ]] || peak_tf32=""
+  [[ "$peak_bf16" =~ ^[0-9]+$ ]] || peak_bf16=""
+  if [ -n "$peak_tf32" ] && [ -n "$peak_bf16" ]; then record ok
+  else record "$(because "failed (no rate)" "$work/gpu-peak.log")"; fi
+else
+  skip "matmul rates" "device $device: MFU against the runs' own FMA-loop peak"
 fi
-for prec in tf32 bf16; do
+
+# --- 5-9. the comparisons, the profile, the sanitizer, the reference script ---------------------------------
+compare() {  # compare PRECISION MIN_SECONDS CAP_SECONDS
+  local prec=$1 l
   l=$(left)
-  if [ "$l" -lt 60 ]; then
-    step "the reference experiment in $prec: skipped, ${l} s left"
-    continue
+  if [ "$l" -lt "$2" ]; then
+    skip "comparison, $prec" "${l} s left"
+    return
   fi
-  step "the reference experiment in $prec beside the peers (bench/compare.py)"
-  peak_flag=()
-  p=$([ "$prec" = tf32 ] && echo "${peak_tf32:-}" || echo "${peak_bf16:-}")
+  step "comparison, $prec"
+  local peak_flag=() p
+  p=$([ "$prec" = tf32 ] && echo "$peak_tf32" || echo "$peak_bf16")
   [ -n "$p" ] && peak_flag=(--peak-gflops "$p")
-  timeout "$(cap 400)" "$py" bench/compare.py --python "$(command -v "$py")" --kiln "$bin/kiln" \
+  local pypath
+  pypath=$(command -v "$py" || echo "$py")
+  timeout -k 10 "$(cap "$3")" "$py" bench/compare.py --python "$pypath" --kiln "$bin/kiln" \
     --device "$device" --precision "$prec" --model "$model" --steps "$steps" --warmup "$warmup" \
-    --run-timeout "$(cap 110)" --out "$out" "${peak_flag[@]}" ||
-    echo "bench/compare.py ($prec) stopped: exit status $?"
-done
+    --run-timeout "$(cap 110)" --out "$work" "${peak_flag[@]}"
+  local rc=$? md
+  md=$(ls "$work"/*-"$prec".md 2>/dev/null | head -1)
+  if [ -n "$md" ]; then
+    local n
+    n=$(grep -c '| failed (' "$md")
+    record "$([ "$n" -eq 0 ] && echo ok || echo "ok, with $n of its programs failed (the table says why)")"
+  else
+    record "$(status_of $rc "$3") (no report)"
+  fi
+}
+compare tf32 60 260
+# Kernel time per primitive of the jitted tf32 step (the profiler waits for
+# each kernel, so the step runs op by op, not replayed as a graph).
+KILN_PROFILE=1 KILN_REPLAY=0 STEPS=$((warmup + 4)) train jit-tf32-profile 60 --mode jit "${tf32[@]}"
+if [ "$device" != cuda ]; then
+  skip "compute-sanitizer" "device $device"
+elif ! command -v compute-sanitizer > /dev/null; then
+  skip "compute-sanitizer" "no compute-sanitizer on the PATH"
+else
+  # The kernels most likely to go out of bounds or race.
+  step "compute-sanitizer"
+  sfilter='*GpuForwardMatchesCpu/*attention*:*GpuForwardMatchesCpu/*sum*:*GpuForwardMatchesCpu/*transpose*:*GpuForwardMatchesCpu/*layer_norm*:*GpuForwardMatchesCpu/*softmax*'
+  for tool in memcheck racecheck; do
+    s=$(run_capped "$(cap 45)" "$work/sanitizer-$tool.log" compute-sanitizer --tool "$tool" --print-limit 20 \
+      "$bin/kiln-tests" --gtest_filter="$sfilter")
+    echo "compute-sanitizer $tool: $s; $(grep -cE '^========= (Invalid|Race|Error)' \
+      "$work/sanitizer-$tool.log") reports; $(grep -m1 -E 'not supported|ERROR' "$work/sanitizer-$tool.log")" |
+      tee -a "$work/sanitizer-summary.txt"
+    grep -E "^========= " "$work/sanitizer-$tool.log" | head -15
+  done
+  record "$([ "$(grep -c ': ok; 0 reports' "$work/sanitizer-summary.txt")" -eq 2 ] && echo ok || echo 'failed (see the section)')"
+fi
+# --- the reference script, as written -----------------------------------
+ref=${GPU_CHECK_REFERENCE:-$bin/reference/reference_train.py}
+[ -f "$ref" ] || [ -n "${GPU_CHECK_REFERENCE:-}" ] || ref=$root/../shared/reference/reference_train.py
+if [ ! -f "$ref" ]; then
+  skip "the reference script" "no reference_train.py (bench/gpu/bundle.sh carries ../shared/reference/'s when it is there)"
+elif [ "$(left)" -lt 90 ]; then
+  skip "the reference script" "$(left) s left"
+else
+  step "the reference script"
+  # On a GPU the experiment as published (batch 32, 52 steps); rehearsing, a
+  # batch the CPU gets through.
+  rbatch=$([ "$device" = cuda ] && echo 32 || echo "${GPU_CHECK_REFERENCE_BATCH:-2}")
+  : > "$work/reference-summary.txt"
+  for mode in pytorch jax; do
+    s=$(run_capped "$(cap 90)" "$work/reference-$mode.log" "$py" bench/peers/run_reference.py --script "$ref" \
+      --device "$device" -- --mode "$mode" --batch-size "$rbatch")
+    echo "- \`--mode $mode --batch-size $rbatch\`: $(because "$s" "$work/reference-$mode.log"); $(grep -E \
+      '^average step time|^run_reference' "$work/reference-$mode.log" | tr '\n' ' ' | cut -c1-400)" |
+      tee -a "$work/reference-summary.txt"
+  done
+  record "$(grep -q ': failed' "$work/reference-summary.txt" && echo 'failed (see the section)' || echo ok)"
+fi
+
+compare bf16 120 200
 
 step "summary"
-{
-  echo "# kiln GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo
-  echo "- machine: $(head -12 "$out/nvidia-smi.txt" 2>/dev/null | grep -E 'NVIDIA|Driver' | tr -s ' ' | head -3 | tr '\n' ' ')"
-  echo "- kiln: $bin; $(git -C "$root" log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
-  echo "- measured matmul rate: tf32 ${peak_tf32:-n/a} GFLOP/s, bf16 ${peak_bf16:-n/a} GFLOP/s"
-  echo
-  echo "## Issue #16's targets"
-  echo
-  "$py" "$root/bench/gpu/targets.py" "$out" "${peak_bf16:-}" || echo "(bench/gpu/targets.py failed)"
-  echo
-  echo "## GPU tests"
-  echo
-  echo '```'
-  grep -E "tests? from .* ran|^\[  PASSED|^\[  FAILED|FAILED TESTS?$" "$out/gpu-tests.log" | tail -40
-  echo "skipped: $(grep -c '^\[  SKIPPED \] .*(' "$out/gpu-tests.log")"
-  [ -s "$out/gpu-tests-rerun.txt" ] && cat "$out/gpu-tests-rerun.txt"
-  cat "$out/sanitizer-summary.txt" 2>/dev/null
-  echo '```'
-  for f in "$out"/kiln-*.txt; do
-    [ -e "$f" ] || continue
-    echo
-    echo "## $(basename "$f" .txt)"
-    echo
-    echo '```'
-    grep -E "^(device|median|average|time to first|peak|model FLOP|kiln:|step 1/)" "$f"
-    echo '```'
-  done
-  for f in "$out"/*.md; do
-    case "$f" in */summary.md) continue ;; esac
-    [ -e "$f" ] && { echo; cat "$f"; }
-  done
-} > "$out/summary.md.tmp" && mv "$out/summary.md.tmp" "$out/summary.md"
-echo "gpu-check: done in $(($(date +%s) - start)) s; results in $out (summary.md)"
+write_summary
+pack
+echo "gpu-check: done in $(($(date +%s) - start)) s; results in $out (summary.md$([ "$out" = "$work" ] || echo ', check.log, results.tar.gz'))"

@@ -32,14 +32,18 @@ def main():
                         "(is jax installed with CUDA support?)")
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")  # the reference's tf32
     # bf16: flax's mixed precision (computation in bfloat16, f32 parameters).
-    extra = {"dtype": jnp.bfloat16} if args.device == "cuda" and args.precision == "bf16" else {}
-    model = flax_vit.ViTForImageClassification(**common.PRESETS[args.model], num_labels=1000, **extra)
+    extra = {"dtype": jnp.bfloat16} if args.precision == "bf16" else {}
+    shape = common.preset(args.model)
+    arch = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "num_labels",
+            "patch_size")
+    model = flax_vit.ViTForImageClassification(**{k: shape[k] for k in arch}, **extra)
     n = args.batch_size
     init_key, data_key = jax.random.split(jax.random.PRNGKey(args.seed))
-    images = jax.random.normal(data_key, (n, 224, 224, 3), jnp.float32)  # NHWC
+    images = jax.random.normal(data_key, (n, shape["image_size"], shape["image_size"], shape["num_channels"]),
+                               jnp.float32)  # NHWC
     params = model.init(init_key, images[:1])["params"]
     state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(args.lr))
-    labels = jnp.arange(n) % 1000
+    labels = jnp.arange(n) % shape["num_labels"]
 
     def loss_fn(params, images, labels):
         logits = state.apply_fn({"params": params}, images)

@@ -4,14 +4,32 @@
 # transformers: the newest releases on PyPI as of 2026-11-30 (transformers
 # 5.17.0 is the GPU machine's). The JAX peer trains flax_vit.py, since
 # transformers 5 ships no Flax models. Re-running it upgrades an older venv.
+#
+#   bash bench/peers/setup_venv.sh --gpu-machine
+#
+# creates bench/peers/.venv-gpu-machine instead, with the versions the lent
+# GPU machine's python3 holds (device/KINDS.md, 2026-11: Python 3.12, torch
+# 2.11.0, jax 0.11.2, transformers 5.17.0, numpy 2.5.2, safetensors 0.8.0;
+# flax and optax as pip resolves them beside jax 0.11.2), so that the GPU
+# check's peers are rehearsed on the CPU with the code they will meet there
+# (bench/gpu/rehearse.sh). It takes python3.12 where one is on the PATH
+# (Debian 12 has none; pyenv may), else python3.11; PYTHON overrides.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-python="${PYTHON:-python3}"
-if [ ! -x "$here/.venv/bin/python" ]; then
-  "$python" -m venv "$here/.venv"
+if [ "${1:-}" = --gpu-machine ]; then
+  venv=$here/.venv-gpu-machine
+  python=${PYTHON:-$(command -v python3.12 || command -v python3.11 || command -v python3)}
+  pins=("torch==2.11.0" "jax==0.11.2" "jaxlib==0.11.2" "flax==0.12.12" "optax==0.2.8"
+        "transformers==5.17.0" "safetensors==0.8.0" "numpy==2.5.2" "psutil==7.2.2" "matplotlib==3.11.2")
+else
+  venv=$here/.venv
+  python="${PYTHON:-python3}"
+  pins=("torch==2.15.0" "jax[cpu]==0.10.2" "flax==0.12.8" "optax==0.2.8" "transformers==5.17.0"
+        "safetensors==0.8.0" "numpy==2.4.6" "psutil==7.2.2" "matplotlib==3.11.2")
 fi
-"$here/.venv/bin/pip" install -q --upgrade pip
-"$here/.venv/bin/pip" install -q \
-  "torch==2.15.0" "jax[cpu]==0.10.2" "flax==0.12.8" "optax==0.2.8" \
-  "transformers==5.17.0" "safetensors==0.8.0" "numpy==2.4.6" "psutil==7.2.2" "matplotlib==3.11.2"
-"$here/.venv/bin/python" -c "import torch, jax, flax, optax, transformers; print('torch', torch.__version__, 'jax', jax.__version__, 'flax', flax.__version__, 'transformers', transformers.__version__)"
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+"$venv/bin/pip" install -q --upgrade pip
+"$venv/bin/pip" install -q "${pins[@]}"
+"$venv/bin/python" -c "import sys, torch, jax, flax, optax, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'transformers', transformers.__version__)"

@@ -32,16 +32,17 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     forward = torch.compile(model) if args.compile else model
     n = args.batch_size
-    images = torch.randn(n, 3, 224, 224, device=dev)
-    labels = torch.arange(n, device=dev) % 1000
+    shape = common.preset(args.model)
+    images = torch.randn(n, shape["num_channels"], shape["image_size"], shape["image_size"], device=dev)
+    labels = torch.arange(n, device=dev) % shape["num_labels"]
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    bf16 = args.device == "cuda" and args.precision == "bf16"
+    bf16 = args.precision == "bf16"
 
     def step():
         opt.zero_grad(set_to_none=True)
         # bf16: autocast's mixed precision (bf16 matmuls, f32 weights and loss).
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=bf16):
             logits = forward(pixel_values=images).logits
         loss = loss_fn(logits.float(), labels)
         loss.backward()
