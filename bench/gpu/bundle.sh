@@ -61,9 +61,13 @@ for bin in "$dest/kiln" "$dest/kiln-tests" "$dest/libkiln.so"; do
   done
 done
 strip --strip-unneeded "$dest"/lib/*.so* 2>/dev/null || true
+# The newest glibc symbol version anything in the bundle needs (check.sh
+# prints it beside the machine's).
+objdump -T "$dest"/kiln "$dest"/kiln-tests "$dest"/*.so "$dest"/lib/*.so* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' |
+  sort -t. -k2,2n -k3,3n -u | tail -1 > "$dest/glibc_needed"
 tar -C build-gpu -cJf build-gpu/bundle.tar.xz.tmp bundle && mv build-gpu/bundle.tar.xz.tmp build-gpu/bundle.tar.xz
 size=$(du -m build-gpu/bundle.tar.xz | cut -f1)
-tree=$(git ls-files -z | xargs -0 du -cm 2>/dev/null | tail -1 | cut -f1)
+tree=$(git ls-files -z | du -cm --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 echo "bench/gpu/bundle.sh: build-gpu/bundle.tar.xz is ${size} MiB ($(du -sm "$dest" | cut -f1) MiB unpacked; the working tree ${tree} MiB; the device tool carries 64 MiB in all)"
 ls -la "$dest" "$dest/lib"
 if [ $((size + tree)) -gt 60 ]; then

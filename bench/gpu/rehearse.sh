@@ -122,7 +122,7 @@ check_out() {  # check_out OUT EXPECTED...: the files, the sections, the steps, 
   mkdir -p "$out.unpacked"
   tar -xzf "$out/results.tar.gz" -C "$out.unpacked" || fail "results.tar.gz does not unpack"
   for f in summary.md check.log steps.tsv; do [ -s "$out.unpacked/$f" ] || fail "results.tar.gz lacks $f"; done
-  for s in "$@"; do grep -qE "$s" "$out/summary.md" || fail "summary.md lacks /$s/"; done
+  for s in "$@"; do grep -qE -e "$s" "$out/summary.md" || fail "summary.md lacks /$s/"; done
 }
 
 scenario() {  # scenario NAME PYTHON MODEL STEPS BUDGET FAULTS EXPECTED...
@@ -150,7 +150,7 @@ scenario() {  # scenario NAME PYTHON MODEL STEPS BUDGET FAULTS EXPECTED...
 
 no_peer='\| pytorch eager \| failed \(exit code 1: ModuleNotFoundError'
 kiln_row='\| kiln jit \| [0-9.]+ s \|'
-crash='GPU tests \| failed \([0-9]+ passed, [0-9]+ skipped, 1 failed, 1 crashed their process, [1-9][0-9]* failed only after'
+crash='GPU tests \| failed \([0-9]+ passed, [0-9]+ skipped, 1 failed, 1 crashed their process, 0 timed out, [1-9][0-9]* failed only after'
 rounds='round 1: [0-9]+ tests, failed \(killed by signal 11: SEGV\)'
 settled='failed: AllPrimitives/OpTable.GpuForwardMatchesCpu/sum_all|passed in a fresh process \(first failed\)'
 bf16_failed='### kiln jit-bf16: failed \(exit status 3: rehearsal: this kiln run was made to fail\)'
