@@ -114,13 +114,14 @@ section() {  # section TITLE FILE: FILE's text under a heading, or why it is mis
   echo
   if [ -s "$2" ]; then cat "$2"; else echo "${3:-not run (the check ended before this step)}"; fi
 }
+last_loss() { grep -h '"loss"' "$work/kiln-$1.jsonl" 2>/dev/null | tail -1 | grep -o '"loss": *[-0-9.eE+na]*' | cut -d: -f2 | tr -d ' ' | grep . || echo "n/a"; }
 step_status() { awk -F'\t' -v s="$1" '$1 == s {v = $2} END {print v}' "$work/steps.tsv"; }
 write_summary() {
   {
     echo "# kiln GPU check, $(date -u '+%Y-%m-%d %H:%M UTC') ($device)"
     echo
     echo "- machine: $(grep -m1 -E 'NVIDIA|Tesla' "$work/gpus.txt" 2>/dev/null || echo "no GPU ($device)")"
-    echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs, $(uname -r)"
+    echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r), glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}')"
     echo "- kiln: ${kiln_from:-?}"
     echo "- peers' Python: $(cat "$work/versions.txt" 2>/dev/null | tr '\n' ' ')"
     echo "- measured matmul rate: tf32 ${peak_tf32:-n/a} GFLOP/s, bf16 ${peak_bf16:-n/a} GFLOP/s"
@@ -139,6 +140,8 @@ write_summary() {
     section "GPU tests" "$work/gpu-tests-summary.txt" "not run ($(step_status "GPU tests" | grep . || echo 'the check ended before this step'))"
     echo
     echo "## kiln runs"
+    echo
+    echo "The NCCL path (every gradient bucket through an all-reduce of one rank) against the same run without it, last step's loss: $(last_loss jit-tf32-nccl) vs $(last_loss jit-tf32-warm)."
     local name
     for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-tf32-nccl jit-tf32-profile; do
       echo
@@ -271,6 +274,9 @@ fi
 # the other failures go round again. Each round settles at least one test.
 step "GPU tests"
 filter=${GPU_CHECK_TESTS:-'*Gpu*:CudaCodegen*:CudaBackend*'}
+# The first round runs in parallel processes on the one GPU: NVRTC compiles
+# (a CPU's work, one thread each) dominate a cold run of the tests.
+test_shards=${GPU_CHECK_TEST_SHARDS:-$(($(nproc) >= 8 ? 4 : 2))}
 # Rehearsing: the GPU tests run on the reference backend (tests/gpu_device.h).
 [ "$device" = cuda ] || export KILN_GPU_TESTS_ON=ref
 export KILN_CACHE_DIR=$scratch/cache-tests
@@ -284,20 +290,34 @@ outcomes() {  # outcomes LOG [LABEL]: "name<TAB>passed|failed|skipped" per finis
        END { if (running != "") print running "\t" label }' "$1"
 }
 left_running() { awk -F'\t' '$2 == "crashed" || $2 == "timed out" {found = 1} END {exit !found}'; }
-tests_round() {  # tests_round N LIST SECONDS [ARGS...]: LIST's tests in one process; outcomes into rounds.tsv
-  local n=$1 list=$2 secs=$3 s label=crashed
-  shift 3
-  s=$(run_capped "$secs" "$work/gpu-tests-round$n.log" "$kbin/kiln-tests" --gtest_filter="$(paste -sd: "$list")" "$@")
-  echo "round $n: $(wc -l < "$list") tests, $s"
-  case "$s" in *"timed out"*) label="timed out" ;; esac
-  outcomes "$work/gpu-tests-round$n.log" "$label" > "$work/gpu-tests.this"
+tests_round() {  # tests_round N LIST SECONDS [SHARDS]: LIST's tests in SHARDS processes at once (gtest's sharding; 1); outcomes into rounds.tsv
+  local n=$1 list=$2 secs=$3 shards=${4:-1} i log s label
+  : > "$work/gpu-tests.this"
+  for ((i = 0; i < shards; i++)); do
+    log=$work/gpu-tests-round$n$([ "$shards" -gt 1 ] && echo "-shard$i").log
+    (
+      [ "$shards" -gt 1 ] && export GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i
+      run_capped "$secs" "$log" "$kbin/kiln-tests" --gtest_filter="$(paste -sd: "$list")" \
+        $([ "$n" = 1 ] && echo "--gtest_output=xml:$work/gpu-tests-shard$i.xml") > "$log.status"
+    ) &
+  done
+  wait
+  for ((i = 0; i < shards; i++)); do
+    log=$work/gpu-tests-round$n$([ "$shards" -gt 1 ] && echo "-shard$i").log
+    s=$(cat "$log.status")
+    echo "round $n: $(wc -l < "$list") tests$([ "$shards" -gt 1 ] && echo ", shard $((i + 1)) of $shards"): $s"
+    label=crashed
+    case "$s" in *"timed out"*) label="timed out" ;; esac
+    outcomes "$log" "$label" > "$work/gpu-tests.shard"
+    cat "$work/gpu-tests.shard" >> "$work/gpu-tests.this"
+    # gtest exits 1 when tests fail; any other end with no test left running
+    # (a crash before the first test, a timeout between two) leaves the rest unrun.
+    case "$s" in ok | "failed (exit status 1)") ;; *)
+      left_running < "$work/gpu-tests.shard" ||
+        echo "round $n ended between tests: $(because "$s" "$log")" >> "$work/gpu-tests-notes.txt" ;;
+    esac
+  done
   awk -v n="$n" '{print $0 "\t" n}' "$work/gpu-tests.this" >> "$work/gpu-tests-rounds.tsv"
-  # gtest exits 1 when tests fail; any other end with no test left running
-  # (a crash before the first test, a timeout between two) leaves the rest unrun.
-  case "$s" in ok | "failed (exit status 1)") ;; *)
-    left_running < "$work/gpu-tests.this" ||
-      echo "round $n ended between tests: $(because "$s" "$work/gpu-tests-round$n.log")" >> "$work/gpu-tests-notes.txt" ;;
-  esac
 }
 settled() { awk -F'\t' '{print $1}' "$work/gpu-tests-rounds.tsv" | sort -u; }
 gpu_tests() {
@@ -312,7 +332,7 @@ gpu_tests() {
   # Round 1, then rounds of the tests not yet run after a crash or a test
   # past its time (at most 6, while 330 s are left for the later steps).
   local n=1 secs
-  tests_round 1 "$work/gpu-tests.pending" "$(cap 170)" --gtest_output="xml:$work/gpu-tests.xml"
+  tests_round 1 "$work/gpu-tests.pending" "$(cap 170)" "$test_shards"
   while left_running < "$work/gpu-tests.this"; do
     settled | grep -vxF -f - "$work/gpu-tests.list" > "$work/gpu-tests.pending" || true
     [ -s "$work/gpu-tests.pending" ] || break
@@ -382,7 +402,9 @@ if [ -x "$bin/kiln-tests" ]; then
         echo
         echo "\`$t\` (round $r):"
         echo '```'
-        awk -v t="[ RUN      ] $t" '$0 == t {p = 1; next} p && /^\[ / {exit} p' "$work/gpu-tests-round$r.log" | head -14
+        awk -v t="[ RUN      ] $t" 'FNR == 1 {p = 0} $0 == t {p = 1; next} p && /^\[ / {p = 0} p' \
+          "$work/gpu-tests-round$r".log "$work/gpu-tests-round$r"-shard*.log 2>/dev/null | cut -c1-300 | head -14 |
+          grep . || echo "(nothing printed after the test started)"
         echo '```'
       done
   } > "$work/gpu-tests-summary.txt"
@@ -533,9 +555,10 @@ else
     fi
     s=$(run_capped "$(cap 90)" "$work/reference-$mode.log" "$py" bench/peers/run_reference.py --script "$ref" \
       --device "$device" -- --mode "$mode" --batch-size "$rbatch")
-    echo "- \`--mode $mode --batch-size $rbatch\`: $(because "$s" "$work/reference-$mode.log"); $(grep -E \
-      '^average step time|^run_reference' "$work/reference-$mode.log" | tr '\n' ' ' | cut -c1-400)" |
-      tee -a "$work/reference-summary.txt"
+    echo "- \`--mode $mode --batch-size $rbatch\`: $(because "$s" "$work/reference-$mode.log")$(grep -m1 \
+      '^average step time' "$work/reference-$mode.log" | sed 's/^/; it prints /')$(grep '^run_reference: ' \
+      "$work/reference-$mode.log" | sed 's/^run_reference: //' | paste -sd';' - | sed 's/^./ (stand-ins: &/; s/$/)/' |
+      grep -v '^)$')" | tee -a "$work/reference-summary.txt"
   done
   record "$(grep -q ': failed' "$work/reference-summary.txt" && echo 'failed (see the section)' || echo ok)"
 fi
