@@ -188,6 +188,17 @@ int main(int argc, char** argv) {
   ck.add("wrong-types", R"({"format": "kiln-checkpoint-1", "step": "1", "seed": -1,)"
                         R"( "data_position": 0.5, "optimizer": "adamw"})");
 
+  const std::vector<std::string>& pre = fuzz::tiny_pretrained_files();
+  Corpus pm(fuzz_dir, "pretrained");
+  pm.add("sharded", pre[0] + sep + pre[1] + sep + pre[2] + sep + pre[3]);
+  pm.add("index-only", pre[0]);
+  pm.add("one-tensor", std::string(R"({"weight_map": {"vit.embeddings.cls_token": )") +
+                           R"("model-00001-of-00002.safetensors"}})" + sep + pre[1] + sep + pre[2] +
+                           sep);
+  pm.add("escaping-name", R"({"weight_map": {"vit.layernorm.weight": "../model.safetensors"}})");
+  pm.add("missing-shard", pre[0] + sep + pre[1] + sep + pre[2] + sep);
+  pm.add("wrong-types", R"({"weight_map": {"classifier.bias": 3}, "metadata": []})");
+
   Corpus pl(fuzz_dir, "plot_log");
   pl.add(
       "train.jsonl",

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <stdexcept>
 
@@ -21,6 +22,7 @@ namespace kiln::fuzz {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 // An output that a target got and should not have: a bug, never an Error.
 void expect(bool ok, const std::string& what) {
@@ -148,7 +150,12 @@ const std::vector<std::string>& tiny_checkpoint_files() {
   return files;
 }
 
-void feed_checkpoint(std::string_view bytes) {
+// Splits an input at kFileSeparator into the files `names` of a fresh folder
+// `dir`: a file the input does not reach comes from `defaults`, an empty part
+// leaves it out.
+template <size_t N>
+void write_folder(std::string_view bytes, const std::string& dir, const char* const (&names)[N],
+                  const std::vector<std::string>& defaults) {
   std::vector<std::string_view> parts;
   for (size_t start = 0;;) {
     size_t end = bytes.find(kFileSeparator, start);
@@ -156,14 +163,57 @@ void feed_checkpoint(std::string_view bytes) {
     if (end == std::string_view::npos) break;
     start = end + kFileSeparator.size();
   }
-  const std::string dir = scratch().path("checkpoint");
   fs::remove_all(dir);
   fs::create_directory(dir);
-  for (size_t i = 0; i < std::size(kCheckpointFiles); ++i) {
-    std::string_view part = i < parts.size() ? parts[i] : tiny_checkpoint_files()[i];
-    if (!part.empty()) write_file(dir + "/" + kCheckpointFiles[i], part);
+  for (size_t i = 0; i < N; ++i) {
+    std::string_view part = i < parts.size() ? parts[i] : std::string_view(defaults[i]);
+    if (!part.empty()) write_file(dir + "/" + names[i], part);
   }
+}
+
+void feed_checkpoint(std::string_view bytes) {
+  const std::string dir = scratch().path("checkpoint");
+  write_folder(bytes, dir, kCheckpointFiles, tiny_checkpoint_files());
   io::load_checkpoint(dir);
+}
+
+const std::vector<std::string>& tiny_pretrained_files() {
+  static const std::vector<std::string> files = [] {
+    const std::vector<std::string>& ck = tiny_checkpoint_files();
+    Params model = io::parse_safetensors(ck[3], "model.safetensors").tensors, first, second;
+    json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
+    for (auto& [name, a] : model) {
+      const bool head = name.rfind("classifier.", 0) == 0;
+      (head ? second : first).emplace(name, a);
+      index["weight_map"][name] = kPretrainedFiles[head ? 3 : 2];
+    }
+    std::vector<std::string> out = {index.dump(2), ck[2]};
+    for (const Params* shard : {&first, &second}) {
+      std::string path = scratch().path("tiny-shard.safetensors");
+      io::save_safetensors(path, *shard);
+      out.push_back(read_whole(path));
+      fs::remove(path);
+    }
+    return out;
+  }();
+  return files;
+}
+
+void feed_pretrained(std::string_view bytes) {
+  const std::string dir = scratch().path("pretrained");
+  write_folder(bytes, dir, kPretrainedFiles, tiny_pretrained_files());
+  io::Pretrained m = io::load_pretrained(dir);
+  // What loaded is a whole model of its config, in f32 (the classifier aside).
+  for (auto& [name, shape] : nn::ViTForImageClassification(m.config).parameter_shapes()) {
+    auto it = m.params.find(name);
+    if (it == m.params.end()) {
+      expect(name.rfind("classifier.", 0) == 0 && !m.has_classifier,
+             "a loaded model lacks " + name);
+      continue;
+    }
+    expect(it->second.shape() == shape && it->second.dtype() == DType::f32,
+           "loaded '" + name + "' is not f32 of the config's shape");
+  }
 }
 
 void feed_plot_log(std::string_view bytes) {
@@ -198,7 +248,8 @@ const std::vector<Target>& targets() {
                                           {"image", feed_image},
                                           {"checkpoint", feed_checkpoint},
                                           {"plot_log", feed_plot_log},
-                                          {"command_line", feed_command_line}};
+                                          {"command_line", feed_command_line},
+                                          {"pretrained", feed_pretrained}};
   return all;
 }
 

@@ -20,6 +20,7 @@ void feed_image(std::string_view bytes);         // a JPEG or PNG file in an ima
 void feed_checkpoint(std::string_view bytes);    // a checkpoint directory (kCheckpointFiles)
 void feed_plot_log(std::string_view bytes);      // the JSON lines that `kiln plot` draws
 void feed_command_line(std::string_view bytes);  // kiln's arguments, one per line
+void feed_pretrained(std::string_view bytes);    // a pretrained model's folder (kPretrainedFiles)
 
 // A checkpoint input holds these files in this order, separated by
 // kFileSeparator. A file the input does not reach (fewer separators) is taken
@@ -31,6 +32,16 @@ inline constexpr std::string_view kFileSeparator = "\n--kiln-fuzz-next-file--\n"
 // The files of a small valid checkpoint (a one-layer ViT on 4x4 grey images
 // with AdamW's state), in the order of kCheckpointFiles.
 const std::vector<std::string>& tiny_checkpoint_files();
+
+// A pretrained-model input holds these files in this order, as a checkpoint
+// input does (kFileSeparator; a file the input does not reach comes from
+// tiny_pretrained_files(); an empty part leaves it out): a sharded save.
+inline constexpr const char* kPretrainedFiles[] = {"model.safetensors.index.json", "config.json",
+                                                   "model-00001-of-00002.safetensors",
+                                                   "model-00002-of-00002.safetensors"};
+// A small valid one: the tiny checkpoint's model in two shards, the
+// classifier in the second.
+const std::vector<std::string>& tiny_pretrained_files();
 
 struct Target {
   const char* name;  // the harness is kiln-fuzz-<name>, its seeds fuzz/corpus/<name>/

@@ -82,6 +82,8 @@ class FashionMnist final : public Dataset {
   void get(int64_t index, float* image, int32_t* label) const override;
   void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override;
   static constexpr int64_t kClasses = 10;
+  // The classes' names, in label order (Zalando's, as torchvision has them).
+  static const std::vector<std::string>& class_names();
 
  private:
   FashionMnistOptions opt_;
@@ -132,6 +134,8 @@ class ImageFolder final : public Dataset {
   void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override;
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t skipped() const { return skipped_; }
+  // The class sub-folders of `root`, sorted: the labels' names, in label order.
+  static std::vector<std::string> list_classes(const std::string& root);
 
  private:
   ImageFolderOptions opt_;

@@ -37,6 +37,18 @@ struct bf16 {
   }
 };
 
+// IEEE binary16 storage, for reading and writing f16 weights (no op computes
+// in f16): float -> f16 rounds to nearest even, overflows to infinity, keeps
+// subnormals; f16 -> float is exact.
+struct f16 {
+  uint16_t bits = 0;
+  f16() = default;
+  explicit f16(float f) : bits(from_float(f)) {}
+  operator float() const { return to_float(bits); }
+  static float to_float(uint16_t h);
+  static uint16_t from_float(float f);
+};
+
 template <typename T>
 struct dtype_of;
 template <>
@@ -50,6 +62,10 @@ struct dtype_of<double> {
 template <>
 struct dtype_of<bf16> {
   static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::f16;
 };
 template <>
 struct dtype_of<int32_t> {

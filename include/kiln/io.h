@@ -1,8 +1,9 @@
-// kiln — files: safetensors and HuggingFace config.json.
+// kiln — files: safetensors, HuggingFace config.json, pretrained models and checkpoints.
 #pragma once
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -38,6 +39,47 @@ nn::ViTConfig load_vit_config(const std::string& path);
 nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
+
+// A model that transformers saved (save_pretrained) or that the Hugging Face
+// Hub holds: its config and its weights in ViTForImageClassification's names
+// (f32), and what loading it converted or left out.
+struct Pretrained {
+  std::string dir;  // the folder its files were read from
+  nn::ViTConfig config;
+  Params params;
+  // False for a headless ViTModel checkpoint (or one whose classifier was
+  // dropped): params lack classifier.weight and classifier.bias.
+  bool has_classifier = false;
+  std::vector<std::string> notes;  // for the user: conversions, ignored tensors, a new classifier
+};
+
+// Reads a pretrained ViT from SRC:
+// - a folder as transformers' save_pretrained writes it: config.json
+//   (transformers 4.x or 5.x) and model.safetensors, or the shards that
+//   model.safetensors.index.json lists (file names confined to the folder);
+//   ViTForImageClassification or headless ViTModel names (no "vit." prefix;
+//   its pooler, which the classifier does not use, left out), transformers
+//   5's in-memory names too; F32, F16, BF16 or F64 weights, converted to f32;
+// - a Hub id, "org/name" or "org/name@revision" (a branch, tag or commit),
+//   from the local Hugging Face cache where huggingface_hub keeps it
+//   (hub_cache_dir(): models--org--name/refs/<revision>, snapshots/<commit>/),
+//   every file confined to the repository's folder of the cache.
+// Weights that do not fit the config name the tensor and both shapes.
+Pretrained load_pretrained(const std::string& src);
+// The folder SRC names: SRC itself when it is a folder, else the snapshot of
+// the Hub id SRC in the local cache; an error says where it looked.
+std::string resolve_model_source(const std::string& src);
+// huggingface_hub's cache: $HF_HUB_CACHE (or $HUGGINGFACE_HUB_CACHE), else
+// $HF_HOME/hub, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/hub.
+std::string hub_cache_dir();
+// Gives `m` a classifier for `labels` (the data's label names): when they
+// differ from the checkpoint's in number or names, or it has no classifier,
+// a new one is drawn as transformers does for ignore_mismatched_sizes
+// (weights truncated normal with std initializer_range, biases zero) and
+// m.notes says so. Empty labels keep the checkpoint's (a headless one gets a
+// classifier for config.num_labels).
+void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                      const random::Key& key);
 
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& contents);

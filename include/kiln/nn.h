@@ -95,6 +95,9 @@ struct ViTConfig {
   // 0: no classifier (nn.Identity); the logits are the final [CLS] features.
   int64_t num_labels = 1000;
   ProblemType problem_type = ProblemType::Unset;
+  // The labels' names (config.json's id2label), one per label; empty: the
+  // names transformers makes up, LABEL_0 ... LABEL_{num_labels-1}.
+  std::vector<std::string> id2label;
   // Heads removed from the attention of a layer (PretrainedConfig.pruned_heads,
   // which transformers applies when it builds the model): the layer's query,
   // key and value have (num_attention_heads - pruned) * head_dim outputs.
@@ -111,6 +114,7 @@ struct ViTConfig {
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t heads_in_layer(int64_t layer) const;  // num_attention_heads less the pruned ones
   int64_t num_logits() const { return num_labels > 0 ? num_labels : hidden_size; }
+  std::string label_name(int64_t i) const;  // id2label[i], or LABEL_i
   // The problem type transformers uses for labels of this dtype (the config's
   // when set).
   ProblemType problem_for(DType labels) const;

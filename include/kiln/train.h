@@ -68,6 +68,11 @@ struct TrainConfig {
   std::string save_dir;
   int64_t save_every = 0;
   std::string resume_dir;  // continue from this checkpoint (the model comes from it)
+  // Start from this pretrained model (io::load_pretrained: a folder that
+  // transformers saved, or a Hub id in the local cache) instead of fresh
+  // weights; the data's labels decide its classifier (io::adapt_classifier).
+  // A --resume checkpoint, when given, is what the run continues from.
+  std::string init_from;
   // fp32, or bf16 mixed precision (bf16 matmul operands, f32 everything else);
   // tf32 is a CUDA setting and an error on the cpu device.
   std::string precision = "fp32";
@@ -181,15 +186,25 @@ void validate(const TrainConfig& cfg);
 // command line shows its model before the run, which continues from it.
 std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg);
 
+// The names of cfg.data's labels, in label order: an image folder's class
+// sub-folders, Fashion-MNIST's classes; none for random data.
+std::vector<std::string> data_labels(const TrainConfig& cfg);
+
+// The pretrained model of cfg.init_from (none when it is empty), with a
+// classifier for the data's labels (data_labels; the checkpoint's for random
+// data), loaded once: the command line shows its model and notes first.
+std::optional<io::Pretrained> load_init(const TrainConfig& cfg);
+
 // Runs the experiment: random images (or a data set), ViT, the loss of the
 // config's problem_type (mean softmax cross-entropy for classes; targets made
 // from the class labels otherwise, see targets_for in step.cpp), SGD or
 // AdamW. on_step is called after every step. `resumed` is the checkpoint of
 // cfg.resume_dir (load_resume), checked against cfg before the run goes on
-// from it; its model replaces cfg.model. The first form loads it itself.
+// from it; its model replaces cfg.model. Otherwise `init` (load_init), when
+// given, is where it starts. The first form loads both itself.
 TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks = {});
 TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
-                const Callbacks& callbacks = {});
+                const Callbacks& callbacks = {}, std::optional<io::Pretrained> init = std::nullopt);
 
 // Loss and top-1 accuracy of a model's parameters on data sets, in batches:
 // eager, or compiled, one forward pass per batch shape (the last batch of a

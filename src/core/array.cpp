@@ -73,9 +73,9 @@ void convert_typed(const S* s, D* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<D, bool>)
       d[i] = static_cast<float>(s[i]) != 0.0f;
-    else if constexpr (std::is_same_v<D, bf16>)
-      d[i] = bf16(static_cast<float>(s[i]));
-    else if constexpr (std::is_same_v<S, bf16>)
+    else if constexpr (std::is_same_v<D, bf16> || std::is_same_v<D, f16>)
+      d[i] = D(static_cast<float>(s[i]));
+    else if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, f16>)
       d[i] = static_cast<D>(static_cast<float>(s[i]));
     else
       d[i] = static_cast<D>(s[i]);
@@ -91,7 +91,7 @@ void convert_from(const S* s, void* dst, DType dt, int64_t n) {
     case DType::i32: return convert_typed(s, static_cast<int32_t*>(dst), n);
     case DType::i64: return convert_typed(s, static_cast<int64_t*>(dst), n);
     case DType::bool_: return convert_typed(s, static_cast<bool*>(dst), n);
-    case DType::f16: break;
+    case DType::f16: return convert_typed(s, static_cast<f16*>(dst), n);
   }
   fail("convert", std::string("conversion to ") + name_of(dt) + " is not supported");
 }
@@ -110,7 +110,7 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
     case DType::i32: return convert_from(static_cast<const int32_t*>(src), dst, dt, n);
     case DType::i64: return convert_from(static_cast<const int64_t*>(src), dst, dt, n);
     case DType::bool_: return convert_from(static_cast<const bool*>(src), dst, dt, n);
-    case DType::f16: break;
+    case DType::f16: return convert_from(static_cast<const f16*>(src), dst, dt, n);
   }
   fail("convert", std::string("conversion from ") + name_of(st) + " is not supported");
 }

@@ -1,5 +1,7 @@
 // kiln core: errors, dtypes, shapes, devices.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "kiln/device.h"
@@ -37,6 +39,42 @@ const char* name_of(DType dt) {
     case DType::bool_: return "bool";
   }
   return "?";
+}
+
+float f16::to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);  // infinity, NaN (payload kept)
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);  // normal: rebias 15 -> 127
+  } else {
+    float f = static_cast<float>(man) * 0x1p-24f;  // zero, subnormal: man * 2^-24, exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f16::from_float(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;                // NaN: a quiet one
+  if (a >= 0x477ff000u) return sign | 0x7c00u;               // from 65520 up: rounds to infinity
+  if (a >= 0x38800000u) {                                    // a normal f16 (from 2^-14 up)
+    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);  // nearest even at bit 13
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  // Subnormal (or zero): a multiple of 2^-24, rounded to nearest even (the
+  // scaling is exact; 1024 is the smallest normal, 0x0400).
+  float mag;
+  std::memcpy(&mag, &a, 4);
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(mag * 0x1p24f)));
 }
 
 bool is_floating(DType dt) {

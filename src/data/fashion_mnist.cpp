@@ -109,6 +109,13 @@ std::string find_file(const std::string& dir, const std::string& stem) {
 
 }  // namespace
 
+const std::vector<std::string>& FashionMnist::class_names() {
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                                 "Coat",        "Sandal",    "Shirt",    "Sneaker",
+                                                 "Bag",         "Ankle boot"};
+  return names;
+}
+
 FashionMnist::FashionMnist(FashionMnistOptions opt) : opt_(std::move(opt)) {
   std::string prefix;
   if (opt_.split == "train")

@@ -116,6 +116,19 @@ Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin) 
   return decode(bytes, 3, origin, true);
 }
 
+std::vector<std::string> ImageFolder::list_classes(const std::string& root) {
+  const std::string origin = "imagefolder";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    fail(origin, root + ": not a directory (expected one sub-folder per class)");
+  std::vector<std::string> classes;
+  for (auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  if (classes.empty()) fail(origin, root + ": no class sub-folders");
+  return classes;
+}
+
 ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
   const std::string origin = "imagefolder";
   if (opt_.split != "all" && opt_.split != "train" && opt_.split != "holdout")
@@ -133,13 +146,7 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
       static_cast<int64_t>(opt_.std.size()) < opt_.channels)
     fail(origin, "mean and std need one value per channel");
   if (opt_.holdout_every < 2) fail(origin, "holdout_every must be >= 2");
-  std::error_code ec;
-  if (!fs::is_directory(opt_.root, ec))
-    fail(origin, opt_.root + ": not a directory (expected one sub-folder per class)");
-  for (auto& e : fs::directory_iterator(opt_.root))
-    if (e.is_directory()) classes_.push_back(e.path().filename().string());
-  std::sort(classes_.begin(), classes_.end());
-  if (classes_.empty()) fail(origin, opt_.root + ": no class sub-folders");
+  classes_ = list_classes(opt_.root);
   for (size_t c = 0; c < classes_.size(); ++c) {
     std::vector<std::string> names;
     for (auto& e : fs::directory_iterator(fs::path(opt_.root) / classes_[c]))

@@ -84,9 +84,26 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
   // else 2.
   c.num_labels = 2;
   if (j.contains("id2label")) {
-    if (!j["id2label"].is_object())
-      bad("id2label", "is " + j["id2label"].dump() + ", expected an object");
-    c.num_labels = static_cast<int64_t>(j["id2label"].size());
+    const json& v = j["id2label"];
+    if (!v.is_object()) bad("id2label", "is " + v.dump() + ", expected an object");
+    c.num_labels = static_cast<int64_t>(v.size());
+    // Keys "0" ... "N-1" (transformers turns them into integers), each naming a label.
+    c.id2label.assign(v.size(), "");
+    std::vector<bool> seen(v.size(), false);
+    for (auto& [key, name] : v.items()) {
+      int64_t id = -1;
+      if (!key.empty() && key.size() <= 18 &&
+          key.find_first_not_of("0123456789") == std::string::npos && (key == "0" || key[0] != '0'))
+        id = std::stoll(key);
+      if (id < 0 || id >= c.num_labels || seen[id])
+        bad("id2label", "has the key \"" + key + "\", expected the label ids 0 ... " +
+                            std::to_string(c.num_labels - 1) + ", each once");
+      if (!name.is_string())
+        bad("id2label",
+            "has \"" + key + "\": " + name.dump() + ", expected a label name (a string)");
+      seen[id] = true;
+      c.id2label[id] = name.get<std::string>();
+    }
   } else {
     integer("num_labels", c.num_labels);
   }
@@ -136,8 +153,8 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
 void save_vit_config(const std::string& path, const nn::ViTConfig& c) {
   json id2label = json::object(), label2id = json::object();
   for (int64_t i = 0; i < c.num_labels; ++i) {
-    id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
-    label2id["LABEL_" + std::to_string(i)] = i;
+    id2label[std::to_string(i)] = c.label_name(i);
+    label2id[c.label_name(i)] = i;
   }
   auto size = [](const nn::Size2d& s) {
     return s.square() ? json(s.height) : json::array({s.height, s.width});

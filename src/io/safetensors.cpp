@@ -25,7 +25,7 @@ constexpr uint64_t kMaxElements = 1ull << 60;
 
 bool dtype_from_name(const std::string& s, DType& dt) {
   static const std::pair<const char*, DType> names[] = {
-      {"F32", DType::f32}, {"F64", DType::f64}, {"BF16", DType::bf16},
+      {"F32", DType::f32}, {"F64", DType::f64}, {"BF16", DType::bf16}, {"F16", DType::f16},
       {"I32", DType::i32}, {"I64", DType::i64}, {"BOOL", DType::bool_}};
   for (auto& [n, d] : names)
     if (s == n) {
@@ -127,7 +127,7 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& pat
     DType dt;
     std::string dts = entry["dtype"].get<std::string>();
     if (!dtype_from_name(dts, dt))
-      bad(where + " has dtype " + dts + ", expected one of F32, F64, BF16, I32, I64, BOOL");
+      bad(where + " has dtype " + dts + ", expected one of F32, F64, BF16, F16, I32, I64, BOOL");
     if (!entry.contains("shape") || !entry["shape"].is_array()) bad(where + " has no shape");
     Shape shape;
     uint64_t count = 1;
@@ -170,7 +170,6 @@ void save_safetensors(const std::string& path, const Params& tensors,
   uint64_t offset = 0;
   for (auto& [name, a] : tensors) {
     if (!a.valid()) fail("safetensors", path + ": tensor '" + name + "' is an empty Array handle");
-    if (a.dtype() == DType::f16) fail("safetensors", "f16 arrays are not supported yet");
     uint64_t bytes = a.nbytes();
     header[name] = {{"dtype", dtype_name(a.dtype())},
                     {"shape", a.shape()},

@@ -113,6 +113,10 @@ ProblemType ViTConfig::problem_for(DType labels) const {
   return ProblemType::MultiLabel;
 }
 
+std::string ViTConfig::label_name(int64_t i) const {
+  return i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);
+}
+
 void ViTConfig::validate(const std::string& origin) const {
   auto positive = [&](int64_t v, const char* field) {
     if (v <= 0) fail(origin, std::string(field) + " must be positive, got " + std::to_string(v));
@@ -128,6 +132,9 @@ void ViTConfig::validate(const std::string& origin) const {
   positive(num_channels, "num_channels");
   if (num_labels < 0)
     fail(origin, "num_labels must be >= 0 (0: no classifier), got " + std::to_string(num_labels));
+  if (!id2label.empty() && static_cast<int64_t>(id2label.size()) != num_labels)
+    fail(origin, "id2label names " + std::to_string(id2label.size()) + " labels, num_labels is " +
+                     std::to_string(num_labels));
   // Bounds far above any real ViT that keep every size kiln derives from a
   // config (shapes, parameter and FLOP counts) inside 64-bit integers.
   auto at_most = [&](int64_t v, int64_t limit, const char* field) {

@@ -106,4 +106,19 @@ std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg) {
   return io::load_checkpoint(cfg.resume_dir);
 }
 
+std::vector<std::string> data_labels(const TrainConfig& cfg) {
+  if (cfg.data == "fashion-mnist") return data::FashionMnist::class_names();
+  if (cfg.data.rfind("imagefolder:", 0) == 0)
+    return data::ImageFolder::list_classes(cfg.data.substr(12));
+  return {};
+}
+
+std::optional<io::Pretrained> load_init(const TrainConfig& cfg) {
+  if (cfg.init_from.empty()) return std::nullopt;
+  io::Pretrained m = io::load_pretrained(cfg.init_from);
+  // A key of its own: the parameters' key draws a whole model.
+  io::adapt_classifier(m, data_labels(cfg), random::fold_in(random::Key(cfg.seed), 0x1ead));
+  return m;
+}
+
 }  // namespace kiln::train

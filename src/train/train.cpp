@@ -42,10 +42,12 @@ struct Start {
   int64_t first_step = 1, data_position = 0;
 };
 
-// The checkpoint `resumed`, checked against cfg, or fresh parameters (from
-// `key`) and optimizer state for cfg.model.
+// The checkpoint `resumed`, checked against cfg, or the pretrained model
+// `init`, or fresh parameters (from `key`) for cfg.model; and the optimizer
+// state.
 Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
-                      const optim::Optimizer& optimizer, const random::Key& key) {
+                      std::optional<io::Pretrained> init, const optim::Optimizer& optimizer,
+                      const random::Key& key) {
   Start s{cfg.model};
   if (resumed) {
     io::Checkpoint& ck = *resumed;
@@ -69,6 +71,14 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
         fail("train", resume + "the optimizer state has no '" + name + "'");
     s.first_step = s.state.step + 1;
     s.data_position = ck.data_position;
+  } else if (init) {
+    s.model = init->config;
+    s.params = std::move(init->params);
+    s.state = optimizer.init(s.params);
+  } else {
+    // A new model's labels are named after the data's (an image folder's classes).
+    std::vector<std::string> labels = data_labels(cfg);
+    if (static_cast<int64_t>(labels.size()) == s.model.num_labels) s.model.id2label = labels;
   }
   require_classifier(s.model, "train");
   // The model and the optimizer state live on the training device (a new
@@ -399,11 +409,13 @@ void Trainer::summarize() {
 
 TrainReport run(const TrainConfig& cfg, const Callbacks& callbacks) {
   validate(cfg);  // before the checkpoint is read
-  return run(cfg, load_resume(cfg), callbacks);
+  std::optional<io::Checkpoint> resumed = load_resume(cfg);
+  std::optional<io::Pretrained> init = resumed ? std::nullopt : load_init(cfg);
+  return run(cfg, std::move(resumed), callbacks, std::move(init));
 }
 
 TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
-                const Callbacks& callbacks) {
+                const Callbacks& callbacks, std::optional<io::Pretrained> init) {
   auto run_start = Clock::now();
   validate(cfg);
   dist::set_timeout(cfg.dist_timeout);
@@ -412,7 +424,7 @@ TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
   set_matmul_precision(cfg.precision == "tf32" ? MatmulPrecision::tf32 : MatmulPrecision::fp32);
   auto optimizer = make_optimizer(cfg);
   auto keys = random::split(random::Key(cfg.seed), 3);  // parameters, dropout, (unused)
-  Start start = restore_or_init(cfg, std::move(resumed), *optimizer, keys[0]);
+  Start start = restore_or_init(cfg, std::move(resumed), std::move(init), *optimizer, keys[0]);
   return Trainer(cfg, callbacks, *optimizer, std::move(start), keys[1], run_start).run();
 }
 

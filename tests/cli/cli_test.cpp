@@ -77,6 +77,15 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --schedule cosine --lr-warmup 30 --steps 20", "cosine decay needs total steps"},
       {"train --resume /nonexistent-checkpoint", "--resume"},
       {"eval --checkpoint /nonexistent-checkpoint", "no such checkpoint directory"},
+      {"eval --data fashion-mnist",
+       "give --checkpoint DIR (written by kiln train --save) or --model SRC"},
+      {"eval --model " + std::string(KILN_FIXTURES_DIR) + "/pretrained/v4-headless",
+       "no classifier (a ViTModel checkpoint): fine-tune it first"},
+      {"train --init-from /nonexistent/model",
+       "/nonexistent/model: not a folder, and not a Hub id"},
+      {"train --init-from org/not-cached",
+       "org/not-cached: not a folder, and not in the Hugging Face cache"},
+      {"train --model vit-tiny --init-from org/x", "excludes"},
       {"plot /nonexistent.jsonl -o x.svg", "log"},
       {"plot " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json -o x.jpg",
        "kiln plot writes PNG or SVG"},
@@ -393,6 +402,101 @@ TEST(Cli, PlotDrawsLossesThatDifferBelowTheirPrecision) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(svg));
   for (auto& f : {log, svg}) std::filesystem::remove(f);
+}
+
+// An image folder of `classes`, 12 noise images each (20x24 RGB PNGs).
+std::string image_folder(const std::string& name, const std::vector<std::string>& classes) {
+  std::string root = temp_path(name);
+  std::filesystem::remove_all(root);
+  std::vector<uint8_t> rgb(20 * 24 * 3);
+  uint32_t x = 12345;
+  for (const std::string& c : classes) {
+    std::filesystem::create_directories(root + "/" + c);
+    for (int i = 0; i < 12; ++i) {
+      for (auto& v : rgb) v = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+      png_image img{};
+      img.version = PNG_IMAGE_VERSION;
+      img.width = 24, img.height = 20, img.format = PNG_FORMAT_RGB;
+      std::string file = root + "/" + c + "/" + std::to_string(i) + ".png";
+      EXPECT_TRUE(png_image_write_to_file(&img, file.c_str(), 0, rgb.data(), 0, nullptr)) << file;
+    }
+  }
+  return root;
+}
+
+// kiln train --init-from: a model that transformers saved, fine-tuned on an
+// image folder (at lr 0, so that the saved weights show what it started
+// from): the data's labels decide the classifier, and name the labels of
+// every model trained on a folder.
+TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
+  const std::string fixtures = std::string(KILN_FIXTURES_DIR) + "/pretrained/";
+  const std::string bees = image_folder("ants-bees", {"ants", "bees"});
+  const std::string same = image_folder("cat-dog-tench", {"cat", "dog", "tench"});
+  const std::string out = temp_path("finetuned");
+  const std::string run = " --steps 2 --warmup 1 --batch-size 4 --lr 0 --mode eager --save " + out;
+  auto saved = [&] { return io::load_safetensors(out + "/model.safetensors").tensors; };
+
+  // Other labels: a new classifier for them, every other weight the checkpoint's.
+  CliRun r =
+      kiln_cli("train --init-from " + fixtures + "v5-classifier --data imagefolder:" + bees + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--init-from " + fixtures +
+                          "v5-classifier: its classifier's 3 labels (cat, "
+                          "dog, tench) are not the data's: a new one for 2 labels (ants, bees), "
+                          "drawn as transformers does with ignore_mismatched_sizes"),
+            std::string::npos)
+      << r.output;
+  io::Pretrained start = io::load_pretrained(fixtures + "v5-classifier");
+  Params w = saved();
+  EXPECT_EQ(w.at("classifier.weight").shape(), (Shape{2, 16}));
+  for (auto& [name, p] : start.params) {
+    if (name.rfind("classifier.", 0) == 0) continue;
+    EXPECT_EQ(w.at(name).to_vector<float>(), p.to_vector<float>()) << name;
+  }
+  EXPECT_EQ(io::load_vit_config(out + "/config.json").id2label,
+            (std::vector<std::string>{"ants", "bees"}));
+  CliRun e = kiln_cli("eval --model " + out + " --data imagefolder:" + bees + " --mode eager");
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find(out + " on imagefolder:" + bees + " held-out: loss "), std::string::npos)
+      << e.output;
+
+  // The same labels: its classifier is kept.
+  r = kiln_cli("train --init-from " + fixtures + "v4-classifier --data imagefolder:" + same + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("a new one"), std::string::npos) << r.output;
+  EXPECT_EQ(saved().at("classifier.weight").to_vector<float>(),
+            io::load_pretrained(fixtures + "v4-classifier")
+                .params.at("classifier.weight")
+                .to_vector<float>());
+
+  // A headless ViTModel: its pooler left out, a classifier added; f16 weights converted.
+  r = kiln_cli("train --init-from " + fixtures + "v4-headless --data imagefolder:" + bees + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the pooler (pooler.dense.bias, pooler.dense.weight) is left out"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("it has no classifier: a new one for 2 labels (ants, bees)"),
+            std::string::npos)
+      << r.output;
+  r = kiln_cli("train --init-from " + fixtures + "v4-f16 --data imagefolder:" + same + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("weights stored in f16, converted to f32"), std::string::npos)
+      << r.output;
+
+  // A model trained from scratch on a folder is named after its classes too.
+  r = kiln_cli("train --config " + fixtures + "v5-classifier/config.json --data imagefolder:" +
+               bees + " --steps 1 --warmup 0 --batch-size 4 --save " + out);
+  ASSERT_NE(r.status, 0);  // 3 labels in the config, 2 classes in the folder
+  EXPECT_NE(r.output.find("has 2 classes (sub-folders), the model has num_labels 3"),
+            std::string::npos)
+      << r.output;
+  const std::string abc = image_folder("abc", {"a", "b", "c"});
+  r = kiln_cli("train --config " + fixtures + "v5-classifier/config.json --data imagefolder:" +
+               abc + " --steps 1 --warmup 0 --batch-size 4 --save " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(io::load_vit_config(out + "/config.json").id2label,
+            (std::vector<std::string>{"a", "b", "c"}));
+  for (const auto& d : {bees, same, abc, out}) std::filesystem::remove_all(d);
 }
 
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {

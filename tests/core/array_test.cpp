@@ -1,6 +1,8 @@
 // Arrays, creation ops, dtypes and the caching allocator.
 #include <gtest/gtest.h>
+
 #include <sys/resource.h>
+#include <cmath>
 
 #include "kiln/kiln.h"
 
@@ -62,6 +64,44 @@ TEST(Array, Bf16RoundsToNearestEven) {
   EXPECT_EQ(static_cast<float>(bf16(1.0f + 1.0f / 256)), 1.0f);               // tie, to even
   EXPECT_EQ(static_cast<float>(bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);  // tie, to even
   EXPECT_EQ(static_cast<float>(bf16(1.0f + 1.5f / 256)), 1.0f + 2.0f / 256);
+}
+
+TEST(Array, F16StorageConvertsExactlyAndRoundsToNearestEven) {
+  // Every f16 value goes to float and back unchanged (NaNs stay NaNs).
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16::to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16::to_float(f16::from_float(f)))) << std::hex << h;
+      continue;
+    }
+    EXPECT_EQ(f16::from_float(f), h) << std::hex << h;
+  }
+  EXPECT_EQ(f16::from_float(1.0f), 0x3c00);
+  EXPECT_EQ(f16::from_float(-2.0f), 0xc000);
+  EXPECT_EQ(f16::from_float(65504.0f), 0x7bff);  // the largest
+  EXPECT_EQ(f16::from_float(65519.0f), 0x7bff);  // below the halfway point
+  EXPECT_EQ(f16::from_float(65520.0f), 0x7c00);  // halfway: to even, infinity
+  EXPECT_EQ(f16::from_float(1e9f), 0x7c00);
+  EXPECT_EQ(f16::from_float(1.0f + 0x1p-11f), 0x3c00);    // tie, to even
+  EXPECT_EQ(f16::from_float(1.0f + 0x1.8p-10f), 0x3c02);  // tie, to even (up)
+  EXPECT_EQ(f16::from_float(0x1p-24f), 0x0001);           // the smallest subnormal
+  EXPECT_EQ(f16::from_float(0x1p-25f), 0x0000);           // tie, to even (zero)
+  EXPECT_EQ(f16::from_float(0x1.8p-24f), 0x0002);         // tie, to even (up)
+  EXPECT_EQ(f16::from_float(0x1.ff8p-15f), 0x03ff);       // the largest subnormal
+  EXPECT_EQ(f16::from_float(0x1.ffcp-15f), 0x0400);       // tie, to even: the smallest normal
+  EXPECT_EQ(f16::to_float(0x0001), 0x1p-24f);
+  // Arrays of f16 hold storage: conversions to and from every other type.
+  Array a = Array::from_vector<float>({0.5f, -3.25f, 1e5f}, {3});
+  std::vector<f16> h(3);
+  a.copy_to_host(h.data(), DType::f16);
+  EXPECT_EQ(h[0].bits, 0x3800);
+  Array b = Array::from_data(h.data(), {3}, DType::f16);
+  EXPECT_EQ(b.dtype(), DType::f16);
+  std::vector<float> back(3);
+  b.copy_to_host(back.data(), DType::f32);
+  EXPECT_EQ(back[0], 0.5f);
+  EXPECT_EQ(back[1], -3.25f);
+  EXPECT_TRUE(std::isinf(back[2]));
 }
 
 TEST(Array, Bf16ArithmeticComputesInF32) {

@@ -114,6 +114,27 @@ TEST(Config, Id2labelDecidesTheNumberOfLabelsAsInTransformers) {
              "field 'id2label' is [\"cat\"], expected an object");
 }
 
+TEST(Config, LabelNamesAreKeptAndSaved) {
+  ConfigFile f;
+  auto c = f.load(R"({"id2label": {"1": "dog", "0": "cat", "2": "tench"}, "label2id": {"x": 9}})");
+  EXPECT_EQ(c.id2label, (std::vector<std::string>{"cat", "dog", "tench"}));
+  EXPECT_EQ(c.label_name(2), "tench");
+  // Without id2label, transformers' names.
+  EXPECT_EQ(f.load(R"({"num_labels": 3})").label_name(1), "LABEL_1");
+  io::save_vit_config(f.path(), c);
+  EXPECT_EQ(io::load_vit_config(f.path()).id2label, c.id2label);
+  std::ifstream saved(f.path());
+  std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+  EXPECT_HAS(text, "\"tench\": 2");  // label2id
+  // Keys are the ids 0 ... N-1, each once; names are strings.
+  EXPECT_HAS(f.error(R"({"id2label": {"0": "a", "2": "b"}})"),
+             "field 'id2label' has the key \"2\", expected the label ids 0 ... 1, each once");
+  EXPECT_HAS(f.error(R"({"id2label": {"0": "a", "x": "b"}})"), "has the key \"x\"");
+  EXPECT_HAS(f.error(R"({"id2label": {"0": "a", "-1": "b"}})"), "has the key \"-1\"");
+  EXPECT_HAS(f.error(R"({"id2label": {"0": 7}})"),
+             "field 'id2label' has \"0\": 7, expected a label name (a string)");
+}
+
 TEST(Config, ProblemTypeDecidesTheLossOrTheLabelsDo) {
   ConfigFile f;
   auto c = f.load(R"({"problem_type": "multi_label_classification", "num_labels": 3})");

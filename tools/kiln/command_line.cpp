@@ -104,9 +104,16 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   auto* model_opt =
       t->add_option("--model", tf.model, "preset")
           ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
-  t->add_option("--config", tf.config_file, "a HuggingFace config.json instead of a preset")
-      ->check(CLI::ExistingFile)
-      ->excludes(model_opt);
+  auto* config_opt =
+      t->add_option("--config", tf.config_file, "a HuggingFace config.json instead of a preset")
+          ->check(CLI::ExistingFile)
+          ->excludes(model_opt);
+  t->add_option("--init-from", tc.init_from,
+                "start from a pretrained model: a folder that transformers saved, or a Hub id "
+                "(org/name[@revision]) in the local Hugging Face cache; the data's labels decide "
+                "its classifier")
+      ->excludes(model_opt)
+      ->excludes(config_opt);
   t->add_option_function<int64_t>(
        "--steps",
        [&](const int64_t& v) {
@@ -196,8 +203,12 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   EvalFlags& ef = cl.eval;
   auto* e = s.eval =
       app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
-  e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save")
-      ->required();
+  auto* ckpt_opt =
+      e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save");
+  e->add_option("--model", ef.model,
+                "a pretrained model instead: a folder that transformers saved, or a Hub id "
+                "(org/name[@revision]) in the local Hugging Face cache")
+      ->excludes(ckpt_opt);
   e->add_option("--data", ef.data, "fashion-mnist or imagefolder:PATH");
   e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
   e->add_option("--split", ef.split,

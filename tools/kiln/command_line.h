@@ -34,8 +34,8 @@ struct TrainFlags {
 };
 
 struct EvalFlags {
-  std::string checkpoint, data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test",
-                          mode = "jit", layout = "nchw", device = "cpu";
+  std::string checkpoint, model, data = "fashion-mnist", data_dir = data::kFashionMnistDir,
+                                 split = "test", mode = "jit", layout = "nchw", device = "cpu";
   int64_t batch_size = 256;
 };
 

@@ -302,13 +302,27 @@ int run_train(const cli::TrainFlags& f) {
   if (f.threads > 0) set_num_threads(f.threads);
   train::TrainConfig cfg = cli::train_config(f);
   std::optional<io::Checkpoint> resumed = train::load_resume(cfg);  // loaded once
+  std::optional<io::Pretrained> init;
   if (resumed) {
     cfg.model = resumed->config;
     cfg.model_name = cfg.resume_dir;
+  } else {
+    init = train::load_init(cfg);
+  }
+  if (init) {
+    cfg.model = init->config;
+    cfg.model_name =
+        cfg.init_from == init->dir ? cfg.init_from : cfg.init_from + " (" + init->dir + ")";
   }
   if (f.epochs > 0) cli::steps_for_epochs(cfg, f.epochs, train::load_data(cfg).train->size());
   train::validate(cfg);
   print_description(cfg);
+  if (resumed && !cfg.init_from.empty())
+    std::printf("--init-from %s: not read (the run continues from --resume %s)\n",
+                cfg.init_from.c_str(), cfg.resume_dir.c_str());
+  if (init)
+    for (const std::string& note : init->notes)
+      std::printf("--init-from %s: %s\n", cfg.init_from.c_str(), note.c_str());
   int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
   Progress progress(cfg, print_every);
   progress.started();
@@ -321,17 +335,49 @@ int run_train(const cli::TrainFlags& f) {
       .peak_gflops = parse_device(cfg.device) == Device::cpu()
                          ? std::function<double()>(tools::measure_peak_gflops)
                          : std::function<double()>()};
-  print_report(cfg, train::run(cfg, std::move(resumed), callbacks));
+  print_report(cfg, train::run(cfg, std::move(resumed), callbacks, std::move(init)));
   return 0;
 }
 
 int run_eval(const cli::EvalFlags& f) {
-  io::Checkpoint ck = io::load_checkpoint(f.checkpoint);
+  if (f.checkpoint.empty() == f.model.empty())
+    fail("eval",
+         "give --checkpoint DIR (written by kiln train --save) or --model SRC (a pretrained "
+         "model: a folder that transformers saved, or a Hub id)");
+  // A pretrained model is evaluated as it is: its labels must be the data's.
+  io::Checkpoint ck;
+  std::string what = f.checkpoint;
+  if (!f.model.empty()) {
+    io::Pretrained m = io::load_pretrained(f.model);
+    if (!m.has_classifier)
+      fail("eval", "--model " + f.model +
+                       ": no classifier (a ViTModel checkpoint): fine-tune it "
+                       "first (kiln train --init-from " +
+                       f.model + " --data ...)");
+    for (const std::string& note : m.notes)
+      std::printf("--model %s: %s\n", f.model.c_str(), note.c_str());
+    ck.config = m.config;
+    ck.params = std::move(m.params);
+    what = f.model;
+  } else {
+    ck = io::load_checkpoint(f.checkpoint);
+    what += " (step " + std::to_string(ck.state.step) + ")";
+  }
   train::TrainConfig cfg;
   cfg.model = ck.config;
   cfg.data = f.data;
   cfg.data_dir = f.data_dir;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  const std::vector<std::string> labels = train::data_labels(cfg);
+  if (static_cast<int64_t>(labels.size()) == cfg.model.num_labels)
+    for (int64_t i = 0; i < cfg.model.num_labels; ++i)
+      if (cfg.model.label_name(i) != labels[i]) {
+        std::printf(
+            "note: the model's label %lld is '%s', the data's '%s' (label i is counted as "
+            "class i)\n",
+            (long long)i, cfg.model.label_name(i).c_str(), labels[i].c_str());
+        break;
+      }
   train::DataSplits splits = train::load_data(cfg);
   auto ds = f.split == "train" ? splits.train : splits.eval;
   if (!ds)
@@ -340,8 +386,8 @@ int run_eval(const cli::EvalFlags& f) {
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
   auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
-  std::printf("%s (step %lld) on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n",
-              f.checkpoint.c_str(), (long long)ck.state.step, f.data.c_str(),
+  std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n", what.c_str(),
+              f.data.c_str(),
               f.split == "train"          ? "train"
               : f.data == "fashion-mnist" ? "test"
                                           : "held-out",

@@ -1,0 +1,329 @@
+// kiln io: pretrained models as transformers saves them (a folder) or as the
+// Hugging Face Hub cache holds them, read into ViTForImageClassification's
+// names; and a classifier for new labels.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kiln/io.h"
+
+namespace kiln::io {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kOrigin = "model";
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// transformers 5's module names in memory (its save_pretrained writes 4.x's),
+// per encoder layer: 5.x -> 4.x.
+constexpr std::pair<const char*, const char*> kV5Names[] = {
+    {"attention.q_proj.", "attention.attention.query."},
+    {"attention.k_proj.", "attention.attention.key."},
+    {"attention.v_proj.", "attention.attention.value."},
+    {"attention.o_proj.", "attention.output.dense."},
+    {"mlp.fc1.", "intermediate.dense."},
+    {"mlp.fc2.", "output.dense."}};
+
+// A checkpoint's tensor name in ViTForImageClassification's: ViTModel's lack
+// the "vit." prefix; transformers 5's encoder is "layers.N" with new modules.
+std::string classifier_name(std::string name) {
+  if (starts_with(name, "classifier.")) return name;
+  if (!starts_with(name, "vit.")) name = "vit." + name;
+  const std::string layers = "vit.layers.";
+  if (starts_with(name, layers)) {
+    size_t dot = name.find('.', layers.size());
+    if (dot == std::string::npos) return name;
+    std::string rest = name.substr(dot + 1);
+    for (const auto& [v5, v4] : kV5Names)
+      if (starts_with(rest, v5)) {
+        rest = v4 + rest.substr(std::strlen(v5));
+        break;
+      }
+    name = "vit.encoder.layer." + name.substr(layers.size(), dot - layers.size()) + "." + rest;
+  }
+  return name;
+}
+
+// A file name from an index or a Hub folder: a plain name in the model's folder.
+void check_file_name(const std::string& name, const std::string& where) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\\') != std::string::npos || name.find('\0') != std::string::npos)
+    fail(kOrigin, where + " names the file \"" + name +
+                      "\", expected a file name in the model's folder (no folders, no '..')");
+}
+
+// `path` after every link, when it must stay inside `root` (a repository's
+// folder of the Hub cache); else `path`.
+std::string confined(const std::string& path, const std::string& root) {
+  if (root.empty()) return path;
+  std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  if (ec) fail(kOrigin, path + ": cannot resolve (" + ec.message() + ")");
+  fs::path base = fs::canonical(root, ec);
+  auto rel = real.lexically_relative(base);
+  if (ec || rel.empty() || *rel.begin() == "..")
+    fail(kOrigin, path + " leads to " + real.string() + ", outside " + root +
+                      " (a link out of the Hub cache's repository folder)");
+  return real.string();
+}
+
+// The weights of `dir`: model.safetensors, or the shards its index lists.
+// `root`: where links may lead (the Hub repository's folder), or "" for none.
+Params load_weights(const std::string& dir, const std::string& root) {
+  const std::string single = dir + "/model.safetensors";
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (fs::exists(single)) return load_safetensors(confined(single, root)).tensors;
+  if (!fs::exists(index_path)) {
+    std::string others;
+    for (const char* f :
+         {"pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack"})
+      if (fs::exists(dir + "/" + f)) others += std::string(others.empty() ? "" : ", ") + f;
+    fail(kOrigin, dir + ": no model.safetensors or model.safetensors.index.json" +
+                      (others.empty() ? std::string()
+                                      : " (it has " + others +
+                                            ": kiln reads safetensors only; transformers converts "
+                                            "with from_pretrained(...).save_pretrained(DIR))"));
+  }
+  json index;
+  try {
+    index = json::parse(read_file(confined(index_path, root), kOrigin));
+  } catch (const json::exception& e) {
+    fail(kOrigin, index_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    fail(kOrigin, index_path + ": expected an object with \"weight_map\": {tensor: file}");
+  std::map<std::string, std::vector<std::string>> by_file;
+  for (auto& [tensor, file] : index["weight_map"].items()) {
+    if (!file.is_string())
+      fail(kOrigin, index_path + ": weight_map[\"" + tensor + "\"] is " + file.dump() +
+                        ", expected a file name");
+    check_file_name(file.get<std::string>(), index_path + ": weight_map[\"" + tensor + "\"]");
+    by_file[file.get<std::string>()].push_back(tensor);
+  }
+  if (by_file.empty()) fail(kOrigin, index_path + ": weight_map lists no tensor");
+  Params out;
+  for (auto& [file, tensors] : by_file) {
+    const std::string path = dir + "/" + file;
+    if (!fs::exists(path))
+      fail(kOrigin, index_path + " lists " + file + ", which is not in " + dir);
+    Params shard = load_safetensors(confined(path, root)).tensors;
+    for (const std::string& t : tensors) {
+      auto it = shard.find(t);
+      if (it == shard.end())
+        fail(kOrigin, index_path + " puts tensor '" + t + "' in " + file + ", which lacks it");
+      out.emplace(t, it->second);
+    }
+  }
+  return out;
+}
+
+Array to_f32(const Array& a) {
+  if (a.dtype() == DType::f32) return a;
+  std::vector<float> v(a.size());
+  a.copy_to_host(v.data(), DType::f32);
+  return Array::from_data(v.data(), a.shape(), DType::f32);
+}
+
+std::string list(const std::vector<std::string>& names, size_t most = 4) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > most) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// "org/name" or "name", each part of letters, digits, '-', '_' and '.', not
+// starting with '.' (huggingface_hub's repository ids).
+bool is_repo_id(const std::string& id) {
+  size_t slash = id.find('/');
+  auto part_ok = [](const std::string& p) {
+    return !p.empty() && p.size() <= 96 && p[0] != '.' &&
+           p.find_first_not_of(
+               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
+               std::string::npos &&
+           p.find("..") == std::string::npos;
+  };
+  if (slash == std::string::npos) return part_ok(id);
+  return part_ok(id.substr(0, slash)) && part_ok(id.substr(slash + 1));
+}
+
+struct HubSnapshot {
+  std::string repo_dir, snapshot;
+};
+
+// The snapshot of a Hub id "org/name[@revision]" in the local cache.
+HubSnapshot hub_snapshot(const std::string& src) {
+  std::string id = src, revision = "main";
+  if (size_t at = src.find('@'); at != std::string::npos) {
+    id = src.substr(0, at);
+    revision = src.substr(at + 1);
+  }
+  if (!is_repo_id(id) || revision.empty() || revision.find("..") != std::string::npos ||
+      revision.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") !=
+          std::string::npos)
+    fail(kOrigin, src + ": not a folder, and not a Hub id (org/name or org/name@revision)");
+  std::string folder = "models--" + id;
+  for (size_t p; (p = folder.find('/')) != std::string::npos;) folder.replace(p, 1, "--");
+  const std::string cache = hub_cache_dir(), repo = cache + "/" + folder;
+  if (!fs::is_directory(repo))
+    fail(kOrigin, src + ": not a folder, and not in the Hugging Face cache (" + repo +
+                      " does not exist). Download it where huggingface_hub puts it "
+                      "(hf download " +
+                      id +
+                      "), set HF_HUB_CACHE or HF_HOME to the cache it "
+                      "is in, or pass the model's folder");
+  std::string commit = revision;
+  const std::string ref = repo + "/refs/" + revision;
+  if (fs::is_regular_file(ref)) {
+    commit = read_file(ref, kOrigin);
+    commit.erase(commit.find_last_not_of(" \n\r\t") + 1);
+  } else if (revision.size() != 40 ||
+             revision.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    fail(kOrigin, src + ": the cache has no revision '" + revision + "' (" + ref +
+                      " does not exist); the revisions it has are in " + repo + "/refs");
+  }
+  if (commit.size() != 40 || commit.find_first_not_of("0123456789abcdef") != std::string::npos)
+    fail(kOrigin, ref + ": holds \"" + commit + "\", expected a commit hash (40 hex digits)");
+  const std::string snapshot = repo + "/snapshots/" + commit;
+  if (!fs::is_directory(snapshot))
+    fail(kOrigin, src + ": " + snapshot + " does not exist (the cache has no files of revision " +
+                      revision + ")");
+  return {repo, snapshot};
+}
+
+}  // namespace
+
+std::string hub_cache_dir() {
+  for (const char* var : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"})
+    if (!env(var).empty()) return env(var);
+  if (!env("HF_HOME").empty()) return env("HF_HOME") + "/hub";
+  std::string xdg = env("XDG_CACHE_HOME");
+  if (xdg.empty()) xdg = env("HOME") + "/.cache";
+  return xdg + "/huggingface/hub";
+}
+
+std::string resolve_model_source(const std::string& src) {
+  if (src.empty()) fail(kOrigin, "no model given (a folder or a Hub id)");
+  std::error_code ec;
+  if (fs::is_directory(src, ec)) return src;
+  if (fs::exists(src, ec)) fail(kOrigin, src + ": a file; expected the model's folder or a Hub id");
+  return hub_snapshot(src).snapshot;
+}
+
+Pretrained load_pretrained(const std::string& src) {
+  Pretrained m;
+  std::string root;  // a Hub repository's folder: where its files may lead
+  std::error_code ec;
+  if (!src.empty() && !fs::is_directory(src, ec) && !fs::exists(src, ec)) {
+    HubSnapshot h = hub_snapshot(src);
+    m.dir = h.snapshot;
+    root = h.repo_dir;
+  } else {
+    m.dir = resolve_model_source(src);
+  }
+  const std::string config_path = m.dir + "/config.json";
+  if (!fs::exists(config_path))
+    fail(kOrigin, m.dir + ": no config.json (not a folder written by save_pretrained?)");
+  m.config = load_vit_config(confined(config_path, root));
+  Params raw = load_weights(m.dir, root);
+
+  // What ViTForImageClassification has, classifier included when the config has labels.
+  std::map<std::string, Shape> expected;
+  for (auto& [name, shape] : nn::ViTForImageClassification(m.config).parameter_shapes())
+    expected.emplace(name, shape);
+  std::vector<std::string> pooler, unused, converted_from;
+  std::set<std::string> dtypes;
+  for (auto& [name, a] : raw) {
+    const std::string ours = classifier_name(name);
+    if (starts_with(ours, "vit.pooler.")) {
+      pooler.push_back(name);
+      continue;
+    }
+    auto it = expected.find(ours);
+    if (it == expected.end()) {
+      unused.push_back(name);
+      continue;
+    }
+    if (!is_floating(a.dtype()))
+      fail(kOrigin, m.dir + ": tensor '" + name + "' is " + name_of(a.dtype()) +
+                        ", expected floating-point weights");
+    if (a.shape() != it->second)
+      fail(kOrigin, m.dir + ": tensor '" + name + "' has shape " + str(a.shape()) +
+                        ", but config.json (hidden_size " + std::to_string(m.config.hidden_size) +
+                        ", image_size " + nn::to_string(m.config.image_size) + ", patch_size " +
+                        nn::to_string(m.config.patch_size) + ", " +
+                        std::to_string(m.config.num_labels) + " labels) asks for " +
+                        str(it->second));
+    if (a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
+    if (!m.params.emplace(ours, to_f32(a)).second)
+      fail(kOrigin, m.dir + ": two tensors are '" + ours + "' (one of them '" + name + "')");
+  }
+  std::vector<std::string> missing;
+  for (auto& [name, shape] : expected)
+    if (!m.params.count(name) && !starts_with(name, "classifier.")) missing.push_back(name);
+  if (!missing.empty())
+    fail(kOrigin, m.dir + ": the weights lack " + list(missing) + " (config.json asks for " +
+                      std::to_string(m.config.num_hidden_layers) + " layers)");
+  const bool weight = m.params.count("classifier.weight"), bias = m.params.count("classifier.bias");
+  if (weight != bias)
+    fail(kOrigin, m.dir + ": the weights have classifier." + (weight ? "weight" : "bias") +
+                      " without classifier." + (weight ? "bias" : "weight"));
+  m.has_classifier = weight || m.config.num_labels == 0;
+  if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a ViTModel checkpoint)");
+  if (!dtypes.empty()) {
+    std::string names;
+    for (const auto& d : dtypes) names += (names.empty() ? "" : ", ") + d;
+    m.notes.push_back("weights stored in " + names + ", converted to f32");
+  }
+  if (!pooler.empty())
+    m.notes.push_back("the pooler (" + list(pooler, 2) +
+                      ") is left out: ViTForImageClassification does not use it");
+  if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
+  return m;
+}
+
+void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                      const random::Key& key) {
+  nn::ViTConfig& c = m.config;
+  std::vector<std::string> had;
+  for (int64_t i = 0; i < c.num_labels; ++i) had.push_back(c.label_name(i));
+  const bool same = labels.empty() || labels == had;
+  if (m.has_classifier && same) return;
+  if (!labels.empty()) {
+    c.num_labels = static_cast<int64_t>(labels.size());
+    c.id2label = labels;
+  }
+  m.params.erase("classifier.weight");
+  m.params.erase("classifier.bias");
+  if (c.num_labels > 0) {
+    const double std = c.initializer_range;
+    m.params["classifier.weight"] =
+        random::truncated_normal(key, {c.num_labels, c.hidden_size}, -2.0 / std, 2.0 / std) * std;
+    m.params["classifier.bias"] = zeros({c.num_labels});
+    eval(m.params);
+  }
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label_name(i));
+  m.notes.push_back(std::string(m.has_classifier
+                                    ? "its classifier's " + std::to_string(had.size()) +
+                                          " labels (" + list(had) + ") are not the data's"
+                                    : "it has no classifier") +
+                    ": a new one for " + std::to_string(c.num_labels) + " labels (" + list(names) +
+                    "), drawn as transformers does with ignore_mismatched_sizes");
+  m.has_classifier = true;
+}
+
+}  // namespace kiln::io
