@@ -197,6 +197,8 @@ int main(int argc, char** argv) {
                            sep);
   pm.add("escaping-name", R"({"weight_map": {"vit.layernorm.weight": "../model.safetensors"}})");
   pm.add("missing-shard", pre[0] + sep + pre[1] + sep + pre[2] + sep);
+  pm.add("long-name",
+         R"({"weight_map": {"vit.layernorm.weight": ")" + std::string(300, 'x') + R"("}})");
   pm.add("wrong-types", R"({"weight_map": {"classifier.bias": 3}, "metadata": []})");
 
   Corpus pl(fuzz_dir, "plot_log");

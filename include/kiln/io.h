@@ -76,10 +76,18 @@ std::string hub_cache_dir();
 // differ from the checkpoint's in number or names, or it has no classifier,
 // a new one is drawn as transformers does for ignore_mismatched_sizes
 // (weights truncated normal with std initializer_range, biases zero) and
-// m.notes says so. Empty labels keep the checkpoint's (a headless one gets a
-// classifier for config.num_labels).
+// m.notes says so; a classifier whose labels are transformers' made-up names
+// (LABEL_0 ...) is kept when the number fits, taking the data's names. Empty
+// labels keep the checkpoint's (a headless one gets a classifier for
+// config.num_labels).
 void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
                       const random::Key& key);
+// Converts F16, BF16 and F64 tensors of `params` to f32, on the host.
+void widen_to_f32(Params& params);
+// Gives `m` the image size `image_size`: its position embeddings are resampled
+// for the new grid of patches as transformers' interpolate_pos_encoding does
+// (nn::resample_position_embeddings), once, and m.notes says so.
+void set_image_size(Pretrained& m, nn::Size2d image_size);
 
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& contents);

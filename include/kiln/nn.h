@@ -124,6 +124,14 @@ struct ViTConfig {
   double train_flops_per_image() const;
 };
 
+// Position embeddings [1, 1 + from.height * from.width, hidden] (the [CLS]
+// one, then the patch grid row by row) for a grid of `to` patches, as
+// transformers' ViTEmbeddings.interpolate_pos_encoding makes them: the [CLS]
+// embedding kept, the grid resampled by torch's bicubic interpolation
+// (a = -0.75, align_corners=False, edge pixels repeated), in double on the
+// host; the same grid gives the same array back.
+Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to);
+
 enum class Layout { NCHW, NHWC };
 
 struct ApplyOptions {

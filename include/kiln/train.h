@@ -73,6 +73,10 @@ struct TrainConfig {
   // weights; the data's labels decide its classifier (io::adapt_classifier).
   // A --resume checkpoint, when given, is what the run continues from.
   std::string init_from;
+  // The images' size for init_from's model (its position embeddings
+  // resampled once, io::set_image_size); 0: the model's own. (A new model
+  // takes its size from cfg.model.)
+  nn::Size2d image_size = 0;
   // fp32, or bf16 mixed precision (bf16 matmul operands, f32 everything else);
   // tf32 is a CUDA setting and an error on the cpu device.
   std::string precision = "fp32";

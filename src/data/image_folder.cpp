@@ -122,8 +122,10 @@ std::vector<std::string> ImageFolder::list_classes(const std::string& root) {
   if (!fs::is_directory(root, ec))
     fail(origin, root + ": not a directory (expected one sub-folder per class)");
   std::vector<std::string> classes;
-  for (auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec))
+    if (it->is_directory(ec)) classes.push_back(it->path().filename().string());
+  if (ec) fail(origin, root + ": cannot list its sub-folders (" + ec.message() + ")");
   std::sort(classes.begin(), classes.end());
   if (classes.empty()) fail(origin, root + ": no class sub-folders");
   return classes;

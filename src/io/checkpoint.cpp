@@ -96,6 +96,7 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   Checkpoint c;
   c.config = load_vit_config(dir + "/config.json");
   c.params = load_safetensors(dir + "/model.safetensors").tensors;
+  widen_to_f32(c.params);  // kiln writes f32; a hand-made checkpoint may not
   nn::ViTForImageClassification(c.config).check(c.params, dir + "/model.safetensors");
   json t;
   std::string path = dir + "/trainer.json";

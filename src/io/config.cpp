@@ -87,22 +87,26 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
     const json& v = j["id2label"];
     if (!v.is_object()) bad("id2label", "is " + v.dump() + ", expected an object");
     c.num_labels = static_cast<int64_t>(v.size());
-    // Keys "0" ... "N-1" (transformers turns them into integers), each naming a label.
+    // Keys the label ids 0 ... N-1 (transformers takes int(key): "07" is 7),
+    // each naming a label (a string, or a number written as one).
     c.id2label.assign(v.size(), "");
     std::vector<bool> seen(v.size(), false);
+    auto shown = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 40) + "..." : s; };
     for (auto& [key, name] : v.items()) {
       int64_t id = -1;
-      if (!key.empty() && key.size() <= 18 &&
-          key.find_first_not_of("0123456789") == std::string::npos && (key == "0" || key[0] != '0'))
-        id = std::stoll(key);
+      const size_t digits = key.find_first_not_of('0') == std::string::npos
+                                ? 1
+                                : key.size() - key.find_first_not_of('0');
+      if (!key.empty() && digits <= 18 && key.find_first_not_of("0123456789") == std::string::npos)
+        id = std::stoll(key.substr(key.size() - digits));
       if (id < 0 || id >= c.num_labels || seen[id])
-        bad("id2label", "has the key \"" + key + "\", expected the label ids 0 ... " +
+        bad("id2label", "has the key \"" + shown(key) + "\", expected the label ids 0 ... " +
                             std::to_string(c.num_labels - 1) + ", each once");
-      if (!name.is_string())
-        bad("id2label",
-            "has \"" + key + "\": " + name.dump() + ", expected a label name (a string)");
+      if (!name.is_string() && !name.is_number())
+        bad("id2label", "has \"" + shown(key) + "\": " + shown(name.dump()) +
+                            ", expected a label name (a string)");
       seen[id] = true;
-      c.id2label[id] = name.get<std::string>();
+      c.id2label[id] = name.is_string() ? name.get<std::string>() : name.dump();
     }
   } else {
     integer("num_labels", c.num_labels);

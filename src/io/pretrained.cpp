@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -54,14 +55,16 @@ std::string classifier_name(std::string name) {
 
 // A file name from an index or a Hub folder: a plain name in the model's folder.
 void check_file_name(const std::string& name, const std::string& where) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.find('\\') != std::string::npos || name.find('\0') != std::string::npos)
-    fail(kOrigin, where + " names the file \"" + name +
-                      "\", expected a file name in the model's folder (no folders, no '..')");
+  if (name.empty() || name.size() > 255 || name == "." || name == ".." ||
+      name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    fail(kOrigin, where + " names the file \"" + name.substr(0, 80) +
+                      (name.size() > 80 ? "...\"" : "\"") +
+                      ", expected a file name in the model's folder (no folders, no '..')");
 }
 
-// `path` after every link, when it must stay inside `root` (a repository's
-// folder of the Hub cache); else `path`.
+// `path`, once it is checked that its links lead inside `root` (a
+// repository's folder of the Hub cache; "": anywhere).
 std::string confined(const std::string& path, const std::string& root) {
   if (root.empty()) return path;
   std::error_code ec;
@@ -72,7 +75,22 @@ std::string confined(const std::string& path, const std::string& root) {
   if (ec || rel.empty() || *rel.begin() == "..")
     fail(kOrigin, path + " leads to " + real.string() + ", outside " + root +
                       " (a link out of the Hub cache's repository folder)");
-  return real.string();
+  return path;
+}
+
+// Whether `path` exists (a broken link does not); an error that is not "no
+// such file" (too long a name, a loop of links, no permission) names it.
+bool exists(const std::string& path) {
+  std::error_code ec;
+  const bool there = fs::exists(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    fail(kOrigin, path + ": " + ec.message());
+  return there;
+}
+
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return exists(path) && fs::is_directory(path, ec);
 }
 
 // The weights of `dir`: model.safetensors, or the shards its index lists.
@@ -80,12 +98,12 @@ std::string confined(const std::string& path, const std::string& root) {
 Params load_weights(const std::string& dir, const std::string& root) {
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
-  if (fs::exists(single)) return load_safetensors(confined(single, root)).tensors;
-  if (!fs::exists(index_path)) {
+  if (exists(single)) return load_safetensors(confined(single, root)).tensors;
+  if (!exists(index_path)) {
     std::string others;
     for (const char* f :
          {"pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack"})
-      if (fs::exists(dir + "/" + f)) others += std::string(others.empty() ? "" : ", ") + f;
+      if (exists(dir + "/" + f)) others += std::string(others.empty() ? "" : ", ") + f;
     fail(kOrigin, dir + ": no model.safetensors or model.safetensors.index.json" +
                       (others.empty() ? std::string()
                                       : " (it has " + others +
@@ -112,8 +130,7 @@ Params load_weights(const std::string& dir, const std::string& root) {
   Params out;
   for (auto& [file, tensors] : by_file) {
     const std::string path = dir + "/" + file;
-    if (!fs::exists(path))
-      fail(kOrigin, index_path + " lists " + file + ", which is not in " + dir);
+    if (!exists(path)) fail(kOrigin, index_path + " lists " + file + ", which is not in " + dir);
     Params shard = load_safetensors(confined(path, root)).tensors;
     for (const std::string& t : tensors) {
       auto it = shard.find(t);
@@ -123,13 +140,6 @@ Params load_weights(const std::string& dir, const std::string& root) {
     }
   }
   return out;
-}
-
-Array to_f32(const Array& a) {
-  if (a.dtype() == DType::f32) return a;
-  std::vector<float> v(a.size());
-  a.copy_to_host(v.data(), DType::f32);
-  return Array::from_data(v.data(), a.shape(), DType::f32);
 }
 
 std::string list(const std::vector<std::string>& names, size_t most = 4) {
@@ -153,7 +163,7 @@ bool is_repo_id(const std::string& id) {
            p.find_first_not_of(
                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
                std::string::npos &&
-           p.find("..") == std::string::npos;
+           p.find("..") == std::string::npos && p.find("--") == std::string::npos;
   };
   if (slash == std::string::npos) return part_ok(id);
   return part_ok(id.substr(0, slash)) && part_ok(id.substr(slash + 1));
@@ -178,7 +188,7 @@ HubSnapshot hub_snapshot(const std::string& src) {
   std::string folder = "models--" + id;
   for (size_t p; (p = folder.find('/')) != std::string::npos;) folder.replace(p, 1, "--");
   const std::string cache = hub_cache_dir(), repo = cache + "/" + folder;
-  if (!fs::is_directory(repo))
+  if (!is_directory(repo))
     fail(kOrigin, src + ": not a folder, and not in the Hugging Face cache (" + repo +
                       " does not exist). Download it where huggingface_hub puts it "
                       "(hf download " +
@@ -187,8 +197,12 @@ HubSnapshot hub_snapshot(const std::string& src) {
                       "is in, or pass the model's folder");
   std::string commit = revision;
   const std::string ref = repo + "/refs/" + revision;
-  if (fs::is_regular_file(ref)) {
-    commit = read_file(ref, kOrigin);
+  if (exists(ref)) {
+    // A commit hash: the first bytes are enough (a link out of the repository is refused).
+    std::ifstream in(confined(ref, repo));
+    char buf[64] = {};
+    in.read(buf, sizeof buf);
+    commit.assign(buf, static_cast<size_t>(in.gcount()));
     commit.erase(commit.find_last_not_of(" \n\r\t") + 1);
   } else if (revision.size() != 40 ||
              revision.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -196,9 +210,9 @@ HubSnapshot hub_snapshot(const std::string& src) {
                       " does not exist); the revisions it has are in " + repo + "/refs");
   }
   if (commit.size() != 40 || commit.find_first_not_of("0123456789abcdef") != std::string::npos)
-    fail(kOrigin, ref + ": holds \"" + commit + "\", expected a commit hash (40 hex digits)");
+    fail(kOrigin, ref + ": expected a commit hash (40 hex digits) and a newline");
   const std::string snapshot = repo + "/snapshots/" + commit;
-  if (!fs::is_directory(snapshot))
+  if (!is_directory(snapshot))
     fail(kOrigin, src + ": " + snapshot + " does not exist (the cache has no files of revision " +
                       revision + ")");
   return {repo, snapshot};
@@ -206,36 +220,60 @@ HubSnapshot hub_snapshot(const std::string& src) {
 
 }  // namespace
 
-std::string hub_cache_dir() {
-  for (const char* var : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"})
-    if (!env(var).empty()) return env(var);
-  if (!env("HF_HOME").empty()) return env("HF_HOME") + "/hub";
-  std::string xdg = env("XDG_CACHE_HOME");
-  if (xdg.empty()) xdg = env("HOME") + "/.cache";
-  return xdg + "/huggingface/hub";
+void widen_to_f32(Params& params) {
+  for (auto& [name, a] : params) {
+    if (a.dtype() == DType::f32 || !is_floating(a.dtype())) continue;
+    std::vector<float> v(a.size());
+    a.copy_to_host(v.data(), DType::f32);
+    a = Array::from_data(v.data(), a.shape(), DType::f32);
+  }
 }
 
-std::string resolve_model_source(const std::string& src) {
+std::string hub_cache_dir() {
+  // As huggingface_hub's constants: a leading ~ is the home folder.
+  auto home = [](std::string p) {
+    return p.rfind("~/", 0) == 0 || p == "~" ? env("HOME") + p.substr(1) : p;
+  };
+  for (const char* var : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"})
+    if (!env(var).empty()) return home(env(var));
+  if (!env("HF_HOME").empty()) return home(env("HF_HOME")) + "/hub";
+  std::string xdg = env("XDG_CACHE_HOME");
+  if (xdg.empty()) xdg = env("HOME") + "/.cache";
+  return home(xdg) + "/huggingface/hub";
+}
+
+namespace {
+
+// A filesystem error that no check turned into a kiln::Error (a race with
+// another process, an unreadable folder): one, naming the source.
+template <typename F>
+auto guarded(const std::string& src, F&& f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    fail(kOrigin, src + ": " + e.what());
+  }
+}
+
+std::string resolve_unguarded(const std::string& src) {
   if (src.empty()) fail(kOrigin, "no model given (a folder or a Hub id)");
-  std::error_code ec;
-  if (fs::is_directory(src, ec)) return src;
-  if (fs::exists(src, ec)) fail(kOrigin, src + ": a file; expected the model's folder or a Hub id");
+  if (is_directory(src)) return src;
+  if (exists(src)) fail(kOrigin, src + ": a file; expected the model's folder or a Hub id");
   return hub_snapshot(src).snapshot;
 }
 
-Pretrained load_pretrained(const std::string& src) {
+Pretrained load_unguarded(const std::string& src) {
   Pretrained m;
   std::string root;  // a Hub repository's folder: where its files may lead
-  std::error_code ec;
-  if (!src.empty() && !fs::is_directory(src, ec) && !fs::exists(src, ec)) {
+  if (!src.empty() && !is_directory(src) && !exists(src)) {
     HubSnapshot h = hub_snapshot(src);
     m.dir = h.snapshot;
     root = h.repo_dir;
   } else {
-    m.dir = resolve_model_source(src);
+    m.dir = resolve_unguarded(src);
   }
   const std::string config_path = m.dir + "/config.json";
-  if (!fs::exists(config_path))
+  if (!exists(config_path))
     fail(kOrigin, m.dir + ": no config.json (not a folder written by save_pretrained?)");
   m.config = load_vit_config(confined(config_path, root));
   Params raw = load_weights(m.dir, root);
@@ -268,9 +306,10 @@ Pretrained load_pretrained(const std::string& src) {
                         std::to_string(m.config.num_labels) + " labels) asks for " +
                         str(it->second));
     if (a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
-    if (!m.params.emplace(ours, to_f32(a)).second)
+    if (!m.params.emplace(ours, a).second)
       fail(kOrigin, m.dir + ": two tensors are '" + ours + "' (one of them '" + name + "')");
   }
+  widen_to_f32(m.params);
   std::vector<std::string> missing;
   for (auto& [name, shape] : expected)
     if (!m.params.count(name) && !starts_with(name, "classifier.")) missing.push_back(name);
@@ -295,6 +334,16 @@ Pretrained load_pretrained(const std::string& src) {
   return m;
 }
 
+}  // namespace
+
+std::string resolve_model_source(const std::string& src) {
+  return guarded(src, [&] { return resolve_unguarded(src); });
+}
+
+Pretrained load_pretrained(const std::string& src) {
+  return guarded(src, [&] { return load_unguarded(src); });
+}
+
 void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
                       const random::Key& key) {
   nn::ViTConfig& c = m.config;
@@ -302,6 +351,17 @@ void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
   for (int64_t i = 0; i < c.num_labels; ++i) had.push_back(c.label_name(i));
   const bool same = labels.empty() || labels == had;
   if (m.has_classifier && same) return;
+  // transformers' made-up names (LABEL_0 ...) name nothing: a classifier of
+  // the data's size is kept, under the data's names.
+  bool unnamed = true;
+  for (int64_t i = 0; i < c.num_labels; ++i) unnamed &= had[i] == "LABEL_" + std::to_string(i);
+  if (m.has_classifier && unnamed && labels.size() == had.size()) {
+    c.id2label = labels;
+    m.notes.push_back("its classifier's labels are unnamed (" + list(had) +
+                      "): kept, as the data's " + std::to_string(labels.size()) + " labels (" +
+                      list(labels) + ")");
+    return;
+  }
   if (!labels.empty()) {
     c.num_labels = static_cast<int64_t>(labels.size());
     c.id2label = labels;
@@ -324,6 +384,26 @@ void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
                     ": a new one for " + std::to_string(c.num_labels) + " labels (" + list(names) +
                     "), drawn as transformers does with ignore_mismatched_sizes");
   m.has_classifier = true;
+}
+
+void set_image_size(Pretrained& m, nn::Size2d image_size) {
+  nn::ViTConfig c = m.config;
+  c.image_size = image_size;
+  c.validate("image size " + nn::to_string(image_size));
+  if (image_size == m.config.image_size) return;
+  const nn::Size2d from = m.config.grid(), to = c.grid();
+  const std::string what = "image size " + nn::to_string(m.config.image_size) + " -> " +
+                           nn::to_string(image_size) + ": ";
+  if (from != to) {
+    Array& pos = m.params.at("vit.embeddings.position_embeddings");
+    pos = nn::resample_position_embeddings(pos, from, to);
+    m.notes.push_back(what + "position embeddings resampled from " + nn::to_string(from) + " to " +
+                      nn::to_string(to) +
+                      " patches (bicubic, as transformers' interpolate_pos_encoding)");
+  } else {
+    m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
+  }
+  m.config.image_size = image_size;
 }
 
 }  // namespace kiln::io

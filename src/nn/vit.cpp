@@ -1,5 +1,6 @@
 // kiln nn: ViTForImageClassification, parameter for parameter as HuggingFace
 // transformers builds it (modeling_vit.py, eager attention).
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <set>
@@ -261,6 +262,57 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
     s.push_back({"classifier.bias", {c.num_labels}});
   }
   return s;
+}
+
+Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to) {
+  const int64_t n = from.height * from.width;
+  if (pos.ndim() != 3 || pos.shape()[0] != 1 || pos.shape()[1] != 1 + n)
+    fail("vit", "position embeddings of shape " + str(pos.shape()) + " for a grid of " +
+                    to_string(from) + " patches, expected (1," + std::to_string(1 + n) +
+                    ",hidden)");
+  if (to.height <= 0 || to.width <= 0)
+    fail("vit", "a grid of " + to_string(to) + " patches, expected at least one patch");
+  if (from == to) return pos;
+  const int64_t dim = pos.shape()[2];
+  const std::vector<double> in = pos.to_vector<double>();
+  std::vector<float> out((1 + to.height * to.width) * dim);
+  for (int64_t c = 0; c < dim; ++c) out[c] = static_cast<float>(in[c]);
+  // torch's upsample_bicubic2d: source coordinate (x + 0.5) * in/out - 0.5,
+  // Keys' cubic convolution with a = -0.75 on the 4 neighbours, clamped.
+  struct Taps {
+    int64_t index[4];
+    double weight[4];
+  };
+  auto taps = [](int64_t dst, int64_t in_size, int64_t out_size) {
+    const double a = -0.75;
+    const double real = (dst + 0.5) * (static_cast<double>(in_size) / out_size) - 0.5;
+    const double lo = std::floor(real), t = real - lo;
+    auto near = [a](double x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };       // |x| <= 1
+    auto far = [a](double x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };  // 1 < |x| < 2
+    Taps k{};
+    const double w[4] = {far(t + 1), near(t), near(1 - t), far(2 - t)};
+    for (int i = 0; i < 4; ++i) {
+      k.index[i] = std::clamp<int64_t>(static_cast<int64_t>(lo) - 1 + i, 0, in_size - 1);
+      k.weight[i] = w[i];
+    }
+    return k;
+  };
+  for (int64_t oy = 0; oy < to.height; ++oy) {
+    const Taps ky = taps(oy, from.height, to.height);
+    for (int64_t ox = 0; ox < to.width; ++ox) {
+      const Taps kx = taps(ox, from.width, to.width);
+      float* dst = &out[(1 + oy * to.width + ox) * dim];
+      for (int64_t c = 0; c < dim; ++c) {
+        double sum = 0;
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j)
+            sum += ky.weight[i] * kx.weight[j] *
+                   in[(1 + ky.index[i] * from.width + kx.index[j]) * dim + c];
+        dst[c] = static_cast<float>(sum);
+      }
+    }
+  }
+  return Array::from_data(out.data(), {1, 1 + to.height * to.width, dim}, DType::f32);
 }
 
 Params ViTForImageClassification::init(const random::Key& key, Device device) const {

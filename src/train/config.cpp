@@ -118,6 +118,7 @@ std::optional<io::Pretrained> load_init(const TrainConfig& cfg) {
   io::Pretrained m = io::load_pretrained(cfg.init_from);
   // A key of its own: the parameters' key draws a whole model.
   io::adapt_classifier(m, data_labels(cfg), random::fold_in(random::Key(cfg.seed), 0x1ead));
+  if (cfg.image_size.height > 0) io::set_image_size(m, cfg.image_size);
   return m;
 }
 

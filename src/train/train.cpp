@@ -71,6 +71,9 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
         fail("train", resume + "the optimizer state has no '" + name + "'");
     s.first_step = s.state.step + 1;
     s.data_position = ck.data_position;
+    if (cfg.image_size.height > 0 && cfg.image_size != ck.config.image_size)
+      fail("train", resume + "the checkpoint's images are " + nn::to_string(ck.config.image_size) +
+                        ", --image-size asks for " + nn::to_string(cfg.image_size));
   } else if (init) {
     s.model = init->config;
     s.params = std::move(init->params);
@@ -418,6 +421,7 @@ TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
                 const Callbacks& callbacks, std::optional<io::Pretrained> init) {
   auto run_start = Clock::now();
   validate(cfg);
+  if (!resumed && !init) init = load_init(cfg);
   dist::set_timeout(cfg.dist_timeout);
   // The f32 matmul precision of the run (process-wide, as PyTorch's
   // allow_tf32): traced into every step's matmuls.

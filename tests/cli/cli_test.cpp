@@ -86,6 +86,10 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --init-from org/not-cached",
        "org/not-cached: not a folder, and not in the Hugging Face cache"},
       {"train --model vit-tiny --init-from org/x", "excludes"},
+      {"train --image-size 0",
+       "--image-size: expected H or HxW (positive integers, e.g. 384 or 224x320), got '0'"},
+      {"train --image-size 224x", "--image-size: expected H or HxW"},
+      {"eval --checkpoint x --image-size 32", "--image-size goes with --model"},
       {"plot /nonexistent.jsonl -o x.svg", "log"},
       {"plot " + std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json -o x.jpg",
        "kiln plot writes PNG or SVG"},
@@ -459,6 +463,20 @@ TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
   ASSERT_EQ(e.status, 0) << e.output;
   EXPECT_NE(e.output.find(out + " on imagefolder:" + bees + " held-out: loss "), std::string::npos)
       << e.output;
+
+  // Another image size: the position embeddings resampled once, the size saved.
+  r = kiln_cli("train --init-from " + fixtures +
+               "v5-classifier --image-size 24 --data imagefolder:" + bees + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("image size 16 -> 24: position embeddings resampled from 4 to 6 patches"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(saved().at("vit.embeddings.position_embeddings").shape(), (Shape{1, 37, 16}));
+  EXPECT_EQ(io::load_vit_config(out + "/config.json").image_size, nn::Size2d(24));
+  e = kiln_cli("eval --model " + fixtures +
+               "v5-classifier --image-size 12x20 --data imagefolder:" + same + " --mode eager");
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("resampled from 4 to 3x5 patches"), std::string::npos) << e.output;
 
   // The same labels: its classifier is kept.
   r = kiln_cli("train --init-from " + fixtures + "v4-classifier --data imagefolder:" + same + run);

@@ -131,8 +131,11 @@ TEST(Config, LabelNamesAreKeptAndSaved) {
              "field 'id2label' has the key \"2\", expected the label ids 0 ... 1, each once");
   EXPECT_HAS(f.error(R"({"id2label": {"0": "a", "x": "b"}})"), "has the key \"x\"");
   EXPECT_HAS(f.error(R"({"id2label": {"0": "a", "-1": "b"}})"), "has the key \"-1\"");
-  EXPECT_HAS(f.error(R"({"id2label": {"0": 7}})"),
-             "field 'id2label' has \"0\": 7, expected a label name (a string)");
+  EXPECT_HAS(f.error(R"({"id2label": {"0": [7]}})"),
+             "field 'id2label' has \"0\": [7], expected a label name (a string)");
+  // As transformers' int(key): leading zeros; numbers name labels too.
+  EXPECT_EQ(f.load(R"({"id2label": {"00": "a", "01": 7}})").id2label,
+            (std::vector<std::string>{"a", "7"}));
 }
 
 TEST(Config, ProblemTypeDecidesTheLossOrTheLabelsDo) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -75,6 +76,29 @@ class Scratch {
   fs::path dir_;
 };
 
+// Restores the variables the Hub cache reads, whatever a test did to them.
+class EnvGuard {
+ public:
+  EnvGuard() {
+    for (const char* v : kVars)
+      if (const char* x = std::getenv(v)) saved_[v] = x;
+  }
+  ~EnvGuard() {
+    for (const char* v : kVars) {
+      auto it = saved_.find(v);
+      if (it == saved_.end())
+        unsetenv(v);
+      else
+        setenv(v, it->second.c_str(), 1);
+    }
+  }
+
+ private:
+  static constexpr const char* kVars[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
+                                          "XDG_CACHE_HOME", "HOME"};
+  std::map<std::string, std::string> saved_;
+};
+
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }
@@ -118,35 +142,14 @@ TEST(Pretrained, HeadlessCheckpointsLeaveThePoolerOut) {
   }
 }
 
+// A state_dict that transformers 5 holds in memory (vit.layers.N.attention.q_proj ...),
+// saved by safetensors itself.
 TEST(Pretrained, Transformers5InMemoryNamesAreRead) {
-  // A state_dict saved as it is in memory under transformers 5 (vit.layers.N.attention.q_proj...).
-  Scratch s;
-  std::string dir = s.copy("v5-classifier");
-  Params w = io::load_safetensors(dir + "/model.safetensors").tensors, renamed;
-  const std::pair<std::string, std::string> v5[] = {
-      {"attention.attention.query.", "attention.q_proj."},
-      {"attention.attention.key.", "attention.k_proj."},
-      {"attention.attention.value.", "attention.v_proj."},
-      {"attention.output.dense.", "attention.o_proj."},
-      {"intermediate.dense.", "mlp.fc1."},
-      {"output.dense.", "mlp.fc2."}};
-  for (auto& [name, a] : w) {
-    std::string n = name;
-    if (n.rfind("vit.encoder.layer.", 0) == 0) {
-      n = "vit.layers." + n.substr(18);
-      for (auto& [from, to] : v5)
-        if (auto p = n.find(from); p != std::string::npos) {
-          n.replace(p, from.size(), to);
-          break;
-        }
-    }
-    renamed.emplace(n, a);
-  }
-  ASSERT_TRUE(renamed.count("vit.layers.1.mlp.fc2.weight"));
-  io::save_safetensors(dir + "/model.safetensors", renamed);
-  Params expected = io::load_safetensors(dir + "/expected.safetensors").tensors;
-  EXPECT_LT(max_relative_error(computed(io::load_pretrained(dir), expected), expected.at("logits")),
-            1e-5);
+  io::Pretrained m = io::load_pretrained(kDir + "v5-state-dict");
+  EXPECT_TRUE(m.has_classifier);
+  EXPECT_TRUE(m.notes.empty());
+  Params expected = io::load_safetensors(kDir + "v5-state-dict/expected.safetensors").tensors;
+  EXPECT_LT(max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
 }
 
 TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
@@ -183,6 +186,16 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
                 .params.at("classifier.weight")
                 .to_vector<float>());
 
+  // transformers' made-up names (LABEL_i) name nothing: the classifier is kept, renamed.
+  io::Pretrained u = io::load_pretrained(kDir + "v5-classifier");
+  u.config.id2label.clear();
+  io::adapt_classifier(u, {"x", "y", "z"}, key);
+  EXPECT_EQ(u.params.at("classifier.weight").to_vector<float>(), kept.to_vector<float>());
+  EXPECT_EQ(u.config.id2label, (std::vector<std::string>{"x", "y", "z"}));
+  EXPECT_HAS(u.notes.at(0),
+             "its classifier's labels are unnamed (LABEL_0, LABEL_1, LABEL_2): kept, "
+             "as the data's 3 labels (x, y, z)");
+
   // A headless checkpoint gets one for the data's labels, or for its config's.
   io::Pretrained h = io::load_pretrained(kDir + "v4-headless");
   io::adapt_classifier(h, {"a", "b"}, key);
@@ -192,6 +205,46 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
   io::Pretrained g = io::load_pretrained(kDir + "v5-headless");
   io::adapt_classifier(g, {}, key);
   EXPECT_EQ(g.config.num_labels, 3);  // its config's id2label
+}
+
+// --image-size: the position embeddings and the logits at other resolutions
+// against transformers' interpolate_pos_encoding (torch's bicubic), with
+// torch 1.13 (4.x) and torch 2.11 (5.x).
+TEST(Pretrained, ANewImageSizeResamplesThePositionEmbeddingsAsTransformersDoes) {
+  const std::pair<int64_t, int64_t> sizes[] = {{24, 24}, {12, 20}, {8, 8}, {28, 16}};
+  for (const char* name : {"v4-classifier", "v5-classifier"}) {
+    Params want = io::load_safetensors(kDir + name + "/resampled.safetensors").tensors;
+    for (auto [h, w] : sizes) {
+      const std::string key = std::to_string(h) + "x" + std::to_string(w);
+      SCOPED_TRACE(std::string(name) + " at " + key);
+      io::Pretrained m = io::load_pretrained(kDir + name);
+      io::set_image_size(m, nn::Size2d{h, w});
+      EXPECT_EQ(m.config.image_size, (nn::Size2d{h, w}));
+      EXPECT_LT(max_relative_error(m.params.at("vit.embeddings.position_embeddings"),
+                                   want.at("position_embeddings_" + key)),
+                1e-6);
+      Array logits =
+          nn::ViTForImageClassification(m.config).apply(m.params, want.at("pixel_values_" + key));
+      EXPECT_LT(max_relative_error(logits, want.at("logits_" + key)), 1e-5);
+      ASSERT_EQ(m.notes.size(), 1u);
+      EXPECT_HAS(m.notes[0], "image size 16 -> " + nn::to_string(nn::Size2d{h, w}) +
+                                 ": position embeddings resampled from 4 to " +
+                                 nn::to_string(nn::Size2d{h / 4, w / 4}) + " patches");
+    }
+  }
+  // A size with the same grid of patches changes nothing but the size.
+  io::Pretrained m = io::load_pretrained(kDir + "v5-classifier");
+  const std::vector<float> pos =
+      m.params.at("vit.embeddings.position_embeddings").to_vector<float>();
+  io::set_image_size(m, nn::Size2d(18));
+  EXPECT_EQ(m.params.at("vit.embeddings.position_embeddings").to_vector<float>(), pos);
+  EXPECT_HAS(m.notes.at(0), "image size 16 -> 18: the same grid of 4 patches");
+  EXPECT_HAS(error_of([&] { io::set_image_size(m, nn::Size2d(2)); }), "patch");
+  EXPECT_HAS(
+      error_of([&] {
+        nn::resample_position_embeddings(zeros({1, 5, 3}), nn::Size2d(3), nn::Size2d(2));
+      }),
+      "position embeddings of shape (1,5,3) for a grid of 3 patches, expected (1,10,hidden)");
 }
 
 TEST(Pretrained, HubIdsAreReadFromTheHubCacheLayout) {
@@ -209,8 +262,7 @@ TEST(Pretrained, HubIdsAreReadFromTheHubCacheLayout) {
     fs::create_symlink(std::string("../../blobs/blob-") + f,
                        repo + "/snapshots/" + commit + "/" + f);
   }
-  const char* saved = std::getenv("HF_HUB_CACHE");
-  const std::string restore = saved ? saved : "";
+  EnvGuard env;
   setenv("HF_HUB_CACHE", s.path("hub").c_str(), 1);
   EXPECT_EQ(io::hub_cache_dir(), s.path("hub"));
   for (const std::string& id : std::vector<std::string>{
@@ -227,24 +279,36 @@ TEST(Pretrained, HubIdsAreReadFromTheHubCacheLayout) {
              "org/other: not a folder, and not in the Hugging Face cache (" + s.path("hub") +
                  "/models--org--other does not exist)");
   EXPECT_HAS(error_of([] { io::load_pretrained("org/../etc"); }), "not a Hub id");
+  EXPECT_HAS(error_of([] { io::load_pretrained("org--x/tiny-vit"); }), "not a Hub id");
+  EXPECT_HAS(error_of([] { io::load_pretrained("org/" + std::string(300, 'a')); }), "not a Hub id");
   EXPECT_HAS(error_of([] { io::load_pretrained("org/tiny-vit@../x"); }), "not a Hub id");
-  // A link that leads out of the repository's folder.
+  // A ref that is not a commit; links that lead out of the repository's folder.
+  write(repo + "/refs/bad", "not a commit hash\n");
+  EXPECT_HAS(error_of([] { io::load_pretrained("org/tiny-vit@bad"); }),
+             repo + "/refs/bad: expected a commit hash (40 hex digits)");
+  write(s.path("secret"), commit);
+  fs::create_symlink(s.path("secret"), repo + "/refs/linked");
+  EXPECT_HAS(error_of([] { io::load_pretrained("org/tiny-vit@linked"); }),
+             "(a link out of the Hub cache's repository folder)");
   fs::copy_file(kDir + "v5-classifier/model.safetensors", s.path("outside.safetensors"));
   fs::remove(repo + "/snapshots/" + commit + "/model.safetensors");
   fs::create_symlink(s.path("outside.safetensors"),
                      repo + "/snapshots/" + commit + "/model.safetensors");
   EXPECT_HAS(error_of([] { io::load_pretrained("org/tiny-vit"); }),
              "outside " + repo + " (a link out of the Hub cache's repository folder)");
-  // HF_HOME/hub, then ~/.cache/huggingface/hub.
+  // As huggingface_hub: HF_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME, the home folder; ~ expanded.
   unsetenv("HF_HUB_CACHE");
-  setenv("HF_HOME", s.path("home").c_str(), 1);
-  EXPECT_EQ(io::hub_cache_dir(), s.path("home") + "/hub");
+  setenv("HOME", "/home/someone", 1);
+  setenv("HF_HOME", "~/hf", 1);
+  EXPECT_EQ(io::hub_cache_dir(), "/home/someone/hf/hub");
+  setenv("HUGGINGFACE_HUB_CACHE", "/legacy", 1);
+  EXPECT_EQ(io::hub_cache_dir(), "/legacy");
+  unsetenv("HUGGINGFACE_HUB_CACHE");
   unsetenv("HF_HOME");
-  EXPECT_EQ(io::hub_cache_dir(), std::string(std::getenv("XDG_CACHE_HOME")
-                                                 ? std::getenv("XDG_CACHE_HOME")
-                                                 : std::string(std::getenv("HOME")) + "/.cache") +
-                                     "/huggingface/hub");
-  if (saved) setenv("HF_HUB_CACHE", restore.c_str(), 1);
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(io::hub_cache_dir(), "/xdg/huggingface/hub");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(io::hub_cache_dir(), "/home/someone/.cache/huggingface/hub");
 }
 
 TEST(Pretrained, BadFoldersGetAnErrorNamingTheFileOrTensor) {
@@ -256,6 +320,10 @@ TEST(Pretrained, BadFoldersGetAnErrorNamingTheFileOrTensor) {
   EXPECT_HAS(error_of([&] { io::load_pretrained(sharded); }),
              "weight_map[\"vit.layernorm.weight\"] names the file "
              "\"../model-00001-of-00003.safetensors\", "
+             "expected a file name in the model's folder");
+  write(sharded + "/model.safetensors.index.json",
+        R"({"weight_map": {"vit.layernorm.weight": ")" + std::string(300, 'x') + R"("}})");
+  EXPECT_HAS(error_of([&] { io::load_pretrained(sharded); }),
              "expected a file name in the model's folder");
   write(sharded + "/model.safetensors.index.json",
         R"({"weight_map": {"vit.layernorm.weight": "gone.safetensors"}})");

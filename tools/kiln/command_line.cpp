@@ -8,6 +8,24 @@
 #include "kiln/io.h"
 
 namespace kiln::cli {
+
+// An image size: H (a square) or HxW, positive integers.
+std::optional<nn::Size2d> parse_image_size(const std::string& s) {
+  auto number = [](const std::string& t, int64_t& v) {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    v = std::stoll(t);
+    return v > 0;
+  };
+  size_t x = s.find('x');
+  int64_t h = 0, w = 0;
+  if (x == std::string::npos) {
+    if (!number(s, h)) return std::nullopt;
+    return nn::Size2d(h);
+  }
+  if (!number(s.substr(0, x), h) || !number(s.substr(x + 1), w)) return std::nullopt;
+  return nn::Size2d{h, w};
+}
 namespace {
 
 // Number checks whose errors say what was expected and what was found
@@ -45,6 +63,14 @@ const CLI::Validator kDevice(
       return "";
     },
     "DEVICE", "device");
+
+const CLI::Validator kImageSize(
+    [](std::string& s) -> std::string {
+      return parse_image_size(s)
+                 ? ""
+                 : "expected H or HxW (positive integers, e.g. 384 or 224x320), got '" + s + "'";
+    },
+    "H[xW]", "image size");
 
 // Replaces each abbreviated long flag in args[2..] by the one flag of `sub`
 // that it begins (`--batch=8` -> `--batch-size=8`); returns an error naming
@@ -114,6 +140,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
                 "its classifier")
       ->excludes(model_opt)
       ->excludes(config_opt);
+  t->add_option("--image-size", tf.image_size,
+                "train at this image size, H or HxW: a preset's or config's, or --init-from's "
+                "(its position embeddings resampled as transformers' interpolate_pos_encoding)")
+      ->check(kImageSize);
   t->add_option_function<int64_t>(
        "--steps",
        [&](const int64_t& v) {
@@ -209,6 +239,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
                 "a pretrained model instead: a folder that transformers saved, or a Hub id "
                 "(org/name[@revision]) in the local Hugging Face cache")
       ->excludes(ckpt_opt);
+  e->add_option("--image-size", ef.image_size,
+                "with --model: evaluate at this image size, H or HxW (position embeddings "
+                "resampled as transformers' interpolate_pos_encoding)")
+      ->check(kImageSize);
   e->add_option("--data", ef.data, "fashion-mnist or imagefolder:PATH");
   e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
   e->add_option("--split", ef.split,
@@ -316,6 +350,14 @@ train::TrainConfig train_config(const TrainFlags& f) {
   } else {
     cfg.model = nn::ViTConfig::preset(f.model);
     cfg.model_name = f.model;
+  }
+  if (!f.image_size.empty()) {
+    cfg.image_size = *parse_image_size(f.image_size);
+    // A new model's images; --init-from's model is resized when it is loaded.
+    if (cfg.init_from.empty()) {
+      cfg.model.image_size = cfg.image_size;
+      cfg.model.validate("--image-size " + f.image_size);
+    }
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.fused_attention = f.attention == "fused";

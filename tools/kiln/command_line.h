@@ -3,6 +3,7 @@
 // parser arbitrary argument lists.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,15 +28,16 @@ struct TrainFlags {
   train::TrainConfig config;
   std::string mode = "jax";  // as spelled (the reference script's default; its header prints it)
   std::string model = "vit-base", config_file;  // --model PRESET or --config FILE
-  std::string layout = "nchw", attention = "fused", all_reduce = "auto";
+  std::string layout = "nchw", attention = "fused", all_reduce = "auto", image_size;
   int threads = 0;
   int64_t epochs = 0, print_every = 0;
   bool steps_given = false, warmup_given = false;
 };
 
 struct EvalFlags {
-  std::string checkpoint, model, data = "fashion-mnist", data_dir = data::kFashionMnistDir,
-                                 split = "test", mode = "jit", layout = "nchw", device = "cpu";
+  std::string checkpoint, model, image_size,
+      data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test", mode = "jit",
+      layout = "nchw", device = "cpu";
   int64_t batch_size = 256;
 };
 
@@ -74,6 +76,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, std::ostrea
 // train::load_resume, and data by train::load_data: with --epochs the caller
 // turns the training split's size into steps (steps_for_epochs).
 train::TrainConfig train_config(const TrainFlags& f);
+// --image-size's value, H (a square) or HxW, or none when it is not one.
+std::optional<nn::Size2d> parse_image_size(const std::string& s);
 
 // --epochs passes over `train_samples` images: the steps of cfg, and the
 // warm-up cut to fit them as the default schedule would.

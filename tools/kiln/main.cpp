@@ -340,6 +340,8 @@ int run_train(const cli::TrainFlags& f) {
 }
 
 int run_eval(const cli::EvalFlags& f) {
+  if (!f.image_size.empty() && f.model.empty())
+    fail("eval", "--image-size goes with --model (a checkpoint is evaluated at its own size)");
   if (f.checkpoint.empty() == f.model.empty())
     fail("eval",
          "give --checkpoint DIR (written by kiln train --save) or --model SRC (a pretrained "
@@ -348,7 +350,13 @@ int run_eval(const cli::EvalFlags& f) {
   io::Checkpoint ck;
   std::string what = f.checkpoint;
   if (!f.model.empty()) {
+    for (const char* preset : {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"})
+      if (f.model == preset)
+        fail("eval", "--model " + f.model +
+                         " is a preset (kiln train --model); eval --model takes "
+                         "a pretrained model: a folder that transformers saved, or a Hub id");
     io::Pretrained m = io::load_pretrained(f.model);
+    if (!f.image_size.empty()) io::set_image_size(m, *cli::parse_image_size(f.image_size));
     if (!m.has_classifier)
       fail("eval", "--model " + f.model +
                        ": no classifier (a ViTModel checkpoint): fine-tune it "
@@ -371,7 +379,8 @@ int run_eval(const cli::EvalFlags& f) {
   const std::vector<std::string> labels = train::data_labels(cfg);
   if (static_cast<int64_t>(labels.size()) == cfg.model.num_labels)
     for (int64_t i = 0; i < cfg.model.num_labels; ++i)
-      if (cfg.model.label_name(i) != labels[i]) {
+      if (!cfg.model.id2label.empty() && cfg.model.label_name(i) != labels[i] &&
+          cfg.model.label_name(i) != "LABEL_" + std::to_string(i)) {
         std::printf(
             "note: the model's label %lld is '%s', the data's '%s' (label i is counted as "
             "class i)\n",
