@@ -103,6 +103,17 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 // Reads only the header: width and height, or an error naming the file.
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
 
+// Pillow's resampling filters, by Pillow's numbers (PIL.Image.Resampling, and
+// preprocessor_config.json's "resample").
+enum class Resample { nearest = 0, lanczos = 1, bilinear = 2, bicubic = 3, box = 4, hamming = 5 };
+// `image` (1 or 3 channels) resized to width x height exactly as Pillow's
+// Image.resize(size, resample) does, byte for byte: its separable
+// convolution with the filter widened by the scale when shrinking,
+// coefficients in 22-bit fixed point, the horizontal pass first, each pass
+// rounded to 8 bits; NEAREST samples the pixel under each output pixel's
+// centre as Pillow's affine scaling does.
+Image resize_like_pillow(const Image& image, int64_t width, int64_t height, Resample filter);
+
 struct ImageFolderOptions {
   std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
   std::string split = "all";    // all, train (all but the held-out files) or holdout
