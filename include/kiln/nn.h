@@ -106,6 +106,7 @@ struct ViTConfig {
   // "vit-tiny", "vit-small", "vit-base" (== ViTConfig()), "vit-large", and "vit-fmnist"
   // (28x28x1 images, patch 7, 10 labels: Fashion-MNIST).
   static ViTConfig preset(const std::string& name);
+  static const std::vector<std::string>& preset_names();
   // Patches per column and per row.
   Size2d grid() const {
     return {image_size.height / patch_size.height, image_size.width / patch_size.width};

@@ -169,12 +169,14 @@ bool is_repo_id(const std::string& id) {
   return part_ok(id.substr(0, slash)) && part_ok(id.substr(slash + 1));
 }
 
-struct HubSnapshot {
-  std::string repo_dir, snapshot;
+// Where a model's files are: its folder, and where their links may lead
+// (a Hub repository's folder; "" for a folder of the user's: anywhere).
+struct Source {
+  std::string dir, root;
 };
 
 // The snapshot of a Hub id "org/name[@revision]" in the local cache.
-HubSnapshot hub_snapshot(const std::string& src) {
+Source hub_snapshot(const std::string& src) {
   std::string id = src, revision = "main";
   if (size_t at = src.find('@'); at != std::string::npos) {
     id = src.substr(0, at);
@@ -215,7 +217,7 @@ HubSnapshot hub_snapshot(const std::string& src) {
   if (!is_directory(snapshot))
     fail(kOrigin, src + ": " + snapshot + " does not exist (the cache has no files of revision " +
                       revision + ")");
-  return {repo, snapshot};
+  return {snapshot, repo};
 }
 
 }  // namespace
@@ -255,23 +257,18 @@ auto guarded(const std::string& src, F&& f) {
   }
 }
 
-std::string resolve_unguarded(const std::string& src) {
+Source resolve_unguarded(const std::string& src) {
   if (src.empty()) fail(kOrigin, "no model given (a folder or a Hub id)");
-  if (is_directory(src)) return src;
+  if (is_directory(src)) return {src, ""};
   if (exists(src)) fail(kOrigin, src + ": a file; expected the model's folder or a Hub id");
-  return hub_snapshot(src).snapshot;
+  return hub_snapshot(src);
 }
 
 Pretrained load_unguarded(const std::string& src) {
   Pretrained m;
-  std::string root;  // a Hub repository's folder: where its files may lead
-  if (!src.empty() && !is_directory(src) && !exists(src)) {
-    HubSnapshot h = hub_snapshot(src);
-    m.dir = h.snapshot;
-    root = h.repo_dir;
-  } else {
-    m.dir = resolve_unguarded(src);
-  }
+  const Source source = resolve_unguarded(src);
+  m.dir = source.dir;
+  const std::string& root = source.root;
   const std::string config_path = m.dir + "/config.json";
   if (!exists(config_path))
     fail(kOrigin, m.dir + ": no config.json (not a folder written by save_pretrained?)");
@@ -337,7 +334,7 @@ Pretrained load_unguarded(const std::string& src) {
 }  // namespace
 
 std::string resolve_model_source(const std::string& src) {
-  return guarded(src, [&] { return resolve_unguarded(src); });
+  return guarded(src, [&] { return resolve_unguarded(src).dir; });
 }
 
 Pretrained load_pretrained(const std::string& src) {

@@ -60,6 +60,12 @@ class Dropout {
 
 }  // namespace
 
+const std::vector<std::string>& ViTConfig::preset_names() {
+  static const std::vector<std::string> names = {"vit-tiny", "vit-small", "vit-base", "vit-large",
+                                                 "vit-fmnist"};
+  return names;
+}
+
 ViTConfig ViTConfig::preset(const std::string& name) {
   ViTConfig c;
   if (name == "vit-tiny") {

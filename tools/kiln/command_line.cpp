@@ -127,9 +127,8 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_flag("--compile-model", tc.compile_model,
               "with --mode eager: compile forward and backward, the optimizer stays eager "
               "(lazy and jit compile the whole step already)");
-  auto* model_opt =
-      t->add_option("--model", tf.model, "preset")
-          ->check(CLI::IsMember({"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"}));
+  auto* model_opt = t->add_option("--model", tf.model, "preset")
+                        ->check(CLI::IsMember(nn::ViTConfig::preset_names()));
   auto* config_opt =
       t->add_option("--config", tf.config_file, "a HuggingFace config.json instead of a preset")
           ->check(CLI::ExistingFile)

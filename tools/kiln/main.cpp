@@ -350,11 +350,11 @@ int run_eval(const cli::EvalFlags& f) {
   io::Checkpoint ck;
   std::string what = f.checkpoint;
   if (!f.model.empty()) {
-    for (const char* preset : {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-fmnist"})
-      if (f.model == preset)
-        fail("eval", "--model " + f.model +
-                         " is a preset (kiln train --model); eval --model takes "
-                         "a pretrained model: a folder that transformers saved, or a Hub id");
+    const auto& presets = nn::ViTConfig::preset_names();
+    if (std::find(presets.begin(), presets.end(), f.model) != presets.end())
+      fail("eval", "--model " + f.model +
+                       " is a preset (kiln train --model); eval --model takes "
+                       "a pretrained model: a folder that transformers saved, or a Hub id");
     io::Pretrained m = io::load_pretrained(f.model);
     if (!f.image_size.empty()) io::set_image_size(m, *cli::parse_image_size(f.image_size));
     if (!m.has_classifier)
