@@ -177,6 +177,23 @@ int main(int argc, char** argv) {
   std::string cut = jpeg(16, 16, 3, 0);
   im.add("truncated.jpg", cut.substr(0, cut.size() * 2 / 3));
 
+  // Pillow-made files of the decoding fixtures: CMYK, EXIF, 16-bit, palette, interlaced.
+  for (const char* name : {"jpeg_cmyk.jpg", "jpeg_exif6.jpg", "jpeg_xmp6.jpg", "png_grey16.png",
+                           "png_palette_short.png", "png_interlaced_grey4.png",
+                           "png_exif3_after.png", "png_rgba16.png"})
+    im.add(name, read_whole(fuzz_dir / ".." / "tests" / "fixtures" / "decode" / "images" / name));
+
+  Corpus pp(fuzz_dir, "preprocessor");
+  pp.add("saved.json", io::image_processor_json(data::ImageProcessor{}));
+  pp.add("vit-base.json", R"({"do_normalize": true, "do_resize": true, "feature_extractor_type": )"
+                          R"("ViTFeatureExtractor", "image_mean": [0.5, 0.5, 0.5], "image_std": )"
+                          R"([0.5, 0.5, 0.5], "resample": 2, "size": 224})");
+  pp.add("shortest-edge-crop.json",
+         R"({"size": {"shortest_edge": 20, "longest_edge": 40}, "do_center_crop": true, )"
+         R"("crop_size": {"height": 16, "width": 18}, "resample": 3, "image_std": 0.25})");
+  pp.add("wrong-types.json", R"({"size": {"height": -3}, "resample": 9, "image_mean": [1, 2], )"
+                             R"("do_rescale": "yes", "unknown": null})");
+
   Corpus ck(fuzz_dir, "checkpoint");
   ck.add("whole", tiny[0] + sep + tiny[1] + sep + tiny[2] + sep + tiny[3]);
   ck.add("trainer-only", tiny[0]);

@@ -125,6 +125,33 @@ void feed_image(std::string_view bytes) {
   expect(grey.pixels.size() == static_cast<size_t>(grey.width * grey.height),
          std::to_string(grey.pixels.size()) + " grey pixels for " + std::to_string(grey.width) +
              "x" + std::to_string(grey.height));
+  // And as `kiln predict` reads it: RGB, then a checkpoint's processing.
+  data::Image rgb = data::decode_image(b, 3, "image.png");
+  expect(rgb.width == grey.width && rgb.height == grey.height, "RGB and grey sizes differ");
+  data::ImageProcessor proc{.size = {5, 7},
+                            .resample = data::Resample::bicubic,
+                            .do_center_crop = true,
+                            .crop_size = {6, 4}};
+  std::vector<float> values(3 * 6 * 4);
+  proc.pixel_values(rgb, values.data());
+}
+
+void feed_preprocessor(std::string_view bytes) {
+  data::ImageProcessor p = io::parse_image_processor(bytes, "preprocessor_config.json");
+  // What kiln writes reads back the same.
+  data::ImageProcessor q = io::parse_image_processor(io::image_processor_json(p), "saved");
+  expect(io::image_processor_json(q) == io::image_processor_json(p),
+         "a saved processor reads back differently");
+  // Applied to a small image, where its output stays small.
+  data::Image img{13, 7, 3, std::vector<uint8_t>(13 * 7 * 3)};
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 37);
+  nn::Size2d s = p.output_size(img.width, img.height);
+  expect(s.height > 0 && s.width > 0, "an empty output size");
+  nn::Size2d r = p.do_resize ? p.size : nn::Size2d{img.height, img.width};
+  if (s.height * s.width > (1 << 20) || r.height * r.width > (1 << 20) || p.shortest_edge > 1024)
+    return;
+  std::vector<float> values(static_cast<size_t>(3 * s.height * s.width));
+  p.pixel_values(img, values.data());
 }
 
 const std::vector<std::string>& tiny_checkpoint_files() {
@@ -249,7 +276,8 @@ const std::vector<Target>& targets() {
                                           {"checkpoint", feed_checkpoint},
                                           {"plot_log", feed_plot_log},
                                           {"command_line", feed_command_line},
-                                          {"pretrained", feed_pretrained}};
+                                          {"pretrained", feed_pretrained},
+                                          {"preprocessor", feed_preprocessor}};
   return all;
 }
 

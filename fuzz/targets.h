@@ -21,6 +21,7 @@ void feed_checkpoint(std::string_view bytes);    // a checkpoint directory (kChe
 void feed_plot_log(std::string_view bytes);      // the JSON lines that `kiln plot` draws
 void feed_command_line(std::string_view bytes);  // kiln's arguments, one per line
 void feed_pretrained(std::string_view bytes);    // a pretrained model's folder (kPretrainedFiles)
+void feed_preprocessor(std::string_view bytes);  // a preprocessor_config.json
 
 // A checkpoint input holds these files in this order, separated by
 // kFileSeparator. A file the input does not reach (fewer separators) is taken

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of kiln for a bounded time. Builds the libFuzzer harnesses
 # of fuzz/ (one per parser: safetensors, config, idx, image, checkpoint,
-# plot_log, command_line, pretrained) with clang, ASan and UBSan into build-fuzz/, then runs
+# plot_log, command_line, pretrained, preprocessor) with clang, ASan and UBSan into build-fuzz/, then runs
 # each for KILN_FUZZ_SECONDS on a copy of its seeds (fuzz/corpus/<name>/; the
 # committed corpus is never modified), KILN_JOBS harnesses at a time.
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 seconds="${KILN_FUZZ_SECONDS:-30}"
 jobs="${KILN_JOBS:-2}"
-targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line pretrained})
+targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line pretrained preprocessor})
 
 # kiln's own dependencies, and libFuzzer with the sanitizers' runtimes and
 # clang's OpenMP for libkiln.

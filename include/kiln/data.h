@@ -1,6 +1,8 @@
 // kiln — data sets and a threaded loader with bounded prefetch.
 #pragma once
+#include <array>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,12 +98,23 @@ struct Image {
   int64_t width = 0, height = 0, channels = 0;
   std::vector<uint8_t> pixels;
 };
-// Decodes JPEG (libjpeg-turbo) or PNG (libpng) bytes into 1 (grey) or 3 (RGB)
-// channels; `origin` (the file) is named in every error. Warnings (a
-// truncated JPEG) are errors.
+// Decodes JPEG (libjpeg-turbo) or PNG (libpng) bytes as transformers'
+// load_image does with Pillow, byte for byte: Image.open, then
+// ImageOps.exif_transpose (the EXIF orientation, or XMP's tiff:Orientation),
+// then convert("RGB") for 3 channels or convert("L") for 1. JPEG: libjpeg's
+// defaults (accurate integer IDCT, smooth chroma upsampling), progressive,
+// grey, CMYK/YCCK (Adobe polarity, Pillow's cmyk2rgb); PNG: every colour type
+// and bit depth, interlaced or not, as Pillow unpacks it (16-bit samples by
+// their high byte, but 16-bit grey clipped at 255 as Pillow's "I;16"; alpha
+// and tRNS dropped; palette indices past the palette black; gamma and colour
+// profiles ignored). `origin` (the file) is named in every error. Warnings (a
+// truncated JPEG) are errors; an unreadable EXIF block is ignored.
 Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const std::string& origin);
-// Reads only the header: width and height, or an error naming the file.
+// Reads only the header: width and height (after the orientation), or an
+// error naming the file.
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
+// The bytes of the file at `path`; an error names it.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
 
 // Pillow's resampling filters, by Pillow's numbers (PIL.Image.Resampling, and
 // preprocessor_config.json's "resample").
@@ -113,6 +126,37 @@ enum class Resample { nearest = 0, lanczos = 1, bilinear = 2, bicubic = 3, box =
 // rounded to 8 bits; NEAREST samples the pixel under each output pixel's
 // centre as Pillow's affine scaling does.
 Image resize_like_pillow(const Image& image, int64_t width, int64_t height, Resample filter);
+
+// transformers' ViTImageProcessor (its Pillow backend): how a checkpoint's
+// images become pixel_values. Field names and defaults are
+// preprocessor_config.json's (io::load_image_processor reads it).
+struct ImageProcessor {
+  bool do_resize = true;
+  // The resize's target: height x width, or (shortest_edge > 0) the shorter
+  // side becomes shortest_edge, aspect kept (truncated), and with
+  // longest_edge > 0 the longer side at most longest_edge.
+  nn::Size2d size = 224;
+  int64_t shortest_edge = 0, longest_edge = 0;
+  Resample resample = Resample::bilinear;
+  bool do_center_crop = false;
+  nn::Size2d crop_size = 224;  // zero padding where it is larger than the image
+  bool do_rescale = true;
+  double rescale_factor = 1.0 / 255;
+  bool do_normalize = true;
+  std::vector<double> image_mean = {0.5, 0.5, 0.5}, image_std = {0.5, 0.5, 0.5};
+  bool do_convert_rgb = true;  // kiln's models take RGB: always converted
+
+  // The height x width of the pixel values for an image of width x height.
+  nn::Size2d output_size(int64_t width, int64_t height) const;
+  // Resizes (Pillow), crops, rescales and normalizes an RGB image into
+  // out[3][h][w] (h x w = output_size), float for float what transformers
+  // computes: (float)(u8 * rescale_factor) in double, then
+  // (x - (float)mean) / (float)std in float.
+  void pixel_values(const Image& rgb, float* out) const;
+  // Checks the fields: positive sizes, 3 means and 3 nonzero stds; an error
+  // names `origin` and the field.
+  void validate(const std::string& origin) const;
+};
 
 struct ImageFolderOptions {
   std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
@@ -130,7 +174,28 @@ struct ImageFolderOptions {
   nn::Layout layout = nn::Layout::NCHW;
   bool skip_bad = false;  // skip (and count) files whose header cannot be read; else an error
   uint64_t seed = 0;
+  // RGB folders, as transformers' run_image_classification.py: when set,
+  // images decode as Pillow does (decode_image) and, unless augmenting,
+  // become pixel values as this processor (a checkpoint's
+  // preprocessor_config.json) says, which must make image_size; augmented,
+  // they take torchvision's RandomResizedCrop(image_size, crop_scale,
+  // crop_ratio) (random_crop; else the processor's resize) resized with
+  // Pillow's bilinear filter, a horizontal flip with probability flip_prob,
+  // then the processor's rescaling and normalization. resize, mean and std
+  // are then unused.
+  std::optional<ImageProcessor> processor;
+  bool random_crop = true;
+  double crop_scale[2] = {0.08, 1.0}, crop_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+  double flip_prob = 0.5;
 };
+// torchvision's RandomResizedCrop.get_params for an image of width x height:
+// up to 10 tries of an area fraction uniform in `scale` and a log-uniform
+// aspect ratio in `ratio` (sides rounded half to even), placed uniformly;
+// else the centre crop at the nearest allowed ratio. `uniform` gives numbers
+// in [0, 1). Returns {top, left, height, width}.
+std::array<int64_t, 4> random_resized_crop(int64_t width, int64_t height, const double scale[2],
+                                           const double ratio[2],
+                                           const std::function<double()>& uniform);
 
 // Images in one sub-folder per class (classes sorted by folder name), resized
 // (bilinear) so that they cover `resize` (for a square, the shorter side
@@ -149,10 +214,38 @@ class ImageFolder final : public Dataset {
   static std::vector<std::string> list_classes(const std::string& root);
 
  private:
+  void get_processed(int64_t index, int64_t epoch, float* out) const;  // with opt_.processor
   ImageFolderOptions opt_;
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int32_t>> files_;
   int64_t skipped_ = 0;
+};
+
+// Image files without labels, each decoded (RGB) and processed as a
+// checkpoint's preprocessor_config.json says, into [3, H, W] (image_size):
+// what `kiln predict` reads. A file that cannot be read or does not process
+// to image_size is not an error of the data set: its label is -1, its pixels
+// zero, and error(index) says why.
+class ImageFiles final : public Dataset {
+ public:
+  ImageFiles(std::vector<std::string> files, ImageProcessor processor, nn::Size2d image_size);
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  Shape image_shape() const override { return {3, size_.height, size_.width}; }
+  void get(int64_t index, float* image, int32_t* label) const override;
+  const std::string& file(int64_t index) const { return files_.at(index); }
+  // Empty unless get(index) failed; read it after get() has returned.
+  const std::string& error(int64_t index) const { return errors_.at(index); }
+
+  // The .jpg, .jpeg and .png files of `paths`: files as given, folders
+  // searched recursively (sorted by path); an error names a path that is
+  // neither, or a folder without images.
+  static std::vector<std::string> find(const std::vector<std::string>& paths);
+
+ private:
+  std::vector<std::string> files_;
+  ImageProcessor processor_;
+  nn::Size2d size_;
+  mutable std::vector<std::string> errors_;  // one slot per file, written by its get()
 };
 
 struct LoaderOptions {

@@ -1,10 +1,12 @@
 // kiln — files: safetensors, HuggingFace config.json, pretrained models and checkpoints.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kiln/data.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/transforms.h"
@@ -40,6 +42,25 @@ nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 
+// Reads transformers' preprocessor_config.json for ViTImageProcessor: every
+// field it uses (do_resize; size as an integer, [height, width],
+// {height, width} or {shortest_edge[, longest_edge]}; resample 0-5;
+// do_center_crop and crop_size; do_rescale, rescale_factor; do_normalize,
+// image_mean, image_std as 3 numbers or one; do_convert_rgb), null meaning
+// the default. Unknown fields and processor types other than ViT's are
+// accepted and said in `notes`; invalid values raise an error naming the
+// file and the field.
+data::ImageProcessor parse_image_processor(std::string_view json, const std::string& path,
+                                           std::vector<std::string>* notes = nullptr);
+// DIR/preprocessor_config.json; when absent, ViTImageProcessor's defaults,
+// and `notes` says so.
+data::ImageProcessor load_image_processor(const std::string& dir,
+                                          std::vector<std::string>* notes = nullptr);
+// The file transformers' ViTImageProcessor.from_pretrained reads back to
+// the same processor; save_image_processor writes it atomically.
+std::string image_processor_json(const data::ImageProcessor& processor);
+void save_image_processor(const std::string& path, const data::ImageProcessor& processor);
+
 // A model that transformers saved (save_pretrained) or that the Hugging Face
 // Hub holds: its config and its weights in ViTForImageClassification's names
 // (f32), and what loading it converted or left out.
@@ -50,6 +71,10 @@ struct Pretrained {
   // False for a headless ViTModel checkpoint (or one whose classifier was
   // dropped): params lack classifier.weight and classifier.bias.
   bool has_classifier = false;
+  // Its preprocessor_config.json; when it has none (has_processor false),
+  // ViTImageProcessor's defaults at the model's image size.
+  data::ImageProcessor processor;
+  bool has_processor = false;
   std::vector<std::string> notes;  // for the user: conversions, ignored tensors, a new classifier
 };
 
@@ -86,7 +111,9 @@ void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
 void widen_to_f32(Params& params);
 // Gives `m` the image size `image_size`: its position embeddings are resampled
 // for the new grid of patches as transformers' interpolate_pos_encoding does
-// (nn::resample_position_embeddings), once, and m.notes says so.
+// (nn::resample_position_embeddings), once, and m.notes says so; its
+// processor makes pixel values of the new size (a centre crop keeps its
+// ratio to the resize).
 void set_image_size(Pretrained& m, nn::Size2d image_size);
 
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
@@ -105,6 +132,9 @@ struct Checkpoint {
   optim::State state;     // buffers and step count
   uint64_t seed = 0;
   int64_t data_position = 0;  // serial number of the next training batch
+  // How evaluation processes images (preprocessor_config.json), where the
+  // model takes RGB images that a processor describes.
+  std::optional<data::ImageProcessor> processor;
 };
 
 // Writes DIR atomically: everything goes to DIR.tmp first; then DIR (if any)

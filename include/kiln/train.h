@@ -51,7 +51,13 @@ struct TrainConfig {
   std::string data = "random";
   bool skip_bad_images = false;  // imagefolder: skip unreadable files (counted)
   std::string data_dir = data::kFashionMnistDir;
-  bool augment = false;  // fashion-mnist: random horizontal flips
+  // fashion-mnist: random horizontal flips; an RGB image folder: torchvision's
+  // RandomResizedCrop (random_crop, crop_scale, crop_ratio) and a horizontal
+  // flip with probability flip_prob, as run_image_classification.py trains.
+  bool augment = false;
+  bool random_crop = true;
+  double crop_scale[2] = {0.08, 1.0}, crop_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+  double flip_prob = 0.5;
   // Optimizer: "sgd" (lr, momentum, weight_decay) or "adamw" (lr, betas,
   // weight_decay); the learning rate follows `schedule` (warm-up + cosine).
   std::string optimizer = "sgd";
@@ -112,7 +118,17 @@ struct DataSplits {
   std::shared_ptr<const data::Dataset> train, eval;
   int64_t skipped = 0;  // unreadable image files skipped (skip_bad_images)
 };
-DataSplits load_data(const TrainConfig& cfg);
+// `processor`: how an RGB image folder's images become pixel values (a
+// checkpoint's preprocessor_config.json); unset: data_processor's default.
+DataSplits load_data(const TrainConfig& cfg,
+                     const std::optional<data::ImageProcessor>& processor = std::nullopt);
+// The processor of a run's image folder: `given` (a pretrained model's or a
+// checkpoint's), else for an RGB model on an image folder ViTImageProcessor's
+// defaults at the model's image size; none for other data (Fashion-MNIST,
+// random images, grey folders).
+std::optional<data::ImageProcessor> data_processor(
+    const TrainConfig& cfg, const nn::ViTConfig& model,
+    const std::optional<data::ImageProcessor>& given);
 
 // The matmul dtype of a --precision value (errors name the flag).
 DType matmul_dtype_for(const std::string& precision);
@@ -236,6 +252,30 @@ class Evaluator {
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled,
                     DType matmul_dtype = DType::f32);
+
+// `kiln predict`: a model's top labels for image files.
+struct PredictOptions {
+  int64_t batch_size = 32;
+  int64_t top_k = 5;     // at most num_labels
+  bool compiled = true;  // one compiled forward pass per batch shape; else eager
+  int workers = 2;       // threads decoding and processing images ahead of the model
+  DType matmul_dtype = DType::f32;
+};
+struct Prediction {
+  std::string file;
+  // (label, score), best first: softmax probabilities; sigmoid for
+  // multi-label configs and a single unset output (as transformers'
+  // image-classification pipeline); the output itself for regression.
+  std::vector<std::pair<std::string, double>> top;
+  std::string error;  // non-empty: the file could not be read or processed
+};
+// How scores come from logits for `cfg` ("softmax", "sigmoid" or "none").
+std::string score_function(const nn::ViTConfig& cfg);
+// Predicts every file of `images` in order, batch by batch (the model on the
+// parameters' device), calling on_result once per file as its batch is done.
+// Returns the number of files that failed.
+int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
+                const PredictOptions& opt, const std::function<void(const Prediction&)>& on_result);
 
 // One forward and backward pass of ViTForImageClassification (no dropout):
 // what `kiln grad` writes. pixels are f32 in `layout`; labels as

@@ -1,6 +1,4 @@
-// kiln data: JPEG/PNG decoding and the image-folder data set.
-#include <png.h>
-#include <turbojpeg.h>
+// kiln data: the image-folder data set.
 
 #include <algorithm>
 #include <cmath>
@@ -15,105 +13,50 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_jpeg(const std::vector<uint8_t>& b) {
-  return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
-}
-bool is_png(const std::vector<uint8_t>& b) {
-  static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  return b.size() >= 8 && std::memcmp(b.data(), sig, 8) == 0;
-}
-
-// PIL refuses images above this many pixels as decompression bombs (twice its
-// MAX_IMAGE_PIXELS); so does kiln, before it allocates: a header of a few bytes
-// can claim 65535 x 65535 pixels, 12 GB decoded.
-constexpr int64_t kMaxPixels = 178956970;
-
-void check_size(int64_t width, int64_t height, const char* format, const std::string& origin) {
-  if (width <= 0 || height <= 0)
-    fail(origin, std::string("is not a readable ") + format + ": its header gives no image size");
-  if (width * height > kMaxPixels)
-    fail(origin, "is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
-                     std::to_string(width * height) + " pixels, expected at most " +
-                     std::to_string(kMaxPixels) + " (PIL's limit for decompression bombs)");
-}
-
-struct TjHandle {
-  tjhandle h = tjInitDecompress();
-  ~TjHandle() {
-    if (h) tjDestroy(h);
-  }
-};
-
-Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
-                  bool header_only) {
-  TjHandle tj;
-  if (!tj.h) fail(origin, "cannot start the JPEG decoder");
-  int w = 0, h = 0, sub = 0, space = 0;
-  if (tjDecompressHeader3(tj.h, b.data(), b.size(), &w, &h, &sub, &space) != 0)
-    fail(origin, std::string("is not a readable JPEG: ") + tjGetErrorStr2(tj.h));
-  check_size(w, h, "JPEG", origin);
-  Image img{w, h, channels, {}};
-  if (header_only) return img;
-  img.pixels.resize(static_cast<size_t>(w) * h * channels);
-  int fmt = channels == 1 ? TJPF_GRAY : TJPF_RGB;
-  if (tjDecompress2(tj.h, b.data(), b.size(), img.pixels.data(), w, 0, h, fmt,
-                    TJFLAG_STOPONWARNING) != 0)
-    fail(origin, std::string("is a damaged JPEG: ") + tjGetErrorStr2(tj.h));
-  return img;
-}
-
-// libpng's simplified API; png_image_free may run twice (finish_read frees too).
-struct PngImage {
-  png_image png{};
-  PngImage() { png.version = PNG_IMAGE_VERSION; }
-  ~PngImage() { png_image_free(&png); }
-};
-
-Image decode_png(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
-                 bool header_only) {
-  PngImage p;
-  png_image& png = p.png;
-  if (!png_image_begin_read_from_memory(&png, b.data(), b.size()))
-    fail(origin, std::string("is not a readable PNG: ") + png.message);
-  Image img{png.width, png.height, channels, {}};
-  check_size(img.width, img.height, "PNG", origin);
-  if (header_only) return img;
-  png.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  img.pixels.resize(PNG_IMAGE_SIZE(png));
-  if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr))
-    fail(origin, std::string("is a damaged PNG: ") + png.message);
-  return img;
-}
-
-Image decode(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
-             bool header_only) {
-  if (channels != 1 && channels != 3)
-    fail(origin, "images are decoded to 1 or 3 channels, not " + std::to_string(channels));
-  if (is_jpeg(b)) return decode_jpeg(b, channels, origin, header_only);
-  if (is_png(b)) return decode_png(b, channels, origin, header_only);
-  fail(origin, "is neither a JPEG nor a PNG file (" + std::to_string(b.size()) + " bytes)");
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), {});
-}
-
 bool image_extension(const fs::path& p) {
   std::string e = p.extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
   return e == ".jpg" || e == ".jpeg" || e == ".png";
 }
 
-}  // namespace
-
-Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const std::string& origin) {
-  return decode(bytes, channels, origin, false);
+// The w x h pixels of `img` whose top-left pixel is (left, top), all inside it.
+Image crop_image(const Image& img, int64_t left, int64_t top, int64_t w, int64_t h) {
+  Image out{w, h, img.channels, std::vector<uint8_t>(static_cast<size_t>(w * h * img.channels))};
+  for (int64_t y = 0; y < h; ++y)
+    std::memcpy(&out.pixels[y * w * img.channels],
+                &img.pixels[((top + y) * img.width + left) * img.channels], w * img.channels);
+  return out;
 }
 
-Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin) {
-  return decode(bytes, 3, origin, true);
+}  // namespace
+
+std::array<int64_t, 4> random_resized_crop(int64_t width, int64_t height, const double scale[2],
+                                           const double ratio[2],
+                                           const std::function<double()>& uniform) {
+  const double area = static_cast<double>(height) * static_cast<double>(width);
+  const double lo = std::log(ratio[0]), hi = std::log(ratio[1]);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (scale[0] + (scale[1] - scale[0]) * uniform());
+    const double aspect = std::exp(lo + (hi - lo) * uniform());
+    const auto w = static_cast<int64_t>(std::nearbyint(std::sqrt(target * aspect)));
+    const auto h = static_cast<int64_t>(std::nearbyint(std::sqrt(target / aspect)));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const int64_t top = std::min(
+          height - h, static_cast<int64_t>(uniform() * static_cast<double>(height - h + 1)));
+      const int64_t left =
+          std::min(width - w, static_cast<int64_t>(uniform() * static_cast<double>(width - w + 1)));
+      return {top, left, h, w};
+    }
+  }
+  // The centre crop, at the allowed ratio nearest the image's.
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  const double rmin = std::min(ratio[0], ratio[1]), rmax = std::max(ratio[0], ratio[1]);
+  int64_t w = width, h = height;
+  if (in_ratio < rmin)
+    h = static_cast<int64_t>(std::nearbyint(static_cast<double>(w) / rmin));
+  else if (in_ratio > rmax)
+    w = static_cast<int64_t>(std::nearbyint(static_cast<double>(h) * rmax));
+  return {(height - h) / 2, (width - w) / 2, h, w};
 }
 
 std::vector<std::string> ImageFolder::list_classes(const std::string& root) {
@@ -148,6 +91,22 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
       static_cast<int64_t>(opt_.std.size()) < opt_.channels)
     fail(origin, "mean and std need one value per channel");
   if (opt_.holdout_every < 2) fail(origin, "holdout_every must be >= 2");
+  if (opt_.processor) {
+    if (opt_.channels != 3)
+      fail(origin, "an image processor makes RGB pixel values: channels must be 3, got " +
+                       std::to_string(opt_.channels));
+    opt_.processor->validate("image processor");
+    const double* s = opt_.crop_scale;
+    const double* r = opt_.crop_ratio;
+    if (!(s[0] > 0 && s[0] <= s[1]))
+      fail(origin, "crop scale " + std::to_string(s[0]) + "," + std::to_string(s[1]) +
+                       ": expected 0 < min <= max (fractions of the image's area)");
+    if (!(r[0] > 0 && r[0] <= r[1] && std::isfinite(r[1])))
+      fail(origin, "crop ratio " + std::to_string(r[0]) + "," + std::to_string(r[1]) +
+                       ": expected 0 < min <= max (width / height)");
+    if (!(opt_.flip_prob >= 0 && opt_.flip_prob <= 1))
+      fail(origin, "flip probability " + std::to_string(opt_.flip_prob) + ": expected 0 to 1");
+  }
   classes_ = list_classes(opt_.root);
   for (size_t c = 0; c < classes_.size(); ++c) {
     std::vector<std::string> names;
@@ -158,7 +117,7 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
       bool held = static_cast<int64_t>(i) % opt_.holdout_every == opt_.holdout_every - 1;
       if ((opt_.split == "train" && held) || (opt_.split == "holdout" && !held)) continue;
       try {
-        probe_image(read_bytes(names[i]), names[i]);
+        probe_image(read_file_bytes(names[i]), names[i]);
       } catch (const Error&) {
         if (!opt_.skip_bad) throw;
         ++skipped_;
@@ -188,7 +147,12 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
     fail("imagefolder",
          "sample " + std::to_string(index) + " is outside [0, " + std::to_string(size()) + ")");
   const auto& [path, cls] = files_[index];
-  Image img = decode_image(read_bytes(path), opt_.channels, path);
+  if (opt_.processor) {
+    get_processed(index, epoch, out);
+    *label = cls;
+    return;
+  }
+  Image img = decode_image(read_file_bytes(path), opt_.channels, path);
   const int64_t H = opt_.image_size.height, W = opt_.image_size.width, C = opt_.channels;
   // Scale so that the image covers `resize` (a square: its shorter side
   // becomes `resize`), then crop H x W.
@@ -235,6 +199,53 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
     }
   }
   *label = cls;
+}
+
+void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const {
+  const std::string& path = files_[index].first;
+  const ImageProcessor& proc = *opt_.processor;
+  const int64_t H = opt_.image_size.height, W = opt_.image_size.width;
+  Image img = decode_image(read_file_bytes(path), 3, path);
+  std::vector<float> chw(static_cast<size_t>(3 * H * W));
+  bool flip = false;
+  if (opt_.augment && epoch >= 0) {
+    random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
+                                    static_cast<uint32_t>(index));
+    const random::DrawSpec spec = random::draw_spec(k, RandomKind::Uniform, 0, 1);
+    double pair[2];
+    uint64_t block = 0;
+    int used = 2;
+    const std::function<double()> uniform = [&] {
+      if (used == 2) random::draw_block(spec, block++, pair), used = 0;
+      return pair[used++];
+    };
+    if (opt_.random_crop) {
+      auto [top, left, h, w] =
+          random_resized_crop(img.width, img.height, opt_.crop_scale, opt_.crop_ratio, uniform);
+      img = resize_like_pillow(crop_image(img, left, top, w, h), W, H, Resample::bilinear);
+      ImageProcessor values_only = proc;  // the processor's rescaling and normalization
+      values_only.do_resize = values_only.do_center_crop = false;
+      values_only.pixel_values(img, chw.data());
+    }
+    flip = uniform() < opt_.flip_prob;
+  }
+  if (!opt_.augment || epoch < 0 || !opt_.random_crop) {
+    const nn::Size2d made = proc.output_size(img.width, img.height);
+    if (made != opt_.image_size)
+      fail(path, "processes to " + nn::to_string(made) +
+                     " pixel values (preprocessor_config.json), but the model takes " +
+                     nn::to_string(opt_.image_size));
+    proc.pixel_values(img, chw.data());
+  }
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t x = 0; x < W; ++x) {
+        const float v = chw[(c * H + y) * W + (flip ? W - 1 - x : x)];
+        if (opt_.layout == nn::Layout::NCHW)
+          out[(c * H + y) * W + x] = v;
+        else
+          out[(y * W + x) * 3 + c] = v;
+      }
 }
 
 }  // namespace kiln::data

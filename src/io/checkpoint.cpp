@@ -47,6 +47,7 @@ std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
   if (!fs::create_directory(tmp, ec))
     fail("checkpoint", tmp + ": cannot create the directory (" + ec.message() + ")");
   save_vit_config(tmp + "/config.json", c.config);
+  if (c.processor) save_image_processor(tmp + "/preprocessor_config.json", *c.processor);
   Params weights;
   for (auto& [name, p] : c.params) weights.emplace(name, astype(p, DType::f32));
   save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
@@ -97,6 +98,7 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   c.config = load_vit_config(dir + "/config.json");
   c.params = load_safetensors(dir + "/model.safetensors").tensors;
   widen_to_f32(c.params);  // kiln writes f32; a hand-made checkpoint may not
+  if (fs::exists(dir + "/preprocessor_config.json")) c.processor = load_image_processor(dir);
   nn::ViTForImageClassification(c.config).check(c.params, dir + "/model.safetensors");
   json t;
   std::string path = dir + "/trainer.json";

@@ -2,6 +2,7 @@
 // Hugging Face Hub cache holds them, read into ViTForImageClassification's
 // names; and a classifier for new labels.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -328,6 +329,12 @@ Pretrained load_unguarded(const std::string& src) {
     m.notes.push_back("the pooler (" + list(pooler, 2) +
                       ") is left out: ViTForImageClassification does not use it");
   if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
+  std::error_code ec;
+  m.has_processor = fs::exists(fs::path(m.dir) / "preprocessor_config.json", ec);
+  if (m.has_processor)
+    m.processor = load_image_processor(m.dir, &m.notes);
+  else
+    m.processor.size = m.config.image_size;  // the defaults, at the model's size
   return m;
 }
 
@@ -401,6 +408,28 @@ void set_image_size(Pretrained& m, nn::Size2d image_size) {
     m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
   }
   m.config.image_size = image_size;
+  data::ImageProcessor& p = m.processor;
+  auto scaled = [](int64_t v, int64_t to, int64_t from) {
+    return std::max<int64_t>(1, std::llround(static_cast<double>(v) * static_cast<double>(to) /
+                                             static_cast<double>(from)));
+  };
+  if (p.do_center_crop) {  // the resize keeps its ratio to the crop
+    if (p.shortest_edge > 0) {
+      p.shortest_edge = scaled(p.shortest_edge, image_size.height, p.crop_size.height);
+      if (p.longest_edge > 0)
+        p.longest_edge = std::max(p.shortest_edge,
+                                  scaled(p.longest_edge, image_size.height, p.crop_size.height));
+    } else {
+      p.size = {scaled(p.size.height, image_size.height, p.crop_size.height),
+                scaled(p.size.width, image_size.width, p.crop_size.width)};
+    }
+    p.crop_size = image_size;
+  } else {
+    p.shortest_edge = p.longest_edge = 0;
+    p.size = image_size;
+  }
+  m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
+                    " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");
 }
 
 }  // namespace kiln::io

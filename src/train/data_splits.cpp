@@ -4,7 +4,18 @@
 
 namespace kiln::train {
 
-DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
+std::optional<data::ImageProcessor> data_processor(
+    const TrainConfig& cfg, const nn::ViTConfig& model,
+    const std::optional<data::ImageProcessor>& given) {
+  if (cfg.data.rfind("imagefolder:", 0) != 0 || model.num_channels != 3) return std::nullopt;
+  if (given) return given;
+  data::ImageProcessor p;
+  p.size = model.image_size;
+  return p;
+}
+
+DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg,
+                         const std::optional<data::ImageProcessor>& processor) {
   DataSplits d;
   if (cfg.data == "random") {
     data::RandomImagesOptions dopt;
@@ -37,7 +48,12 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
                                .augment = cfg.augment,
                                .layout = cfg.layout,
                                .skip_bad = cfg.skip_bad_images,
-                               .seed = cfg.seed};
+                               .seed = cfg.seed,
+                               .processor = data_processor(cfg, mcfg, processor),
+                               .random_crop = cfg.random_crop,
+                               .crop_scale = {cfg.crop_scale[0], cfg.crop_scale[1]},
+                               .crop_ratio = {cfg.crop_ratio[0], cfg.crop_ratio[1]},
+                               .flip_prob = cfg.flip_prob};
     auto train_folder = std::make_shared<data::ImageFolder>(o);
     if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
       fail("train", "--data " + cfg.data + " has " +
@@ -56,8 +72,8 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg) {
   return d;
 }
 
-DataSplits load_data(const TrainConfig& cfg) {
-  return make_datasets(cfg, cfg.model);
+DataSplits load_data(const TrainConfig& cfg, const std::optional<data::ImageProcessor>& processor) {
+  return make_datasets(cfg, cfg.model, processor);
 }
 
 }  // namespace kiln::train

@@ -17,8 +17,10 @@ inline double since(Clock::time_point t) {
 // cfg.optimizer with cfg's learning rate, betas, momentum and weight decay.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg);
 
-// The data sets of cfg for `model` (cfg.model, or a resumed checkpoint's).
-DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model);
+// The data sets of cfg for `model` (cfg.model, or a resumed checkpoint's);
+// an RGB image folder's images processed by `processor` (data_processor).
+DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model,
+                         const std::optional<data::ImageProcessor>& processor);
 
 // The data sets label each image with a class (integer). A model trained for
 // another problem type learns from the class in the form that problem needs:

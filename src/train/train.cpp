@@ -40,6 +40,7 @@ struct Start {
   Params params;
   optim::State state;
   int64_t first_step = 1, data_position = 0;
+  std::optional<data::ImageProcessor> processor;  // a checkpoint's or a pretrained model's
 };
 
 // The checkpoint `resumed`, checked against cfg, or the pretrained model
@@ -71,6 +72,7 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
         fail("train", resume + "the optimizer state has no '" + name + "'");
     s.first_step = s.state.step + 1;
     s.data_position = ck.data_position;
+    s.processor = ck.processor;
     if (cfg.image_size.height > 0 && cfg.image_size != ck.config.image_size)
       fail("train", resume + "the checkpoint's images are " + nn::to_string(ck.config.image_size) +
                         ", --image-size asks for " + nn::to_string(cfg.image_size));
@@ -78,6 +80,7 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
     s.model = init->config;
     s.params = std::move(init->params);
     s.state = optimizer.init(s.params);
+    s.processor = init->processor;
   } else {
     // A new model's labels are named after the data's (an image folder's classes).
     std::vector<std::string> labels = data_labels(cfg);
@@ -186,6 +189,7 @@ class Trainer {
   nn::ViTForImageClassification model_;
   Params params_;
   optim::State state_;
+  const std::optional<data::ImageProcessor> processor_;  // saved with the checkpoints
   const DataSplits data_;
   data::Loader loader_;
   TrainReport report_;
@@ -206,7 +210,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
       model_(start.model),
       params_(std::move(start.params)),
       state_(std::move(start.state)),
-      data_(make_datasets(cfg, start.model)),
+      processor_(data_processor(cfg, start.model, start.processor)),
+      data_(make_datasets(cfg, start.model, processor_)),
       loader_(data_.train, {.batch_size = cfg.batch_size,
                             .shuffle = cfg.data != "random",  // real data: every epoch anew
                             .seed = cfg.seed,
@@ -373,8 +378,8 @@ void Trainer::evaluate(int64_t step) {
 
 void Trainer::save(int64_t step) {
   if (rank_ != 0) return;  // the ranks hold the same parameters: rank 0 writes them
-  io::Checkpoint ck{model_.config(), params_,   cfg_.optimizer,
-                    state_,          cfg_.seed, loader_.position()};
+  io::Checkpoint ck{model_.config(),    params_,   cfg_.optimizer, state_, cfg_.seed,
+                    loader_.position(), processor_};
   io::save_checkpoint(cfg_.save_dir, ck);
   if (cb_.on_save) cb_.on_save(step, cfg_.save_dir);
 }

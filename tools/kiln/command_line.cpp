@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/io.h"
 
@@ -101,7 +102,7 @@ std::string expand_abbreviations(const CLI::App& sub, std::vector<std::string>& 
 
 // kiln's subcommands, their flags bound to the fields of `cl`.
 struct Subcommands {
-  CLI::App *demo, *info, *train, *eval, *plot, *grad;
+  CLI::App *demo, *info, *train, *eval, *predict, *plot, *grad;
 };
 
 Subcommands define(CLI::App& app, CommandLine& cl) {
@@ -177,7 +178,23 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
               "imagefolder: skip files that cannot be read (counted) instead of stopping");
   t->add_option("--data-dir", tc.data_dir, "where the Fashion-MNIST IDX files are");
   t->add_flag("--augment", tc.augment,
-              "random horizontal flips (fashion-mnist), random crops and flips (imagefolder)");
+              "random horizontal flips (fashion-mnist); imagefolder: torchvision's "
+              "RandomResizedCrop and horizontal flips, as run_image_classification.py");
+  t->add_option(
+       "--crop-scale", tf.crop_scale,
+       "with --augment: RandomResizedCrop's range of area fractions, MIN,MAX (default 0.08,1)")
+      ->delimiter(',')
+      ->expected(2);
+  t->add_option(
+       "--crop-ratio", tf.crop_ratio,
+       "with --augment: RandomResizedCrop's range of width/height, MIN,MAX (default 0.75,1.3333)")
+      ->delimiter(',')
+      ->expected(2);
+  t->add_flag("--no-crop", tf.no_crop,
+              "with --augment: no random crop (the model's preprocessing, then flips only)");
+  t->add_option("--flip-prob", tc.flip_prob,
+                "with --augment: probability of a horizontal flip (default 0.5; 0: none)")
+      ->check(CLI::Range(0.0, 1.0));
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(kPositiveInt);
@@ -252,6 +269,35 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   e->add_option("--device", ef.device, "cpu, ref or cuda[:N]")->check(kDevice);
 
+  PredictFlags& rf = cl.predict;
+  auto* r = s.predict = app.add_subcommand(
+      "predict",
+      "the top labels of images, as transformers' image-classification pipeline gives them");
+  r->add_option("--model", rf.model,
+                "a model: a folder that transformers saved or kiln train --save wrote, or a Hub id "
+                "(org/name[@revision]) in the local Hugging Face cache")
+      ->required();
+  r->add_option("inputs", rf.inputs, "image files (JPEG, PNG) and folders (searched recursively)")
+      ->required();
+  r->add_option("--top-k", rf.top_k, "labels per image, best first (default 5)")
+      ->check(kPositiveInt);
+  r->add_flag("--json", rf.json,
+              "one JSON object per line: {\"file\": ..., \"predictions\": [{\"label\": ..., "
+              "\"score\": ...}]}");
+  r->add_option("--batch-size", rf.batch_size, "images per batch")->check(kPositiveInt);
+  r->add_option("--image-size", rf.image_size,
+                "predict at this image size, H or HxW (position embeddings resampled as "
+                "transformers' interpolate_pos_encoding; the processor resizes to it)")
+      ->check(kImageSize);
+  r->add_option("--mode", rf.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
+  r->add_option("--precision", rf.precision, "the matmuls' inputs: fp32, tf32 or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+  r->add_option("--device", rf.device, "cpu, ref or cuda[:N]")->check(kDevice);
+  r->add_option("--threads", rf.threads, "compute threads (default: all cores)")
+      ->check(kPositiveInt);
+  r->add_option("--workers", rf.workers, "threads decoding images ahead of the model (default 2)")
+      ->check(kPositiveInt);
+
   PlotFlags& pf = cl.plot;
   auto* pl = s.plot =
       app.add_subcommand("plot", "draw loss and accuracy curves of a --log-json file");
@@ -301,7 +347,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
     for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == args[1];
     if (!known) {
       err << "kiln: unknown command '" << args[1]
-          << "'; expected one of train, eval, plot, grad, demo, info\n";
+          << "'; expected one of train, eval, predict, plot, grad, demo, info\n";
       cl.exit_code = 2;
       return cl;
     }
@@ -326,13 +372,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
     cl.exit_code = app.exit(e, out, err);
     return cl;
   }
-  cl.command = s.train->parsed()  ? Command::train
-               : s.eval->parsed() ? Command::eval
-               : s.plot->parsed() ? Command::plot
-               : s.grad->parsed() ? Command::grad
-               : s.demo->parsed() ? Command::demo
-               : s.info->parsed() ? Command::info
-                                  : Command::none;
+  cl.command = s.train->parsed()     ? Command::train
+               : s.eval->parsed()    ? Command::eval
+               : s.predict->parsed() ? Command::predict
+               : s.plot->parsed()    ? Command::plot
+               : s.grad->parsed()    ? Command::grad
+               : s.demo->parsed()    ? Command::demo
+               : s.info->parsed()    ? Command::info
+                                     : Command::none;
   return cl;
 }
 
@@ -359,6 +406,16 @@ train::TrainConfig train_config(const TrainFlags& f) {
     }
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  cfg.random_crop = !f.no_crop;
+  auto range = [](const std::vector<double>& v, double* dst, const char* flag, const char* what) {
+    if (v.empty()) return;
+    if (!(v[0] > 0 && v[0] <= v[1] && std::isfinite(v[1])))
+      fail("train", std::string(flag) + " " + std::to_string(v[0]) + "," + std::to_string(v[1]) +
+                        ": expected MIN,MAX with 0 < MIN <= MAX (" + what + ")");
+    dst[0] = v[0], dst[1] = v[1];
+  };
+  range(f.crop_scale, cfg.crop_scale, "--crop-scale", "fractions of the image's area");
+  range(f.crop_ratio, cfg.crop_ratio, "--crop-ratio", "width / height");
   cfg.fused_attention = f.attention == "fused";
   cfg.all_reduce_always = f.all_reduce == "always";
   if (f.epochs > 0) {

@@ -32,6 +32,8 @@ struct TrainFlags {
   int threads = 0;
   int64_t epochs = 0, print_every = 0;
   bool steps_given = false, warmup_given = false;
+  std::vector<double> crop_scale, crop_ratio;  // --crop-scale, --crop-ratio: MIN,MAX
+  bool no_crop = false;
 };
 
 struct EvalFlags {
@@ -39,6 +41,14 @@ struct EvalFlags {
       data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test", mode = "jit",
       layout = "nchw", device = "cpu";
   int64_t batch_size = 256;
+};
+
+struct PredictFlags {
+  std::string model, image_size, mode = "jit", device = "cpu", precision = "fp32";
+  std::vector<std::string> inputs;  // files and folders
+  int64_t top_k = 5, batch_size = 32;
+  int threads = 0, workers = 2;
+  bool json = false;
 };
 
 struct PlotFlags {
@@ -49,7 +59,7 @@ struct GradFlags {
   std::string config, weights, batch, out, layout = "nchw", device = "cpu";
 };
 
-enum class Command { none, demo, info, train, eval, plot, grad };
+enum class Command { none, demo, info, train, eval, predict, plot, grad };
 
 struct CommandLine {
   // none: nothing to run; `exit_code` is kiln's exit status (0 after --help,
@@ -59,6 +69,7 @@ struct CommandLine {
   DemoOptions demo;
   TrainFlags train;
   EvalFlags eval;
+  PredictFlags predict;
   PlotFlags plot;
   GradFlags grad;
 };

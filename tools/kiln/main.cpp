@@ -3,6 +3,7 @@
 //   kiln demo [--steps N] [--lr X] [--mode eager|lazy] [--seed S] [--threads T]
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
 //   kiln eval --checkpoint DIR [--data fashion-mnist]
+//   kiln predict --model SRC [--top-k K] [--json] FILE|DIR...
 //   kiln plot LOG.jsonl -o curves.png (or .svg)
 //   kiln grad --config C.json --weights W.safetensors --batch B.safetensors --out O.safetensors
 //   kiln info
@@ -13,10 +14,11 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "command_line.h"
 #include "kiln/distributed.h"
@@ -288,6 +290,18 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
   if (kernel_profile_enabled()) std::printf("%s", kernel_profile_report().c_str());
 }
 
+// A model without preprocessor_config.json is used with ViTImageProcessor's
+// defaults at its image size: say so.
+void print_processor_note(const char* flag, const std::string& src, const io::Pretrained& m,
+                          FILE* to) {
+  if (m.has_processor) return;
+  std::fprintf(
+      to,
+      "%s %s: no preprocessor_config.json in %s: ViTImageProcessor's defaults at the model's "
+      "image size (resize to %s, bilinear, rescale 1/255, normalize with mean 0.5 and std 0.5)\n",
+      flag, src.c_str(), m.dir.c_str(), nn::to_string(m.config.image_size).c_str());
+}
+
 int run_train(const cli::TrainFlags& f) {
   // A data-parallel run (mpirun -np N): only rank 0 prints and writes.
   dist::init();
@@ -320,9 +334,12 @@ int run_train(const cli::TrainFlags& f) {
   if (resumed && !cfg.init_from.empty())
     std::printf("--init-from %s: not read (the run continues from --resume %s)\n",
                 cfg.init_from.c_str(), cfg.resume_dir.c_str());
-  if (init)
+  if (init) {
     for (const std::string& note : init->notes)
       std::printf("--init-from %s: %s\n", cfg.init_from.c_str(), note.c_str());
+    if (train::data_processor(cfg, cfg.model, std::nullopt))  // an RGB image folder
+      print_processor_note("--init-from", cfg.init_from, *init, stdout);
+  }
   int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
   Progress progress(cfg, print_every);
   progress.started();
@@ -349,6 +366,7 @@ int run_eval(const cli::EvalFlags& f) {
   // A pretrained model is evaluated as it is: its labels must be the data's.
   io::Checkpoint ck;
   std::string what = f.checkpoint;
+  std::optional<data::ImageProcessor> processor;
   if (!f.model.empty()) {
     const auto& presets = nn::ViTConfig::preset_names();
     if (std::find(presets.begin(), presets.end(), f.model) != presets.end())
@@ -364,11 +382,14 @@ int run_eval(const cli::EvalFlags& f) {
                        f.model + " --data ...)");
     for (const std::string& note : m.notes)
       std::printf("--model %s: %s\n", f.model.c_str(), note.c_str());
+    print_processor_note("--model", f.model, m, stdout);
     ck.config = m.config;
     ck.params = std::move(m.params);
+    processor = m.processor;
     what = f.model;
   } else {
     ck = io::load_checkpoint(f.checkpoint);
+    processor = ck.processor;
     what += " (step " + std::to_string(ck.state.step) + ")";
   }
   train::TrainConfig cfg;
@@ -387,7 +408,7 @@ int run_eval(const cli::EvalFlags& f) {
             (long long)i, cfg.model.label_name(i).c_str(), labels[i].c_str());
         break;
       }
-  train::DataSplits splits = train::load_data(cfg);
+  train::DataSplits splits = train::load_data(cfg, processor);
   auto ds = f.split == "train" ? splits.train : splits.eval;
   if (!ds)
     fail("eval", "--data " + f.data +
@@ -402,6 +423,70 @@ int run_eval(const cli::EvalFlags& f) {
                                           : "held-out",
               r.loss, 100 * r.accuracy, (long long)r.samples, fmt_seconds(r.seconds).c_str());
   return 0;
+}
+
+// kiln predict: one line per image, in the order given (folders sorted);
+// notes and the summary on stderr, so that --json's output is JSON lines only.
+int run_predict(const cli::PredictFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::string> files = data::ImageFiles::find(f.inputs);
+  io::Pretrained m = io::load_pretrained(f.model);
+  if (!f.image_size.empty()) io::set_image_size(m, *cli::parse_image_size(f.image_size));
+  for (const std::string& note : m.notes)
+    std::fprintf(stderr, "--model %s: %s\n", f.model.c_str(), note.c_str());
+  print_processor_note("--model", f.model, m, stderr);
+  if (!m.has_classifier)
+    fail(
+        "predict",
+        "--model " + f.model +
+            ": no classifier (a ViTModel checkpoint): fine-tune it first (kiln train --init-from " +
+            f.model + " --data ...)");
+  if (m.config.num_channels != 3)
+    fail("predict", "--model " + f.model + " takes " + std::to_string(m.config.num_channels) +
+                        "-channel images; predict reads RGB images (num_channels 3)");
+  const Device device = parse_device(f.device, "--device");
+  for (auto& [name, p] : m.params) p = p.to(device);
+  data::ImageFiles images(files, m.processor, m.config.image_size);
+  train::PredictOptions opt{.batch_size = f.batch_size,
+                            .top_k = f.top_k,
+                            .compiled = f.mode == "jit",
+                            .workers = f.workers,
+                            .matmul_dtype = train::matmul_dtype_for(f.precision)};
+  int64_t done = 0;
+  const int64_t failed =
+      train::predict(m.config, m.params, images, opt, [&](const train::Prediction& p) {
+        ++done;
+        if (!p.error.empty()) std::fprintf(stderr, "kiln predict: %s\n", p.error.c_str());
+        if (f.json) {
+          nlohmann::ordered_json j{{"file", p.file}};
+          if (!p.error.empty()) {
+            j["error"] = p.error;
+          } else {
+            j["predictions"] = nlohmann::ordered_json::array();
+            for (const auto& [label, score] : p.top)
+              j["predictions"].push_back({{"label", label}, {"score", score}});
+          }
+          std::printf("%s\n",
+                      j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        } else if (p.error.empty()) {
+          std::string line = p.file + ":";
+          for (size_t i = 0; i < p.top.size(); ++i) {
+            char score[32];
+            std::snprintf(score, sizeof score, " (%.4f)", p.top[i].second);
+            line += (i ? ", " : " ") + p.top[i].first + score;
+          }
+          std::printf("%s\n", line.c_str());
+        }
+        std::fflush(stdout);
+      });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "kiln predict: %lld images in %s (%.1f images/s, %s, %s)%s\n",
+               (long long)done, fmt_seconds(seconds).c_str(), done / seconds, f.mode.c_str(),
+               train::score_function(m.config).c_str(),
+               failed ? (", " + std::to_string(failed) + " failed").c_str() : "");
+  return failed ? 1 : 0;
 }
 
 int run_grad(const cli::GradFlags& f) {
@@ -446,6 +531,7 @@ int main(int argc, char** argv) {
     switch (cl.command) {
       case cli::Command::train: return run_train(cl.train);
       case cli::Command::eval: return run_eval(cl.eval);
+      case cli::Command::predict: return run_predict(cl.predict);
       case cli::Command::plot:
         tools::plot_log(cl.plot.log, cl.plot.out);
         std::printf("wrote %s\n", cl.plot.out.c_str());

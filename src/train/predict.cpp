@@ -1,0 +1,88 @@
+// kiln predict: a model's top labels for image files, batched, decoded on
+// worker threads, compiled once per batch shape.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "internal.h"
+
+namespace kiln::train {
+
+std::string score_function(const nn::ViTConfig& cfg) {
+  // transformers' ImageClassificationPipeline.postprocess, but regression
+  // gives the output itself (the pipeline takes its sigmoid when num_labels is 1).
+  if (cfg.problem_type == nn::ProblemType::Regression) return "none";
+  if (cfg.problem_type == nn::ProblemType::MultiLabel || cfg.num_labels == 1) return "sigmoid";
+  return "softmax";
+}
+
+int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
+                const PredictOptions& opt,
+                const std::function<void(const Prediction&)>& on_result) {
+  require_classifier(cfg, "predict");
+  if (opt.batch_size <= 0)
+    fail("predict", "batch size must be positive, got " + std::to_string(opt.batch_size));
+  if (opt.top_k <= 0) fail("predict", "--top-k must be positive, got " + std::to_string(opt.top_k));
+  const nn::ViTForImageClassification model(cfg);
+  const nn::ApplyOptions apply{.layout = nn::Layout::NCHW, .matmul_dtype = opt.matmul_dtype};
+  std::vector<std::string> names;
+  for (auto& [name, p] : params) names.push_back(name);
+  std::optional<Jitted> forward;
+  if (opt.compiled)
+    forward.emplace(jit([&](const std::vector<Array>& args) {
+      const size_t np = names.size();
+      return std::vector<Array>{model.apply(
+          unflatten(names, std::vector<Array>(args.begin(), args.begin() + np)), args[np], apply)};
+    }));
+  const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
+  const std::string fn = score_function(cfg);
+  const int64_t k = std::min(opt.top_k, cfg.num_labels), n = images.size();
+  int64_t failed = 0;
+  if (n == 0) return 0;
+  auto shared = std::shared_ptr<const data::ImageFiles>(&images, [](const data::ImageFiles*) {});
+  data::Loader loader(shared,
+                      {.batch_size = opt.batch_size, .drop_last = false, .workers = opt.workers});
+  const std::vector<Array> flat = flatten(params);
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    data::Batch batch = loader.next();
+    Array logits;
+    if (forward) {
+      std::vector<Array> args = flat;
+      args.push_back(batch.images.to(device));
+      logits = (*forward)(args)[0];
+    } else {
+      logits = model.apply(params, batch.images.to(device), apply);
+    }
+    const std::vector<float> out = astype(logits, DType::f32).to(Device::cpu()).to_vector<float>();
+    const std::vector<int32_t> ok = batch.labels.to_vector<int32_t>();
+    const int64_t L = cfg.num_logits(), rows = batch.labels.size();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t index = b * opt.batch_size + r;
+      Prediction p{images.file(index), {}, images.error(index)};
+      if (ok[r] < 0) {
+        ++failed;
+        on_result(p);
+        continue;
+      }
+      std::vector<double> score(out.begin() + r * L, out.begin() + (r + 1) * L);
+      if (fn == "softmax") {
+        const double m = *std::max_element(score.begin(), score.end());
+        double sum = 0;
+        for (double& v : score) sum += (v = std::exp(v - m));
+        for (double& v : score) v /= sum;
+      } else if (fn == "sigmoid") {
+        for (double& v : score) v = 1 / (1 + std::exp(-v));
+      }
+      std::vector<int64_t> order(score.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t c) { return score[a] > score[c]; });
+      for (int64_t i = 0; i < std::min<int64_t>(k, L); ++i)
+        p.top.emplace_back(cfg.label_name(order[i]), score[order[i]]);
+      on_result(p);
+    }
+  }
+  return failed;
+}
+
+}  // namespace kiln::train

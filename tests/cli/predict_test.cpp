@@ -1,0 +1,160 @@
+// kiln predict against transformers' image-classification pipeline (fixtures
+// written by tools/golden/make_predict_golden.py with transformers 5.17.0):
+// the same labels in the same order with the same scores for every decoding
+// fixture image, softmax and multi-label sigmoid; errors name the file and
+// leave the others predicted.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+using json = nlohmann::json;
+
+struct PredictRun {
+  int status;
+  std::string out, err;
+};
+
+PredictRun predict(const std::string& args) {
+  const std::string err = (std::filesystem::temp_directory_path() /
+                           ("kiln-predict-" + std::to_string(::getpid()) + ".err"))
+                              .string();
+  FILE* p = popen((std::string(KILN_CLI_PATH) + " predict " + args + " 2>" + err).c_str(), "r");
+  PredictRun r{};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::filesystem::remove(err);
+  return r;
+}
+
+std::vector<json> lines(const std::string& text) {
+  std::vector<json> out;
+  size_t at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+    out.push_back(json::parse(text.substr(at, nl - at)));
+  return out;
+}
+
+const std::string kFixtures = std::string(KILN_FIXTURES_DIR);
+
+TEST(Predict, EqualsTheTransformersPipeline) {
+  for (const char* kind : {"single", "multi"}) {
+    SCOPED_TRACE(kind);
+    const std::string model = kFixtures + "/predict/" + kind;
+    for (const char* mode : {"jit", "eager"}) {
+      PredictRun r = predict("--model " + model + " --json --top-k 3 --batch-size 7 --mode " +
+                             mode + " " + kFixtures + "/decode/images");
+      ASSERT_EQ(r.status, 0) << r.err;
+      std::ifstream f(model + "/expected.jsonl");
+      std::vector<json> want = lines(std::string(std::istreambuf_iterator<char>(f), {}));
+      std::vector<json> got = lines(r.out);
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_EQ(want.size(), 40u);
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const std::string file = got[i]["file"];
+        EXPECT_EQ(std::filesystem::path(file).filename().string(), want[i]["file"]);
+        ASSERT_EQ(got[i]["predictions"].size(), 3u) << file;
+        for (size_t k = 0; k < 3; ++k) {
+          EXPECT_EQ(got[i]["predictions"][k]["label"], want[i]["predictions"][k]["label"]) << file;
+          worst = std::max(worst, std::abs(got[i]["predictions"][k]["score"].get<double>() -
+                                           want[i]["predictions"][k]["score"].get<double>()));
+        }
+      }
+      EXPECT_LT(worst, 1e-5) << mode;
+      EXPECT_NE(r.err.find("40 images"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(std::string(kind) == "multi" ? "sigmoid" : "softmax"),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(Predict, TextOutputTopKAndBadFiles) {
+  const std::string model = kFixtures + "/predict/single";
+  const std::string images = kFixtures + "/decode/images/";
+  PredictRun r = predict("--model " + model + " --top-k 9 " + images + "png_rgb8.png");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Five labels: --top-k is capped there, as in the pipeline; scores sum to 1.
+  ASSERT_EQ(r.out.rfind(images + "png_rgb8.png: ", 0), 0u) << r.out;
+  double sum = 0;
+  int labels = 0;
+  for (size_t at = r.out.find(" ("); at != std::string::npos;
+       at = r.out.find(" (", at + 1), ++labels)
+    sum += std::stod(r.out.substr(at + 2));
+  EXPECT_EQ(labels, 5) << r.out;
+  EXPECT_NEAR(sum, 1.0, 5e-4) << r.out;
+
+  // A damaged file and one that is no image: named, the others predicted, exit 1.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kiln-predict-bad-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(images + "jpeg_sub2.jpg", dir / "a.jpg");
+  {
+    std::ifstream in(images + "jpeg_sub0.jpg", std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(dir / "b.jpg", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::ofstream(dir / "c.png") << "not a png";
+  }
+  std::filesystem::copy_file(images + "png_palette8.png", dir / "d.png");
+  r = predict("--model " + model + " --json " + dir.string());
+  EXPECT_EQ(r.status, 1);
+  std::vector<json> got = lines(r.out);
+  ASSERT_EQ(got.size(), 4u) << r.out;
+  EXPECT_TRUE(got[0].contains("predictions"));
+  EXPECT_NE(got[1]["error"].get<std::string>().find("b.jpg] is a damaged JPEG"), std::string::npos)
+      << got[1];
+  EXPECT_NE(got[2]["error"].get<std::string>().find("c.png] is neither a JPEG nor a PNG"),
+            std::string::npos);
+  EXPECT_TRUE(got[3].contains("predictions"));
+  EXPECT_NE(r.err.find("4 images"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 failed"), std::string::npos) << r.err;
+
+  // No such input; a model without a processor gets ViTImageProcessor's
+  // defaults at its image size, and a processor of another size is an error
+  // for each file.
+  r = predict("--model " + model + " /nonexistent.jpg");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("/nonexistent.jpg] no such file or folder"), std::string::npos) << r.err;
+  std::filesystem::create_directories(dir / "model");
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(model + "/" + f, dir / "model" / f);
+  r = predict("--model " + (dir / "model").string() + " " + images + "png_rgb8.png");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("no preprocessor_config.json in " + (dir / "model").string() +
+                       ": ViTImageProcessor's defaults at the model's image size (resize to 24,"),
+            std::string::npos)
+      << r.err;
+  std::ofstream(dir / "model" / "preprocessor_config.json")
+      << R"({"size": {"height": 30, "width": 24}})";
+  r = predict("--model " + (dir / "model").string() + " " + images + "png_rgb8.png " + images +
+              "png_rgb16.png");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("png_rgb16.png] processes to 30x24 pixel values (preprocessor_config.json's "
+                       "size), but the "
+                       "model takes 24"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("2 failed"), std::string::npos) << r.err;
+  // --image-size: the model and its processor go to the new size together.
+  r = predict("--model " + model + " --image-size 36 " + images + "png_rgb8.png");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("images processed to 36"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
