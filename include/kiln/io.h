@@ -135,6 +135,10 @@ struct Checkpoint {
   // How evaluation processes images (preprocessor_config.json), where the
   // model takes RGB images that a processor describes.
   std::optional<data::ImageProcessor> processor;
+  // A moving average of the weights (train --ema), written beside them as
+  // DIR/ema/, a folder transformers loads (config.json, model.safetensors,
+  // preprocessor_config.json). Not read back: the optimizer state holds it.
+  Params ema;
 };
 
 // Writes DIR atomically: everything goes to DIR.tmp first; then DIR (if any)

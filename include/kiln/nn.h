@@ -179,7 +179,9 @@ class ViTForImageClassification {
   // cross-entropy against integer labels [B]; multi-label, binary
   // cross-entropy with logits against float labels [B, num_logits()].
   // Labels of another dtype or shape get an error naming them.
-  Array loss(const Array& logits, const Array& labels) const;
+  // label_smoothing (single label only): CrossEntropyLoss(label_smoothing=ε),
+  // (1 - ε) · cross-entropy + ε · the mean over classes of −log softmax.
+  Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
 
  private:
   ViTConfig cfg_;

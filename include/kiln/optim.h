@@ -1,5 +1,6 @@
 // kiln — optimizers as pure functions of (grads, state, params), like optax.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,7 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+  bool exempt_from_decay = false;  // no weight decay where no_weight_decay(name)
 };
 
 // torch.optim.SGD, step for step:
@@ -73,7 +75,13 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  bool exempt_from_decay = false;  // no weight decay where no_weight_decay(name)
 };
+
+// The parameters that HF's Trainer and timm exempt from weight decay, by
+// their transformers names: biases, LayerNorm weights, the position
+// embeddings and the [CLS] token.
+bool no_weight_decay(const std::string& name);
 
 // torch.optim.AdamW (decoupled weight decay), step for step:
 //   p = p * (1 - lr * weight_decay)
@@ -94,12 +102,60 @@ class AdamW final : public Optimizer {
   AdamWOptions opt_;
 };
 
+// `inner`, and an exponential moving average of the parameters kept in the
+// state beside its own (timm's ModelEmaV2): after each step
+// ema = decay · ema + (1 − decay) · params, in buffers "ema/<param>" that
+// start as a copy of the parameters and are saved and resumed with the rest.
+class WithEma final : public Optimizer {
+ public:
+  WithEma(std::unique_ptr<Optimizer> inner, double decay);
+  std::string name() const override { return inner_->name(); }
+  State init(const Params& params) const override;
+  std::vector<double> scalars(int64_t step, double lr) const override {
+    return inner_->scalars(step, lr);
+  }
+  double lr() const override { return inner_->lr(); }
+  std::pair<Params, State> apply(const Params& grads, const State& state, const Params& params,
+                                 const std::vector<Array>& scalars) const override;
+  double decay() const { return decay_; }
+
+ private:
+  std::unique_ptr<Optimizer> inner_;
+  double decay_;
+};
+// The averages of a WithEma state, by parameter name (empty without them).
+Params ema_params(const State& state);
+
+// `inner` on the parameters `trainable` accepts (its state holds only
+// theirs); the others pass through unchanged and need no gradient (linear
+// probing: a frozen backbone).
+class Masked final : public Optimizer {
+ public:
+  Masked(std::unique_ptr<Optimizer> inner, std::function<bool(const std::string&)> trainable);
+  std::string name() const override { return inner_->name(); }
+  State init(const Params& params) const override { return inner_->init(subset(params)); }
+  std::vector<double> scalars(int64_t step, double lr) const override {
+    return inner_->scalars(step, lr);
+  }
+  double lr() const override { return inner_->lr(); }
+  std::pair<Params, State> apply(const Params& grads, const State& state, const Params& params,
+                                 const std::vector<Array>& scalars) const override;
+  Params subset(const Params& params) const;  // the trainable ones
+
+ private:
+  std::unique_ptr<Optimizer> inner_;
+  std::function<bool(const std::string&)> trainable_;
+};
+
 // Learning-rate multiplier at optimizer step k (0-based) of `total`: linear
 // warm-up over the first `warmup` steps ((k + 1) / warmup), then cosine decay
 // to 0 at k = total (0.5 * (1 + cos(pi * (k - warmup) / (total - warmup)))).
 // kind "constant" is 1 throughout. Same as a torch LambdaLR with that lambda.
+// kind "linear" is transformers' get_linear_schedule_with_warmup (the HF
+// Trainer's default), exactly: k / warmup during the warm-up (0 at the first
+// step), then (total - k) / (total - warmup), down to 0.
 struct Schedule {
-  std::string kind = "constant";  // constant | cosine
+  std::string kind = "constant";  // constant | cosine | linear
   int64_t warmup = 0;
   int64_t total = 0;
   double factor(int64_t k) const;

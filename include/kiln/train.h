@@ -63,16 +63,30 @@ struct TrainConfig {
   std::string optimizer = "sgd";
   double momentum = 0.0;
   double weight_decay = 0.0;
+  // No weight decay on biases, LayerNorm weights, the position embeddings
+  // and the [CLS] token (optim::no_weight_decay), as HF's Trainer and timm.
+  bool exempt_from_decay = false;
   double beta1 = 0.9, beta2 = 0.999;
-  std::string schedule = "constant";
+  // Softmax cross-entropy against labels smoothed by this much, as
+  // CrossEntropyLoss(label_smoothing=) (single-label classification).
+  double label_smoothing = 0.0;
+  std::string schedule = "constant";  // constant, cosine, linear
   int64_t lr_warmup = 0;
   double clip_norm = 0.0;  // global-norm gradient clipping; 0: off
+  // An exponential moving average of the weights with this decay (timm's
+  // ModelEmaV2; 0: none), evaluated beside the weights and saved in the
+  // checkpoint's ema/ folder.
+  double ema = 0.0;
+  bool freeze_backbone = false;  // train the classifier alone (linear probing)
   // Evaluation on the held-out split every `eval_every` steps (0: only at
   // the end) when the data set has one.
   int64_t eval_every = 0;
   // Checkpoints: every `save_every` steps (0: only at the end) into save_dir.
   std::string save_dir;
   int64_t save_every = 0;
+  // Save only after an evaluation whose accuracy beats every one before it
+  // (save_dir then holds the best model so far).
+  bool save_best = false;
   std::string resume_dir;  // continue from this checkpoint (the model comes from it)
   // Start from this pretrained model (io::load_pretrained: a folder that
   // transformers saved, or a Hub id in the local cache) instead of fresh
@@ -137,6 +151,10 @@ struct EvalResult {
   int64_t step = 0;
   double loss = 0;      // mean loss of the model's problem type (softmax cross-entropy for classes)
   double accuracy = 0;  // top-1, in [0, 1]
+  double top5 = 0;      // the true class among the 5 highest logits (fewer than 6 labels: 1)
+  // With TrainConfig::ema: the same of the moving average of the weights.
+  bool has_ema = false;
+  double ema_loss = 0, ema_accuracy = 0, ema_top5 = 0;
   int64_t samples = 0;
   double seconds = 0;
 };

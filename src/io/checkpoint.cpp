@@ -48,6 +48,16 @@ std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
     fail("checkpoint", tmp + ": cannot create the directory (" + ec.message() + ")");
   save_vit_config(tmp + "/config.json", c.config);
   if (c.processor) save_image_processor(tmp + "/preprocessor_config.json", *c.processor);
+  if (!c.ema.empty()) {
+    std::error_code mk;
+    if (!fs::create_directory(tmp + "/ema", mk))
+      fail("checkpoint", tmp + "/ema: cannot create the directory (" + mk.message() + ")");
+    save_vit_config(tmp + "/ema/config.json", c.config);
+    Params ema;
+    for (auto& [name, p] : c.ema) ema.emplace(name, astype(p, DType::f32));
+    save_safetensors(tmp + "/ema/model.safetensors", ema, {{"format", "pt"}});
+    if (c.processor) save_image_processor(tmp + "/ema/preprocessor_config.json", *c.processor);
+  }
   Params weights;
   for (auto& [name, p] : c.params) weights.emplace(name, astype(p, DType::f32));
   save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});

@@ -446,7 +446,8 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   return c.num_labels > 0 ? linear(p, "classifier", first, dt) : first;
 }
 
-Array ViTForImageClassification::loss(const Array& logits, const Array& labels) const {
+Array ViTForImageClassification::loss(const Array& logits, const Array& labels,
+                                      double label_smoothing) const {
   const auto& c = cfg_;
   const ProblemType problem = c.problem_for(labels.dtype());
   if (logits.ndim() != 2) fail("vit", "logits must be [B, classes], got " + str(logits.shape()));
@@ -463,6 +464,16 @@ Array ViTForImageClassification::loss(const Array& logits, const Array& labels) 
   switch (problem) {
     case ProblemType::SingleLabel:
       require(integer && labels.shape() == Shape{b}, "integer labels " + str(Shape{b}));
+      if (label_smoothing > 0) {
+        if (!(label_smoothing <= 1))
+          fail("vit", "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
+        // Uniform targets' part: the mean over classes of −log softmax.
+        Array uniform = -mean(log_softmax(logits, -1), {-1});
+        return mean(softmax_cross_entropy(logits, labels)) * (1.0 - label_smoothing) +
+               mean(uniform) * label_smoothing;
+      }
+      if (label_smoothing < 0)
+        fail("vit", "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
       return mean(softmax_cross_entropy(logits, labels));
     case ProblemType::Regression:
       if (c.num_labels == 1) {

@@ -1,4 +1,5 @@
 // kiln optim: SGD and AdamW with PyTorch's semantics, schedules, clipping.
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/ops.h"
@@ -21,6 +22,14 @@ const Array& buffer(const State& s, const std::string& key, const char* who) {
 }
 
 }  // namespace
+
+bool no_weight_decay(const std::string& name) {
+  auto ends = [&](const std::string& t) {
+    return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+  };
+  return ends(".bias") || name.find("layernorm") != std::string::npos ||
+         ends("position_embeddings") || ends("cls_token");
+}
 
 std::pair<Params, State> Optimizer::update(const Params& grads, const State& state,
                                            const Params& params, double lr_factor) const {
@@ -62,7 +71,8 @@ std::pair<Params, State> SGD::apply(const Params& grads, const State& state, con
   State next{{}, state.step + 1};
   for (auto& [name, p] : params) {
     Array g = astype(grad_for(grads, name, "sgd"), p.dtype());
-    if (opt_.weight_decay != 0) g = g + p * opt_.weight_decay;
+    if (opt_.weight_decay != 0 && !(opt_.exempt_from_decay && no_weight_decay(name)))
+      g = g + p * opt_.weight_decay;
     if (opt_.momentum != 0) {
       std::string key = "momentum/" + name;
       Array buf = buffer(state, key, "sgd") * s[1] + g * s[2];
@@ -108,7 +118,8 @@ std::pair<Params, State> AdamW::apply(const Params& grads, const State& state, c
     Array m = buffer(state, km, "adamw") * opt_.beta1 + g * (1.0 - opt_.beta1);
     Array v = buffer(state, kv, "adamw") * opt_.beta2 + g * g * (1.0 - opt_.beta2);
     Array denom = sqrt(v) / s[2] + opt_.eps;
-    out.emplace(name, p * s[0] - m / denom * s[1]);
+    const bool decay = !(opt_.exempt_from_decay && no_weight_decay(name));
+    out.emplace(name, (decay ? p * s[0] : p) - m / denom * s[1]);
     next.buffers.emplace(km, m);
     next.buffers.emplace(kv, v);
   }
@@ -116,19 +127,76 @@ std::pair<Params, State> AdamW::apply(const Params& grads, const State& state, c
 }
 
 void Schedule::validate() const {
-  if (kind != "constant" && kind != "cosine")
-    fail("schedule", "'" + kind + "', expected constant or cosine");
+  if (kind != "constant" && kind != "cosine" && kind != "linear")
+    fail("schedule", "'" + kind + "', expected constant, cosine or linear");
   if (warmup < 0) fail("schedule", "warmup must be >= 0, got " + std::to_string(warmup));
-  if (kind == "cosine" && total <= warmup)
-    fail("schedule", "cosine decay needs total steps (" + std::to_string(total) +
+  if (kind != "constant" && total <= warmup)
+    fail("schedule", kind + " decay needs total steps (" + std::to_string(total) +
                          ") above the warm-up (" + std::to_string(warmup) + ")");
 }
 
 double Schedule::factor(int64_t k) const {
+  if (kind == "linear") {  // transformers' get_linear_schedule_with_warmup
+    if (k < warmup)
+      return static_cast<double>(k) / static_cast<double>(std::max<int64_t>(1, warmup));
+    return std::max(0.0, static_cast<double>(total - k) /
+                             static_cast<double>(std::max<int64_t>(1, total - warmup)));
+  }
   if (k < warmup) return static_cast<double>(k + 1) / static_cast<double>(warmup);
   if (kind == "constant") return 1.0;
   double progress = static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
   return 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
+}
+
+WithEma::WithEma(std::unique_ptr<Optimizer> inner, double decay)
+    : inner_(std::move(inner)), decay_(decay) {
+  if (!(decay > 0 && decay < 1))
+    fail("ema", "decay must lie in (0, 1), got " + std::to_string(decay));
+}
+
+State WithEma::init(const Params& params) const {
+  State s = inner_->init(params);
+  for (auto& [name, p] : params) s.buffers.emplace("ema/" + name, p * 1.0);  // a copy
+  return s;
+}
+
+std::pair<Params, State> WithEma::apply(const Params& grads, const State& state,
+                                        const Params& params,
+                                        const std::vector<Array>& scalars) const {
+  State inner_state{{}, state.step};
+  for (auto& [key, b] : state.buffers)
+    if (key.rfind("ema/", 0) != 0) inner_state.buffers.emplace(key, b);
+  auto [out, next] = inner_->apply(grads, inner_state, params, scalars);
+  for (auto& [name, p] : out)
+    next.buffers.emplace("ema/" + name,
+                         buffer(state, "ema/" + name, "ema") * decay_ + p * (1.0 - decay_));
+  return {out, next};
+}
+
+Params ema_params(const State& state) {
+  Params out;
+  for (auto& [key, b] : state.buffers)
+    if (key.rfind("ema/", 0) == 0) out.emplace(key.substr(4), b);
+  return out;
+}
+
+Masked::Masked(std::unique_ptr<Optimizer> inner, std::function<bool(const std::string&)> trainable)
+    : inner_(std::move(inner)), trainable_(std::move(trainable)) {}
+
+Params Masked::subset(const Params& params) const {
+  Params out;
+  for (auto& [name, p] : params)
+    if (trainable_(name)) out.emplace(name, p);
+  return out;
+}
+
+std::pair<Params, State> Masked::apply(const Params& grads, const State& state,
+                                       const Params& params,
+                                       const std::vector<Array>& scalars) const {
+  auto [out, next] = inner_->apply(grads, state, subset(params), scalars);
+  for (auto& [name, p] : params)
+    if (!trainable_(name)) out.emplace(name, p);
+  return {out, next};
 }
 
 std::pair<Params, Array> clip_by_global_norm(const Params& grads, double max_norm) {

@@ -47,14 +47,32 @@ const std::vector<std::string>& mode_names() {
   return all;
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
+namespace {
+std::unique_ptr<optim::Optimizer> base_optimizer(const TrainConfig& cfg) {
   if (cfg.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(optim::SGDOptions{
-        .lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+    return std::make_unique<optim::SGD>(
+        optim::SGDOptions{.lr = cfg.lr,
+                          .momentum = cfg.momentum,
+                          .weight_decay = cfg.weight_decay,
+                          .exempt_from_decay = cfg.exempt_from_decay});
   if (cfg.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(optim::AdamWOptions{
-        .lr = cfg.lr, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .weight_decay = cfg.weight_decay});
+    return std::make_unique<optim::AdamW>(
+        optim::AdamWOptions{.lr = cfg.lr,
+                            .beta1 = cfg.beta1,
+                            .beta2 = cfg.beta2,
+                            .weight_decay = cfg.weight_decay,
+                            .exempt_from_decay = cfg.exempt_from_decay});
   fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
+}
+}  // namespace
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
+  std::unique_ptr<optim::Optimizer> opt = base_optimizer(cfg);
+  if (cfg.freeze_backbone)
+    opt = std::make_unique<optim::Masked>(
+        std::move(opt), [](const std::string& name) { return name.rfind("classifier.", 0) == 0; });
+  if (cfg.ema > 0) opt = std::make_unique<optim::WithEma>(std::move(opt), cfg.ema);
+  return opt;
 }
 
 DType matmul_dtype_for(const std::string& precision) {
@@ -92,6 +110,16 @@ void validate(const TrainConfig& cfg) {
   if (cfg.momentum != 0 && cfg.optimizer != "sgd")
     fail("train", "--momentum goes with --optimizer sgd");
   if (!(cfg.bucket_mb > 0)) fail("train", "--bucket-mb must be positive");
+  if (!(cfg.label_smoothing >= 0 && cfg.label_smoothing <= 1))
+    fail("train", "--label-smoothing " + std::to_string(cfg.label_smoothing) + ": expected 0 to 1");
+  if (!(cfg.ema == 0 || (cfg.ema > 0 && cfg.ema < 1)))
+    fail("train", "--ema " + std::to_string(cfg.ema) + ": expected a decay in (0, 1), e.g. 0.999");
+  if (cfg.save_best && cfg.save_dir.empty()) fail("train", "--save-best goes with --save DIR");
+  if (cfg.label_smoothing > 0 && cfg.model.problem_type != nn::ProblemType::Unset &&
+      cfg.model.problem_type != nn::ProblemType::SingleLabel)
+    fail("train",
+         "--label-smoothing smooths single-label classification, but the model's problem_type is " +
+             std::string(nn::problem_type_name(cfg.model.problem_type)));
   if (cfg.check_replicas < 0) fail("train", "--check-replicas must be >= 0");
   if (!(cfg.dist_timeout >= 0)) fail("train", "--dist-timeout must be >= 0");
   const int ranks = dist::size();

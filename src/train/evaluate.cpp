@@ -6,18 +6,23 @@
 namespace kiln::train {
 namespace {
 
-// The model's forward pass as the loss and hit count of one batch:
-// (sum of per-sample losses, number of correct top-1 predictions).
-std::pair<Array, Array> batch_metrics(const nn::ViTForImageClassification& model, const Params& p,
-                                      const Array& x, const Array& y, nn::Layout layout,
-                                      DType matmul_dtype) {
+// The model's forward pass as the loss and hit counts of one batch:
+// (sum of per-sample losses, correct top-1 predictions, true classes among
+// the 5 highest logits).
+std::tuple<Array, Array, Array> batch_metrics(const nn::ViTForImageClassification& model,
+                                              const Params& p, const Array& x, const Array& y,
+                                              nn::Layout layout, DType matmul_dtype) {
   Array logits = model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype});
   const nn::ViTConfig& cfg = model.config();
   Array loss = cfg.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
                    ? sum(softmax_cross_entropy(logits, y))
                    : model.loss(logits, targets_for(cfg, y)) * static_cast<double>(y.shape()[0]);
   Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
-  return {loss, hits};
+  // Top-5: fewer than 5 classes score above the true one.
+  Array truth = sum(logits * one_hot(y, logits.shape()[1], logits.dtype()), {-1}, true);
+  Array above = sum(astype(greater(logits, truth), DType::f32), {-1});
+  Array top5 = sum(astype(less(above, scalar_like(above, 5.0)), DType::f32));
+  return {loss, hits, top5};
 }
 
 // Samples [begin, end) of a data set: a data-parallel rank's part of the
@@ -50,13 +55,13 @@ const nn::ViTConfig& classifier(const nn::ViTConfig& cfg) {
 Evaluator::Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled, DType matmul_dtype)
     : model_(classifier(cfg)), layout_(layout), matmul_dtype_(matmul_dtype) {
   if (!compiled) return;
-  // (parameters..., images, labels) -> (loss sum, hits); traced once per
+  // (parameters..., images, labels) -> (loss sum, hits, top-5 hits); traced once per
   // signature, that is per batch shape, with the names of the call that traces.
   forward_.emplace(jit([this](const std::vector<Array>& args) {
     const size_t np = names_.size();
-    auto [loss, hits] = batch_metrics(model_, unflatten(names_, args), args[np], args[np + 1],
-                                      layout_, matmul_dtype_);
-    return std::vector<Array>{loss, hits};
+    auto [loss, hits, top5] = batch_metrics(model_, unflatten(names_, args), args[np], args[np + 1],
+                                            layout_, matmul_dtype_);
+    return std::vector<Array>{loss, hits, top5};
   }));
 }
 
@@ -69,7 +74,7 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
   auto ds = std::make_shared<const Part>(dataset, n * rank / ranks, n * (rank + 1) / ranks);
   names_.clear();
   for (auto& [name, p] : params) names_.push_back(name);
-  double loss = 0, hits = 0, samples = 0;
+  double loss = 0, hits = 0, top5 = 0, samples = 0;
   EvalResult r;
   // The batches go to the parameters' device.
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
@@ -81,29 +86,31 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
     data::Batch batch = loader->next();
     batch.images = batch.images.to(device);
     batch.labels = batch.labels.to(device);
-    Array l, h;
+    Array l, h, t;
     if (forward_) {
       std::vector<Array> args = flatten(params);
       args.push_back(batch.images);
       args.push_back(batch.labels);
       auto out = (*forward_)(args);
-      l = out[0], h = out[1];
+      l = out[0], h = out[1], t = out[2];
     } else {
-      std::tie(l, h) =
+      std::tie(l, h, t) =
           batch_metrics(model_, params, batch.images, batch.labels, layout_, matmul_dtype_);
     }
     loss += l.item<float>();
     hits += h.item<float>();
+    top5 += t.item<float>();
     samples += static_cast<double>(batch.labels.size());
   }
   if (ranks > 1) {
-    std::vector<double> sums{loss, hits, samples};
+    std::vector<double> sums{loss, hits, top5, samples};
     dist::all_reduce_sum(sums);
-    loss = sums[0], hits = sums[1], samples = sums[2];
+    loss = sums[0], hits = sums[1], top5 = sums[2], samples = sums[3];
   }
   r.samples = static_cast<int64_t>(samples);
   r.loss = loss / samples;
   r.accuracy = hits / samples;
+  r.top5 = top5 / samples;
   r.seconds = since(t0);
   return r;
 }

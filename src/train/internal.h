@@ -29,6 +29,10 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model,
 // regression with one output.
 Array targets_for(const nn::ViTConfig& cfg, const Array& classes);
 
+// Whether `param` is trained: all are, but the classifier's alone with
+// --freeze-backbone.
+bool trains(const TrainConfig& cfg, const std::string& param);
+
 // A model without a classifier (num_labels 0) has no classes to learn.
 void require_classifier(const nn::ViTConfig& cfg, const std::string& origin);
 

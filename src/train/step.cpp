@@ -20,6 +20,10 @@ Array targets_for(const nn::ViTConfig& cfg, const Array& classes) {
   }
 }
 
+bool trains(const TrainConfig& cfg, const std::string& param) {
+  return !cfg.freeze_backbone || param.rfind("classifier.", 0) == 0;
+}
+
 void require_classifier(const nn::ViTConfig& cfg, const std::string& origin) {
   if (cfg.num_labels == 0)
     fail(origin,
@@ -37,7 +41,10 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
   const nn::ViTConfig& m = model.config();
   dropout_ = m.hidden_dropout_prob > 0 || m.attention_probs_dropout_prob > 0;
   all_reduce_ = dist::size() > 1 || cfg.all_reduce_always;
-  for (auto& [name, p] : params) names_.push_back(name);
+  for (auto& [name, p] : params) {
+    names_.push_back(name);
+    if (trains(cfg, name)) grad_names_.push_back(name);
+  }
   for (auto& [name, b] : state.buffers) buffer_names_.push_back(name);
   if (cfg.mode == Mode::jit) {
     // The parameters and the optimizer state are donated.
@@ -62,22 +69,32 @@ std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array&
                        .fused_attention = cfg_.fused_attention};
   // The loss of config.json's problem_type (softmax cross-entropy for classes).
   auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ApplyOptions& o) {
-    return model_.loss(model_.apply(q, x, o), targets_for(model_.config(), y));
+    return model_.loss(model_.apply(q, x, o), targets_for(model_.config(), y),
+                       cfg_.label_smoothing);
   };
   Array loss;
   Params grads;
+  // --freeze-backbone: only the classifier is differentiated; the rest of
+  // the parameters enter the loss as constants.
+  Params trained, frozen;
+  for (auto& [name, q] : p) (trains(cfg_, name) ? trained : frozen).emplace(name, q);
+  auto loss_of = [&](const Params& q) {
+    if (frozen.empty()) return loss_fn(q, images, labels, opt);
+    Params all = frozen;
+    for (auto& [name, v] : q) all.emplace(name, v);
+    return loss_fn(all, images, labels, opt);
+  };
   if (all_reduce_ && across_ranks) {
     // Data-parallel: each bucket of gradients starts its all-reduce as soon
     // as the backward has finished it; the loss joins the last bucket.
     GradBuckets buckets(cfg_.bucket_mb * 1e6);
     std::tie(loss, grads) = value_and_grad_params(
-        [&](const Params& q) { return loss_fn(q, images, labels, opt); }, p,
-        [&](const std::string& name, const Array& g) { buckets.ready(name, g); });
+        loss_of, trained, [&](const std::string& name, const Array& g) { buckets.ready(name, g); });
     std::vector<Array> extras;
     std::tie(grads, extras) = buckets.finish({loss});
     loss = extras[0];
   } else {
-    std::tie(loss, grads) = value_and_grad(loss_fn)(p, images, labels, opt);
+    std::tie(loss, grads) = value_and_grad_params(loss_of, trained);
   }
   if (cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
   return {loss, grads};
@@ -133,7 +150,8 @@ Array TrainStep::eager_compiled(Params& params, optim::State& state, const StepI
   args.push_back(in.labels);
   args.push_back(in.key);
   auto out = (*jitted_)(args);
-  std::tie(params, state) = optimizer_.apply(unflatten(names_, out, 1), state, params, in.scalars);
+  std::tie(params, state) =
+      optimizer_.apply(unflatten(grad_names_, out, 1), state, params, in.scalars);
   eval(params);
   eval(state.buffers);
   return out[0];

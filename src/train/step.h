@@ -62,6 +62,7 @@ class TrainStep {
   bool dropout_;
   bool all_reduce_;  // gradients (and the loss) averaged over the ranks
   std::vector<std::string> names_, buffer_names_;
+  std::vector<std::string> grad_names_;  // of the parameters that train (trains())
   std::optional<Jitted> jitted_;  // jit: step_fn; eager with --compile-model: grad_fn
   uint64_t lazy_compiles_before_ = 0, lazy_replays_before_ = 0;
 };

@@ -155,6 +155,7 @@ nlohmann::json summary_json(const TrainReport& report) {
   if (!report.evals.empty()) {
     j["eval_loss"] = report.evals.back().loss;
     j["eval_accuracy"] = report.evals.back().accuracy;
+    j["eval_top5"] = report.evals.back().top5;
     j["eval_compiles"] = report.eval_compiles;
   }
   return j;
@@ -195,6 +196,7 @@ class Trainer {
   TrainReport report_;
   std::ofstream log_;
   TrainStep step_;
+  double best_accuracy_ = -1;           // --save-best: of the evaluations so far
   std::optional<Evaluator> evaluator_;  // when the data set has a held-out split
 };
 
@@ -231,6 +233,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
     if (!log_) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
+  if (cfg.save_best && !data_.eval)
+    fail("train", "--save-best keeps the checkpoint of the best evaluation, but --data " +
+                      cfg.data + " has no held-out split to evaluate on");
   if (data_.eval)
     evaluator_.emplace(model_.config(), cfg.layout, cfg.mode != Mode::eager || cfg.compile_model,
                        matmul_dtype_for(cfg.precision));
@@ -240,12 +245,12 @@ TrainReport Trainer::run() {
   for (int64_t s = first_step_; s <= cfg_.steps; ++s) {
     step(s);
     if (cfg_.eval_every > 0 && s % cfg_.eval_every == 0 && s != cfg_.steps) evaluate(s);
-    if (!cfg_.save_dir.empty() && cfg_.save_every > 0 && s % cfg_.save_every == 0 &&
-        s != cfg_.steps)
+    if (!cfg_.save_dir.empty() && !cfg_.save_best && cfg_.save_every > 0 &&
+        s % cfg_.save_every == 0 && s != cfg_.steps)
       save(s);
   }
   evaluate(cfg_.steps);
-  if (!cfg_.save_dir.empty()) save(cfg_.steps);
+  if (!cfg_.save_dir.empty() && !cfg_.save_best) save(cfg_.steps);
   summarize();
   return std::move(report_);
 }
@@ -363,16 +368,32 @@ void Trainer::evaluate(int64_t step) {
   if (!evaluator_) return;
   EvalResult r = (*evaluator_)(params_, *data_.eval, cfg_.batch_size);
   r.step = step;
+  if (cfg_.ema > 0) {
+    EvalResult e = (*evaluator_)(optim::ema_params(state_), *data_.eval, cfg_.batch_size);
+    r.has_ema = true;
+    r.ema_loss = e.loss, r.ema_accuracy = e.accuracy, r.ema_top5 = e.top5;
+    r.seconds += e.seconds;
+  }
   report_.evals.push_back(r);
+  // --save-best: the checkpoint follows the best accuracy (of the moving
+  // average, when there is one: what is saved for use).
+  const double accuracy = r.has_ema ? r.ema_accuracy : r.accuracy;
+  if (cfg_.save_best && !cfg_.save_dir.empty() && accuracy > best_accuracy_) {
+    best_accuracy_ = accuracy;
+    save(step);
+  }
   if (rank_ != 0) return;  // every rank evaluated its part; rank 0 reports
-  if (log_)
-    log_ << nlohmann::json{{"step", step},
-                           {"eval_loss", r.loss},
-                           {"eval_accuracy", r.accuracy},
-                           {"eval_samples", r.samples},
-                           {"eval_seconds", r.seconds}}
-                .dump()
-         << std::endl;
+  if (log_) {
+    nlohmann::json j{
+        {"step", step},        {"eval_loss", r.loss},       {"eval_accuracy", r.accuracy},
+        {"eval_top5", r.top5}, {"eval_samples", r.samples}, {"eval_seconds", r.seconds}};
+    if (r.has_ema) {
+      j["eval_ema_loss"] = r.ema_loss;
+      j["eval_ema_accuracy"] = r.ema_accuracy;
+      j["eval_ema_top5"] = r.ema_top5;
+    }
+    log_ << j.dump() << std::endl;
+  }
   if (cb_.on_eval) cb_.on_eval(r);
 }
 
@@ -380,6 +401,7 @@ void Trainer::save(int64_t step) {
   if (rank_ != 0) return;  // the ranks hold the same parameters: rank 0 writes them
   io::Checkpoint ck{model_.config(),    params_,   cfg_.optimizer, state_, cfg_.seed,
                     loader_.position(), processor_};
+  ck.ema = optim::ema_params(state_);
   io::save_checkpoint(cfg_.save_dir, ck);
   if (cb_.on_save) cb_.on_save(step, cfg_.save_dir);
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/cpu/sgemm.h"
 #include "kiln/data.h"
@@ -55,7 +56,7 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
       {"train --clip-norm 1e-3x", "--clip-norm: expected a number, got '1e-3x'"},
       {"train --model vit-huge", "--model"},
       {"train --layout xyz", "--layout"},
-      {"train --sa x", "ambiguous flag --sa: it could be --save, --save-every"},
+      {"train --sa x", "ambiguous flag --sa: it could be --save-best, --save, --save-every"},
       {"train --mode tpu", "--mode"},
       {"train --bucket-mb 0", "--bucket-mb: expected a number above 0, got 0"},
       {"train --dist-timeout -1", "--dist-timeout: expected a number of 0 or more, got -1"},
@@ -515,6 +516,165 @@ TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
   EXPECT_EQ(io::load_vit_config(out + "/config.json").id2label,
             (std::vector<std::string>{"a", "b", "c"}));
   for (const auto& d : {bees, same, abc, out}) std::filesystem::remove_all(d);
+}
+
+// A model trained on an image folder is saved with the preprocessor_config.json
+// its evaluation used, so that kiln predict (and transformers) process images
+// as it was evaluated: the defaults at its size from scratch, a pretrained
+// model's own processor (resized with the model) when fine-tuned.
+TEST(Cli, CheckpointsCarryTheirPreprocessingAndPredict) {
+  const std::string fixtures = std::string(KILN_FIXTURES_DIR);
+  const std::string abc = image_folder("abc-processed", {"a", "b", "c"});
+  const std::string out = temp_path("processed");
+  CliRun r = kiln_cli("train --config " + fixtures +
+                      "/pretrained/v5-classifier/config.json --data imagefolder:" + abc +
+                      " --augment --steps 2 --warmup 1 --batch-size 4 --mode eager --save " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  data::ImageProcessor p = io::load_image_processor(out);
+  EXPECT_EQ(p.size, nn::Size2d(16));
+  EXPECT_EQ(p.resample, data::Resample::bilinear);
+  EXPECT_EQ(p.image_mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  r = kiln_cli("predict --model " + out + " --top-k 2 " + abc + "/b/3.png");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(abc + "/b/3.png: "), std::string::npos) << r.output;
+  r = kiln_cli("eval --checkpoint " + out + " --data imagefolder:" + abc + " --mode eager");
+  ASSERT_EQ(r.status, 0) << r.output;
+
+  // Fine-tuned at another size: the pretrained processor (bicubic, ImageNet
+  // statistics), at the new size; --resume keeps it.
+  r = kiln_cli("train --init-from " + fixtures +
+               "/predict/single --image-size 36 --data imagefolder:" + abc +
+               " --augment --crop-scale 0.5,1 --flip-prob 0.2 --steps 2 --warmup 1 --batch-size 4 "
+               "--mode eager "
+               "--save " +
+               out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("images processed to 36 (preprocessor_config.json's size)"),
+            std::string::npos)
+      << r.output;
+  p = io::load_image_processor(out);
+  EXPECT_EQ(p.size, nn::Size2d(36));
+  EXPECT_EQ(p.resample, data::Resample::bicubic);
+  EXPECT_EQ(p.image_mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  r = kiln_cli("train --resume " + out + " --data imagefolder:" + abc +
+               " --steps 3 --warmup 1 --batch-size 4 --mode eager --save " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(io::image_processor_json(io::load_image_processor(out)), io::image_processor_json(p));
+
+  r = kiln_cli("train --init-from " + fixtures + "/predict/single --data imagefolder:" + abc +
+               " --augment --crop-scale 0.5 --steps 2");
+  EXPECT_NE(r.status, 0);
+  r = kiln_cli("train --init-from " + fixtures + "/predict/single --data imagefolder:" + abc +
+               " --augment --crop-ratio 2,1 --steps 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--crop-ratio 2.000000,1.000000: expected MIN,MAX with 0 < MIN <= MAX"),
+            std::string::npos)
+      << r.output;
+  for (const auto& d : {abc, out}) std::filesystem::remove_all(d);
+}
+
+std::vector<nlohmann::json> log_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// The fine-tuning knobs through kiln train: the same run in every mode with
+// label smoothing, the linear schedule and the Trainer's decay groups; a
+// frozen backbone; a moving average evaluated and saved; the best checkpoint.
+TEST(Cli, FineTuningKnobs) {
+  const std::string fixtures = std::string(KILN_FIXTURES_DIR);
+  const std::string abc = image_folder("abc-knobs", {"a", "b", "c"});
+  const std::string out = temp_path("knobs"), log = temp_path("knobs.jsonl");
+  const std::string init = " --init-from " + fixtures + "/predict/single --data imagefolder:" + abc;
+  auto params = [&](const std::string& dir) {
+    return io::load_safetensors(dir + "/model.safetensors").tensors;
+  };
+
+  std::vector<std::vector<double>> losses;
+  for (const char* mode : {"eager", "lazy", "jit"}) {
+    CliRun r = kiln_cli(
+        "train" + init + " --steps 4 --warmup 1 --batch-size 4 --mode " + mode +
+        " --optimizer adamw --lr 1e-3 --weight-decay 0.1 --exempt-from-decay --schedule linear "
+        "--lr-warmup 2 --label-smoothing 0.1 --log-json " +
+        log);
+    ASSERT_EQ(r.status, 0) << mode << ":\n" << r.output;
+    std::vector<double> l;
+    for (auto& j : log_lines(log))
+      if (j.contains("loss")) {
+        l.push_back(j["loss"]);
+        if (j["step"] == 1) {
+          EXPECT_EQ(j["lr"], 0.0);  // transformers' warm-up starts at 0
+        }
+        if (j["step"] == 2) {
+          EXPECT_NEAR(j["lr"].get<double>(), 5e-4, 1e-12);
+        }
+      }
+    ASSERT_EQ(l.size(), 4u);
+    losses.push_back(l);
+    EXPECT_NE(r.output.find("top-5 100.00%"), std::string::npos) << r.output;  // 3 classes
+  }
+  for (size_t m = 1; m < losses.size(); ++m)
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(losses[m][i], losses[0][i], 2e-5) << m << " " << i;
+
+  // Linear probing: only the classifier moves, in every mode.
+  io::Pretrained start = io::load_pretrained(fixtures + "/predict/single");
+  for (const char* mode : {"eager", "lazy", "jit"}) {
+    CliRun r = kiln_cli("train" + init +
+                        " --steps 3 --warmup 1 --batch-size 4 --lr 0.5 --freeze-backbone --mode " +
+                        mode + " --save " + out);
+    ASSERT_EQ(r.status, 0) << r.output;
+    Params w = params(out);
+    for (auto& [name, p] : start.params)
+      if (name.rfind("classifier.", 0) != 0) {
+        EXPECT_EQ(w.at(name).to_vector<float>(), p.to_vector<float>()) << mode << " " << name;
+      }
+    EXPECT_TRUE(io::load_safetensors(out + "/training_state.safetensors")
+                    .tensors.empty());  // plain SGD on the head
+  }
+
+  // A moving average: evaluated beside the weights, saved as DIR/ema/.
+  CliRun r =
+      kiln_cli("train" + init +
+               " --steps 4 --warmup 1 --batch-size 4 --lr 0.05 --ema 0.5 --eval-every 2 --mode jit "
+               "--save " +
+               out + " --log-json " + log);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("moving average of the weights: loss "), std::string::npos) << r.output;
+  int evals = 0;
+  for (auto& j : log_lines(log)) evals += j.contains("eval_ema_accuracy");
+  EXPECT_EQ(evals, 2);
+  io::Pretrained ema = io::load_pretrained(out + "/ema");
+  EXPECT_TRUE(ema.has_processor);
+  Params w = params(out);
+  EXPECT_NE(ema.params.at("classifier.weight").to_vector<float>(),
+            w.at("classifier.weight").to_vector<float>());
+  // --resume continues the average from the optimizer state.
+  r = kiln_cli("train" + init +
+               " --steps 5 --warmup 1 --batch-size 4 --lr 0.05 --ema 0.5 --mode jit --resume " +
+               out + " --save " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+
+  // --save-best: the checkpoint of the most accurate evaluation.
+  std::filesystem::remove_all(out);
+  r = kiln_cli(
+      "train" + init +
+      " --steps 6 --warmup 1 --batch-size 4 --lr 0.3 --eval-every 1 --save-best --mode jit "
+      "--save " +
+      out + " --log-json " + log);
+  ASSERT_EQ(r.status, 0) << r.output;
+  double best = -1;
+  int64_t best_step = 0;
+  for (auto& j : log_lines(log))
+    if (j.contains("eval_accuracy") && j["eval_accuracy"].get<double>() > best)
+      best = j["eval_accuracy"], best_step = j["step"];
+  std::ifstream t(out + "/trainer.json");
+  EXPECT_EQ(nlohmann::json::parse(t)["step"], best_step);
+  r = kiln_cli("train" + init + " --steps 2 --save-best");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--save-best goes with --save DIR"), std::string::npos) << r.output;
+  for (const auto& d : {abc, out, log}) std::filesystem::remove_all(d);
 }
 
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {

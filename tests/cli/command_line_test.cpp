@@ -88,8 +88,9 @@ TEST(CommandLine, BadCommandLinesGiveAnExitStatusAndAMessage) {
   EXPECT_NE(unknown.err.find("unknown command 'frobnicate'"), std::string::npos);
   Parsed ambiguous = parse({"train", "--sa", "x"});
   EXPECT_EQ(ambiguous.cl.exit_code, 2);
-  EXPECT_NE(ambiguous.err.find("ambiguous flag --sa: it could be --save, --save-every"),
-            std::string::npos);
+  EXPECT_NE(
+      ambiguous.err.find("ambiguous flag --sa: it could be --save-best, --save, --save-every"),
+      std::string::npos);
   Parsed zero = parse({"train", "--batch-size", "0"});
   EXPECT_NE(zero.cl.exit_code, 0);
   EXPECT_NE(zero.err.find("--batch-size: expected an integer above 0, got 0"), std::string::npos);

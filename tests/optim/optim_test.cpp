@@ -49,7 +49,7 @@ TEST(Schedule, WarmupThenCosineMatchesTheLambdaTorchRan) {
   for (int64_t k = 0; k < g.steps; ++k) EXPECT_NEAR(g.sched.factor(k), want[k], 1e-15);
   optim::Schedule bad{"cosine", 5, 5};
   EXPECT_THROW(bad.validate(), Error);
-  optim::Schedule unknown{"linear", 0, 5};
+  optim::Schedule unknown{"exponential", 0, 5};
   EXPECT_THROW(unknown.validate(), Error);
   optim::Schedule constant{"constant", 3, 0};
   EXPECT_DOUBLE_EQ(constant.factor(0), 1.0 / 3);

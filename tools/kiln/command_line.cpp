@@ -203,8 +203,24 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--momentum", tc.momentum, "SGD momentum")->check(kNonNegative);
   t->add_option("--weight-decay", tc.weight_decay, "weight decay (AdamW: decoupled)")
       ->check(kNonNegative);
-  t->add_option("--schedule", tc.schedule, "learning rate: constant or cosine (after --lr-warmup)")
-      ->check(CLI::IsMember({"constant", "cosine"}));
+  t->add_option("--schedule", tc.schedule,
+                "learning rate: constant, cosine (after --lr-warmup), or linear (transformers' "
+                "get_linear_schedule_with_warmup, the HF Trainer's default)")
+      ->check(CLI::IsMember({"constant", "cosine", "linear"}));
+  t->add_flag("--exempt-from-decay", tc.exempt_from_decay,
+              "no weight decay on biases, LayerNorm weights, position embeddings and the [CLS] "
+              "token (as the HF Trainer and timm)");
+  t->add_option("--label-smoothing", tc.label_smoothing,
+                "smooth the labels by this much, as CrossEntropyLoss(label_smoothing=)")
+      ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--ema", tc.ema,
+                "keep an exponential moving average of the weights with this decay (e.g. 0.999), "
+                "evaluated beside them and saved in DIR/ema/")
+      ->check(CLI::Range(0.0, 1.0));
+  t->add_flag("--freeze-backbone", tc.freeze_backbone,
+              "train the classifier alone (linear probing)");
+  t->add_flag("--save-best", tc.save_best,
+              "with --save: save only after an evaluation more accurate than all before it");
   t->add_option("--lr-warmup", tc.lr_warmup, "steps of linear learning-rate warm-up")
       ->check(kNonNegativeInt);
   t->add_option("--clip-norm", tc.clip_norm, "clip gradients to this global L2 norm (0: off)")

@@ -215,10 +215,14 @@ class Progress {
 
   void on_eval(const train::EvalResult& e) {
     last_acc_ = e.accuracy;
-    std::printf("%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld %s images (%s)\n",
-                tty_ && e.step != cfg_.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
-                100 * e.accuracy, (long long)e.samples,
-                cfg_.data == "fashion-mnist" ? "test" : "held-out", fmt_seconds(e.seconds).c_str());
+    std::printf(
+        "%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld %s images (top-5 %.2f%%, %s)\n",
+        tty_ && e.step != cfg_.steps ? "\r\033[K" : "", (long long)e.step, e.loss, 100 * e.accuracy,
+        (long long)e.samples, cfg_.data == "fashion-mnist" ? "test" : "held-out", 100 * e.top5,
+        fmt_seconds(e.seconds).c_str());
+    if (e.has_ema)
+      std::printf("  moving average of the weights: loss %.4f, accuracy %.2f%% (top-5 %.2f%%)\n",
+                  e.ema_loss, 100 * e.ema_accuracy, 100 * e.ema_top5);
     std::fflush(stdout);
   }
 
@@ -416,12 +420,13 @@ int run_eval(const cli::EvalFlags& f) {
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
   auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
-  std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, %s)\n", what.c_str(),
-              f.data.c_str(),
+  std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, top-5 %.2f%%, %s)\n",
+              what.c_str(), f.data.c_str(),
               f.split == "train"          ? "train"
               : f.data == "fashion-mnist" ? "test"
                                           : "held-out",
-              r.loss, 100 * r.accuracy, (long long)r.samples, fmt_seconds(r.seconds).c_str());
+              r.loss, 100 * r.accuracy, (long long)r.samples, 100 * r.top5,
+              fmt_seconds(r.seconds).c_str());
   return 0;
 }
 
