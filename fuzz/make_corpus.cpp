@@ -246,6 +246,33 @@ int main(int argc, char** argv) {
                         "o", "--layout", "nhwc"}));
   cl.add("demo", lines({"demo", "--steps", "3", "--lr", "0.5", "--mode", "lazy"}, '\0'));
   cl.add("help", lines({"train", "--help"}));
+  cl.add("predict", lines({"predict", "--model", "m", "--top-k", "3", "--json", "--batch-size", "8",
+                           "--image-size", "32x48", "a.jpg", "photos"}));
+  cl.add("train-finetune", lines({"train",
+                                  "--init-from",
+                                  "org/name@main",
+                                  "--data",
+                                  "imagefolder:x",
+                                  "--augment",
+                                  "--crop-scale",
+                                  "0.5,1",
+                                  "--crop-ratio",
+                                  "0.75,1.33",
+                                  "--flip-prob",
+                                  "0.2",
+                                  "--accumulate",
+                                  "4",
+                                  "--schedule",
+                                  "linear",
+                                  "--exempt-from-decay",
+                                  "--label-smoothing",
+                                  "0.1",
+                                  "--ema",
+                                  "0.999",
+                                  "--freeze-backbone",
+                                  "--save-best",
+                                  "--save",
+                                  "out"}));
 
   write_dict(fuzz_dir / "command_line.dict", cli::command_line_words());
   return 0;

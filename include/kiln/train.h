@@ -33,6 +33,10 @@ struct TrainConfig {
   std::string model_name = "vit-base";  // preset, or the --config path
   nn::ViTConfig model = nn::ViTConfig::preset("vit-base");
   int64_t batch_size = 32;
+  // Gradient accumulation: each optimizer step averages the gradients of
+  // this many batches of batch_size (the update of one batch this many times
+  // larger: HF's gradient_accumulation_steps).
+  int64_t accumulate = 1;
   Mode mode = Mode::eager;
   bool compile_model = false;  // eager: forward and backward compiled, the optimizer eager
   int64_t steps = 12;          // total steps, warm-up included

@@ -110,6 +110,9 @@ void validate(const TrainConfig& cfg) {
   if (cfg.momentum != 0 && cfg.optimizer != "sgd")
     fail("train", "--momentum goes with --optimizer sgd");
   if (!(cfg.bucket_mb > 0)) fail("train", "--bucket-mb must be positive");
+  if (cfg.accumulate < 1)
+    fail("train", "--accumulate " + std::to_string(cfg.accumulate) +
+                      ": expected 1 or more batches per step");
   if (!(cfg.label_smoothing >= 0 && cfg.label_smoothing <= 1))
     fail("train", "--label-smoothing " + std::to_string(cfg.label_smoothing) + ": expected 0 to 1");
   if (!(cfg.ema == 0 || (cfg.ema > 0 && cfg.ema < 1)))

@@ -24,7 +24,8 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg,
     dopt.channels = mcfg.num_channels;
     dopt.layout = cfg.layout;
     dopt.seed = cfg.seed;
-    dopt.num_samples = std::max<int64_t>(cfg.batch_size * cfg.steps, cfg.batch_size);
+    dopt.num_samples =
+        std::max<int64_t>(cfg.batch_size * cfg.accumulate * cfg.steps, cfg.batch_size);
     d.train = std::make_shared<data::RandomImages>(dopt);
   } else if (cfg.data == "fashion-mnist") {
     if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)

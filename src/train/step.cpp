@@ -55,13 +55,21 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
   } else if (cfg.compile_model) {
     jitted_.emplace(jit([this](const std::vector<Array>& args) { return grad_fn(args); }));
   }
+  if (cfg.accumulate > 1 && (cfg.mode == Mode::jit || cfg.compile_model))
+    micro_.emplace(jit([this](const std::vector<Array>& args) { return micro_fn(args); }));
+  if (cfg.accumulate > 1 && cfg.mode == Mode::jit) {
+    std::vector<int> donate(names_.size() + buffer_names_.size());
+    for (size_t i = 0; i < donate.size(); ++i) donate[i] = static_cast<int>(i);
+    update_.emplace(jit([this](const std::vector<Array>& args) { return update_fn(args); },
+                        {.donate = donate}));
+  }
   lazy_compiles_before_ = lazy_cache_stats().compiles;
   lazy_replays_before_ = lazy_cache_stats().replays;
 }
 
 std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array& images,
                                                    const Array& labels, const Array& key,
-                                                   bool across_ranks) const {
+                                                   bool across_ranks, bool clip) const {
   nn::ApplyOptions opt{.layout = cfg_.layout,
                        .train = dropout_,
                        .dropout_key_array = key,
@@ -96,8 +104,97 @@ std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array&
   } else {
     std::tie(loss, grads) = value_and_grad_params(loss_of, trained);
   }
-  if (cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
+  if (clip && cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
   return {loss, grads};
+}
+
+std::vector<Array> TrainStep::micro_fn(const std::vector<Array>& args) const {
+  const size_t np = names_.size();
+  auto [loss, grads] =
+      loss_and_grads(unflatten(names_, args), args[np], args[np + 1], args[np + 2], true, false);
+  std::vector<Array> out{loss};
+  for (auto& g : flatten(grads)) out.push_back(g);
+  return out;
+}
+
+std::pair<Params, optim::State> TrainStep::update(const Params& params, const optim::State& state,
+                                                  Params sums,
+                                                  const std::vector<Array>& scalars) const {
+  // The mean of the batches' gradients, clipped as one batch's would be.
+  for (auto& [name, g] : sums) g = g * (1.0 / static_cast<double>(cfg_.accumulate));
+  if (cfg_.clip_norm > 0) sums = optim::clip_by_global_norm(sums, cfg_.clip_norm).first;
+  return optimizer_.apply(sums, state, params, scalars);
+}
+
+std::vector<Array> TrainStep::update_fn(const std::vector<Array>& args) const {
+  const size_t np = names_.size(), nb = buffer_names_.size(), ng = grad_names_.size();
+  std::vector<Array> scalars(args.begin() + np + nb + ng, args.end());
+  auto [next, st] =
+      update(unflatten(names_, args), optim::State{unflatten(buffer_names_, args, np), 0},
+             unflatten(grad_names_, args, np + nb), scalars);
+  std::vector<Array> out = flatten(next);
+  for (auto& b : flatten(st.buffers)) out.push_back(b);
+  return out;
+}
+
+Array TrainStep::accumulate(Params& params, optim::State& state,
+                            const std::vector<StepInputs>& micro) {
+  Params sums;
+  Array loss_sum;
+  for (const StepInputs& in : micro) {
+    Array loss;
+    Params grads;
+    if (micro_) {
+      std::vector<Array> args = flatten(params);
+      args.push_back(in.images);
+      args.push_back(in.labels);
+      args.push_back(in.key);
+      auto out = (*micro_)(args);
+      loss = out[0];
+      grads = unflatten(grad_names_, out, 1);
+    } else if (cfg_.mode == Mode::lazy) {
+      {
+        LazyScope lazy;
+        std::tie(loss, grads) = loss_and_grads(params, in.images, in.labels, in.key, true, false);
+      }
+      std::vector<Array> pending = flatten(grads);
+      pending.push_back(loss);
+      mark_step(pending);
+    } else {
+      std::tie(loss, grads) = loss_and_grads(params, in.images, in.labels, in.key, true, false);
+    }
+    if (sums.empty()) {
+      sums = std::move(grads), loss_sum = loss;
+    } else {
+      for (auto& [name, g] : grads) sums.at(name) = sums.at(name) + g;
+      loss_sum = loss_sum + loss;
+    }
+  }
+  Array loss = loss_sum * (1.0 / static_cast<double>(micro.size()));
+  if (!std::isfinite(loss.item<float>())) return loss;  // nothing updated: the caller stops the run
+  const std::vector<Array>& scalars = micro.back().scalars;
+  if (update_) {
+    std::vector<Array> args = flatten(params);
+    for (auto& b : flatten(state.buffers)) args.push_back(b);
+    for (auto& g : flatten(sums)) args.push_back(g);
+    for (auto& s : scalars) args.push_back(s);
+    auto out = (*update_)(args);
+    params = unflatten(names_, out);
+    state = optim::State{unflatten(buffer_names_, out, names_.size()), state.step + 1};
+  } else if (cfg_.mode == Mode::lazy) {
+    {
+      LazyScope lazy;
+      std::tie(params, state) = update(params, state, std::move(sums), scalars);
+    }
+    std::vector<Array> pending = flatten(params);
+    for (auto& b : flatten(state.buffers)) pending.push_back(b);
+    mark_step(pending);
+  } else {
+    std::tie(params, state) = update(params, state, std::move(sums), scalars);
+    eval(params);
+    eval(state.buffers);
+  }
+  return loss;
 }
 
 std::vector<Array> TrainStep::step_fn(const std::vector<Array>& args) const {

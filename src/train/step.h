@@ -30,12 +30,17 @@ class TrainStep {
   // where they are donated, their inputs again when the loss is not finite).
   // Returns the loss, whose value exists once read.
   Array operator()(Params& params, optim::State& state, const StepInputs& in);
+  // One step over several batches (--accumulate): the mean of their
+  // gradients (clipped after averaging) updates `params` and `state` once.
+  // Returns the mean loss, read here: when it is not finite nothing is updated.
+  Array accumulate(Params& params, optim::State& state, const std::vector<StepInputs>& micro);
 
   // The loss and the gradients (clipped to --clip-norm) of one batch, eagerly
   // in the current scope: the eager step's, and the re-run that finds where a
   // NaN starts (which stays on this rank: `across_ranks` false).
   std::pair<Array, Params> loss_and_grads(const Params& p, const Array& images, const Array& labels,
-                                          const Array& key, bool across_ranks = true) const;
+                                          const Array& key, bool across_ranks = true,
+                                          bool clip = true) const;
 
   // Executables built since the step was made, and the last one's statistics
   // (none in plain eager mode).
@@ -54,6 +59,13 @@ class TrainStep {
   // Forward and backward only (--compile-model): (parameters..., images,
   // labels, dropout key) -> (loss, gradients...).
   std::vector<Array> grad_fn(const std::vector<Array>& args) const;
+  // --accumulate: one batch's loss and unclipped gradients, and the update
+  // from their sum: (parameters..., buffers..., gradient sums..., scalars...)
+  // -> (parameters..., buffers...).
+  std::vector<Array> micro_fn(const std::vector<Array>& args) const;
+  std::vector<Array> update_fn(const std::vector<Array>& args) const;
+  std::pair<Params, optim::State> update(const Params& params, const optim::State& state,
+                                         Params sums, const std::vector<Array>& scalars) const;
 
   const TrainConfig& cfg_;
   const nn::ViTForImageClassification& model_;
@@ -64,6 +76,8 @@ class TrainStep {
   std::vector<std::string> names_, buffer_names_;
   std::vector<std::string> grad_names_;  // of the parameters that train (trains())
   std::optional<Jitted> jitted_;  // jit: step_fn; eager with --compile-model: grad_fn
+  std::optional<Jitted> micro_,
+      update_;  // --accumulate in jit mode (micro_ also with --compile-model)
   uint64_t lazy_compiles_before_ = 0, lazy_replays_before_ = 0;
 };
 

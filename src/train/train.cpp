@@ -171,8 +171,9 @@ class Trainer {
 
  private:
   void step(int64_t step);
-  [[noreturn]] void stop_at_non_finite(int64_t step, float loss, const StepInputs& in,
-                                       Params before, optim::State state_before);
+  [[noreturn]] void stop_at_non_finite(int64_t step, float loss,
+                                       const std::vector<StepInputs>& micro, Params before,
+                                       optim::State state_before);
   void evaluate(int64_t step);
   void save(int64_t step);
   void summarize();
@@ -227,7 +228,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
   report_.first_step = first_step_;
   for (auto& [name, p] : params_) report_.parameters += p.size();
   // The FLOPs this rank computes (its shard of the batch), for its MFU.
-  report_.flops_per_step = model_.config().train_flops_per_image() * cfg.batch_size / ranks_;
+  report_.flops_per_step =
+      model_.config().train_flops_per_image() * cfg.batch_size * cfg.accumulate / ranks_;
   report_.ranks = ranks_;
   if (!cfg.log_json.empty() && rank_ == 0) {  // only rank 0 logs
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
@@ -260,27 +262,34 @@ void Trainer::step(int64_t step) {
   auto t0 = Clock::now();
   inject_fault(step);
   double wait0 = loader_.wait_seconds();
-  data::Batch batch = loader_.next();
-  double data_secs = loader_.wait_seconds() - wait0;
-  // The batch and the step's scalars go to the model's device (queued
+  // The batches and the step's scalars go to the model's device (queued
   // copies: the host does not wait for them).
   const Device device = params_.begin()->second.device();
   // Each rank draws its own dropout masks (for its own samples).
   random::Key key = random::fold_in(step_key_, static_cast<uint32_t>(step));
   if (ranks_ > 1) key = random::fold_in(key, static_cast<uint32_t>(rank_));
-  StepInputs in{batch.images.to(device), batch.labels.to(device), random::key_array(key, device)};
   double lr = cfg_.lr * schedule_.factor(step - 1);
+  std::vector<StepInputs> micro;
+  for (int64_t i = 0; i < cfg_.accumulate; ++i) {
+    data::Batch batch = loader_.next();
+    random::Key k = cfg_.accumulate > 1 ? random::fold_in(key, static_cast<uint32_t>(i)) : key;
+    micro.push_back(
+        {batch.images.to(device), batch.labels.to(device), random::key_array(k, device)});
+  }
+  double data_secs = loader_.wait_seconds() - wait0;
+  StepInputs& in = micro.back();
   for (double v : optimizer_.scalars(state_.step + 1, lr))
     in.scalars.push_back(Array::scalar(static_cast<float>(v)).to(device));
   // The step's inputs, for finding where a NaN starts (in jit mode they are
   // donated, and the step returns them unchanged when the loss is not finite).
   Params before = params_;
   optim::State state_before = state_;
-  Array loss = step_(params_, state_, in);
+  Array loss =
+      cfg_.accumulate > 1 ? step_.accumulate(params_, state_, micro) : step_(params_, state_, in);
   float loss_value = loss.item<float>();  // the step's results exist now
   StepTiming st{step, since(t0), data_secs, loss_value, lr};
   if (!std::isfinite(loss_value))
-    stop_at_non_finite(step, loss_value, in, std::move(before), std::move(state_before));
+    stop_at_non_finite(step, loss_value, micro, std::move(before), std::move(state_before));
   report_.steps.push_back(st);
   if (step == first_step_) report_.first_step_seconds = st.seconds;
   if (log_)
@@ -346,17 +355,22 @@ void Trainer::inject_fault(int64_t step) const {
 
 // Re-runs the step eagerly from its inputs, checking every op's output, and
 // stops the run naming the first op that produced a NaN or an infinity.
-void Trainer::stop_at_non_finite(int64_t step, float loss, const StepInputs& in, Params before,
-                                 optim::State state_before) {
-  if (cfg_.mode == Mode::jit) before = params_, state_before = {state_.buffers, state_.step - 1};
+void Trainer::stop_at_non_finite(int64_t step, float loss, const std::vector<StepInputs>& micro,
+                                 Params before, optim::State state_before) {
+  // The jitted step donated its inputs and returned them unchanged (an
+  // accumulated step updates nothing when its loss is not finite).
+  if (cfg_.mode == Mode::jit && cfg_.accumulate == 1)
+    before = params_, state_before = {state_.buffers, state_.step - 1};
   std::string where = "every op of the step's forward and backward was finite on the re-run";
   try {
     CheckFiniteScope check;
     // This rank's own forward and backward: a rank whose data makes the NaN
     // names the op; the ranks do not wait for one another.
-    auto [l, grads] =
-        step_.loss_and_grads(before, in.images, in.labels, in.key, /*across_ranks=*/false);
-    optimizer_.apply(grads, state_before, before, in.scalars);
+    for (const StepInputs& in : micro) {
+      auto [l, grads] =
+          step_.loss_and_grads(before, in.images, in.labels, in.key, /*across_ranks=*/false);
+      if (&in == &micro.back()) optimizer_.apply(grads, state_before, before, micro.back().scalars);
+    }
   } catch (const Error& e) {
     where = std::string("first non-finite value: ") + e.what();
   }
@@ -422,7 +436,7 @@ void Trainer::summarize() {
     report_.intermediate_bytes = cs->intermediate_bytes;
   }
   if (evaluator_) report_.eval_compiles = evaluator_->compiles();
-  summarize_times(report_, first_step_ + cfg_.warmup, cfg_.batch_size);
+  summarize_times(report_, first_step_ + cfg_.warmup, cfg_.batch_size * cfg_.accumulate);
   if (cb_.peak_gflops) {
     report_.peak_gflops = cb_.peak_gflops();
     report_.mfu = report_.achieved_gflops / report_.peak_gflops;

@@ -677,6 +677,51 @@ TEST(Cli, FineTuningKnobs) {
   for (const auto& d : {abc, out, log}) std::filesystem::remove_all(d);
 }
 
+// --accumulate N: N batches of B give the update of one batch of N·B, in
+// every mode (no dropout: its masks are drawn per batch), clipping after the
+// average.
+TEST(Cli, AccumulationIsOneLargerBatch) {
+  const std::string fixtures = std::string(KILN_FIXTURES_DIR);
+  const std::string abc = image_folder("abc-accumulate", {"a", "b", "c"});
+  const std::string a = temp_path("acc-a"), b = temp_path("acc-b"), log = temp_path("acc.jsonl");
+  const std::string run = "train --init-from " + fixtures +
+                          "/predict/single --data imagefolder:" + abc +
+                          " --steps 3 --warmup 1 --optimizer sgd --momentum 0.9 --lr 0.05";
+  auto losses = [&] {
+    std::vector<double> l;
+    for (auto& j : log_lines(log))
+      if (j.contains("loss")) l.push_back(j["loss"]);
+    return l;
+  };
+  for (const std::string mode :
+       {"eager", "lazy", "jit", "jit --clip-norm 0.5", "eager --compile-model"}) {
+    SCOPED_TRACE(mode);
+    CliRun r =
+        kiln_cli(run + " --batch-size 8 --mode " + mode + " --save " + a + " --log-json " + log);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::vector<double> la = losses();
+    r = kiln_cli(run + " --batch-size 4 --accumulate 2 --mode " + mode + " --save " + b +
+                 " --log-json " + log);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::vector<double> lb = losses();
+    ASSERT_EQ(la.size(), 3u);
+    ASSERT_EQ(lb.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << i;
+    Params pa = io::load_safetensors(a + "/model.safetensors").tensors;
+    Params pb = io::load_safetensors(b + "/model.safetensors").tensors;
+    double worst = 0;
+    for (auto& [name, x] : pa) {
+      auto u = x.to_vector<float>(), v = pb.at(name).to_vector<float>();
+      for (size_t i = 0; i < u.size(); ++i) worst = std::max(worst, double(std::fabs(u[i] - v[i])));
+    }
+    EXPECT_LT(worst, 2e-5);
+    EXPECT_GT(losses().front(), 0);
+    // The samples of a step: both runs read 8 per step.
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(b + "/trainer.json"))["data_position"], 6);
+  }
+  for (const auto& d : {abc, a, b, log}) std::filesystem::remove_all(d);
+}
+
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   std::string cfg = temp_path("other.json");

@@ -207,6 +207,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
                 "learning rate: constant, cosine (after --lr-warmup), or linear (transformers' "
                 "get_linear_schedule_with_warmup, the HF Trainer's default)")
       ->check(CLI::IsMember({"constant", "cosine", "linear"}));
+  t->add_option("--accumulate", tc.accumulate,
+                "gradient accumulation: each step averages the gradients of N batches of "
+                "--batch-size (the update of one batch N times larger)")
+      ->check(kPositiveInt);
   t->add_flag("--exempt-from-decay", tc.exempt_from_decay,
               "no weight decay on biases, LayerNorm weights, position embeddings and the [CLS] "
               "token (as the HF Trainer and timm)");
@@ -448,7 +452,7 @@ void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_sam
   if (per_epoch == 0)
     fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
                       std::to_string(train_samples) + " training samples");
-  cfg.steps = epochs * per_epoch;
+  cfg.steps = std::max<int64_t>(1, epochs * per_epoch / cfg.accumulate);
   if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
 }
 
