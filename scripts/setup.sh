@@ -6,11 +6,12 @@ set -euo pipefail
 # libturbojpeg0-dev's CMake config names libjpeg.so; python3-pip and ca-certificates:
 # scripts/fetch-mkl.sh downloads oneMKL with pip; openmpi-bin and libopenmpi-dev: data-parallel
 # training (mpirun -np N kiln train); iproute2: the test that runs two ranks in two network
-# namespaces.
+# namespaces; libcurl4-openssl-dev and libssl-dev: downloads from the Hugging Face Hub
+# (libcurl) and their SHA-256 checks (OpenSSL's libcrypto).
 packages=(g++ cmake ninja-build libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
-          iproute2 "$@")
+          iproute2 libcurl4-openssl-dev libssl-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -94,6 +94,23 @@ Pretrained load_pretrained(const std::string& src);
 // The folder SRC names: SRC itself when it is a folder, else the snapshot of
 // the Hub id SRC in the local cache; an error says where it looked.
 std::string resolve_model_source(const std::string& src);
+// Whether HF_HUB_OFFLINE is set (1, ON, YES or TRUE, as huggingface_hub reads it).
+bool hub_offline();
+// Downloads what kiln reads of Hub model `repo` ("org/name") at `revision`
+// (a branch, tag or commit) from $HF_ENDPOINT (https://huggingface.co) with
+// $HF_TOKEN into hub_cache_dir() exactly as huggingface_hub lays it out
+// (blobs/<etag>, snapshots/<commit>/<file> linking to ../../blobs/<etag>,
+// refs/<revision>), so that transformers finds it offline: config.json,
+// preprocessor_config.json when there is one, model.safetensors or
+// model.safetensors.index.json and its shards, and the files of `extra` when
+// the Hub has them. Each file is fetched into blobs/<etag>.incomplete
+// (resumed with a Range request when one is there), checked (its size, the
+// SHA-256 of an LFS file or the git blob SHA-1 of another against the ETag)
+// and only then renamed into place; TLS is verified; a progress line goes to
+// stderr. Returns the snapshot folder. 401, 404, no network and
+// HF_HUB_OFFLINE get an error naming the URL or the cache and what to do.
+std::string hub_download(const std::string& repo, const std::string& revision,
+                         const std::vector<std::string>& extra = {});
 // huggingface_hub's cache: $HF_HUB_CACHE (or $HUGGINGFACE_HUB_CACHE), else
 // $HF_HOME/hub, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/hub.
 std::string hub_cache_dir();

@@ -191,13 +191,18 @@ Source hub_snapshot(const std::string& src) {
   std::string folder = "models--" + id;
   for (size_t p; (p = folder.find('/')) != std::string::npos;) folder.replace(p, 1, "--");
   const std::string cache = hub_cache_dir(), repo = cache + "/" + folder;
-  if (!is_directory(repo))
-    fail(kOrigin, src + ": not a folder, and not in the Hugging Face cache (" + repo +
-                      " does not exist). Download it where huggingface_hub puts it "
-                      "(hf download " +
-                      id +
-                      "), set HF_HUB_CACHE or HF_HOME to the cache it "
-                      "is in, or pass the model's folder");
+  // Not in the cache: downloaded into it, unless HF_HUB_OFFLINE says not to.
+  auto download = [&](const std::string& why) -> Source {
+    if (hub_offline())
+      fail(kOrigin, src + ": not a folder, and not in the Hugging Face cache (" + why +
+                        "), and HF_HUB_OFFLINE is set. Unset it to let kiln download the model, "
+                        "set HF_HUB_CACHE or HF_HOME to the cache it is in, or pass the model's "
+                        "folder");
+    std::fprintf(stderr, "%s: not in the Hugging Face cache (%s): downloading it\n", src.c_str(),
+                 why.c_str());
+    return {hub_download(id, revision), repo};
+  };
+  if (!is_directory(repo)) return download(repo + " does not exist");
   std::string commit = revision;
   const std::string ref = repo + "/refs/" + revision;
   if (exists(ref)) {
@@ -209,15 +214,17 @@ Source hub_snapshot(const std::string& src) {
     commit.erase(commit.find_last_not_of(" \n\r\t") + 1);
   } else if (revision.size() != 40 ||
              revision.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    fail(kOrigin, src + ": the cache has no revision '" + revision + "' (" + ref +
-                      " does not exist); the revisions it has are in " + repo + "/refs");
+    return download("the cache has no revision '" + revision + "': " + ref + " does not exist");
   }
   if (commit.size() != 40 || commit.find_first_not_of("0123456789abcdef") != std::string::npos)
     fail(kOrigin, ref + ": expected a commit hash (40 hex digits) and a newline");
   const std::string snapshot = repo + "/snapshots/" + commit;
-  if (!is_directory(snapshot))
-    fail(kOrigin, src + ": " + snapshot + " does not exist (the cache has no files of revision " +
-                      revision + ")");
+  if (!is_directory(snapshot)) return download(snapshot + " does not exist");
+  if (!exists(snapshot + "/config.json")) return download(snapshot + " has no config.json");
+  if (!exists(snapshot + "/model.safetensors") &&
+      !exists(snapshot + "/model.safetensors.index.json") &&
+      !exists(snapshot + "/pytorch_model.bin"))
+    return download(snapshot + " has no weights");
   return {snapshot, repo};
 }
 

@@ -94,8 +94,9 @@ class EnvGuard {
   }
 
  private:
-  static constexpr const char* kVars[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
-                                          "XDG_CACHE_HOME", "HOME"};
+  static constexpr const char* kVars[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+                                          "HF_HOME",      "XDG_CACHE_HOME",
+                                          "HOME",         "HF_HUB_OFFLINE"};
   std::map<std::string, std::string> saved_;
 };
 
@@ -264,6 +265,8 @@ TEST(Pretrained, HubIdsAreReadFromTheHubCacheLayout) {
   }
   EnvGuard env;
   setenv("HF_HUB_CACHE", s.path("hub").c_str(), 1);
+  setenv("HF_HUB_OFFLINE", "1",
+         1);  // what is missing is an error, not a download (tests/io/hub_test.cpp)
   EXPECT_EQ(io::hub_cache_dir(), s.path("hub"));
   for (const std::string& id : std::vector<std::string>{
            "org/tiny-vit", "org/tiny-vit@main", "org/tiny-vit@v1", "org/tiny-vit@" + commit}) {
@@ -272,9 +275,10 @@ TEST(Pretrained, HubIdsAreReadFromTheHubCacheLayout) {
     EXPECT_EQ(m.dir, repo + "/snapshots/" + commit);
     EXPECT_TRUE(m.has_classifier);
   }
-  EXPECT_HAS(
-      error_of([] { io::load_pretrained("org/tiny-vit@v2"); }),
-      "org/tiny-vit@v2: the cache has no revision 'v2' (" + repo + "/refs/v2 does not exist)");
+  EXPECT_HAS(error_of([] { io::load_pretrained("org/tiny-vit@v2"); }),
+             "org/tiny-vit@v2: not a folder, and not in the Hugging Face cache (the cache has no "
+             "revision 'v2': " +
+                 repo + "/refs/v2 does not exist), and HF_HUB_OFFLINE is set");
   EXPECT_HAS(error_of([] { io::load_pretrained("org/other"); }),
              "org/other: not a folder, and not in the Hugging Face cache (" + s.path("hub") +
                  "/models--org--other does not exist)");
