@@ -2,8 +2,9 @@
 """kiln predict beside transformers' image-classification pipeline, on the
 same real photographs, model and CPU, in one run: images per second (batch
 32, each peer timed end to end from a fresh process, model loading
-included, twice, alternating; and the pipeline's calls alone, after a
-warm-up) and how far kiln's scores are from the pipeline's.
+included, --repeats times, alternating; and the pipeline's calls alone) and
+how far kiln's scores are from the pipeline's; in fp32, and in bf16 beside
+the pipeline with dtype=torch.bfloat16 (--precision fp32 bf16).
 
 The photographs are the sample photos that scikit-learn and scikit-image
 ship (china.jpg, flower.jpg, astronaut.png, chelsea.png, coffee.png,
@@ -13,7 +14,7 @@ saves (a kiln preset's architecture, ViTImageProcessor's defaults) with
 weights drawn so that its predictions are not uniform.
 
     bench/peers/.venv-gpu-machine/bin/python bench/predict/compare.py --model vit-base --images 128 \\
-        --out bench/results/2026-12-02-predict
+        --precision fp32 bf16 --out bench/results/2026-12-02-predict
 """
 import argparse
 import io
@@ -100,9 +101,9 @@ t0 = time.perf_counter()
 import torch
 from transformers import pipeline
 from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
-model, batch, out, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+model, batch, out, dtype, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 pipe = pipeline("image-classification", model=model, image_processor=ViTImageProcessorPil.from_pretrained(model),
-                device="cpu")
+                device="cpu", dtype=getattr(torch, dtype))
 t1 = time.perf_counter()
 preds = pipe(files, batch_size=batch, top_k=5)
 t2 = time.perf_counter()
@@ -113,9 +114,10 @@ print(json.dumps({"load_s": t1 - t0, "predict_s": t2 - t1, "threads": torch.get_
 """
 
 
-def run_pipeline(model, files, batch, out):
+def run_pipeline(model, files, batch, out, precision):
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", PIPELINE, model, str(batch), out] + files, check=True,
+    dtype = "bfloat16" if precision == "bf16" else "float32"
+    r = subprocess.run([sys.executable, "-c", PIPELINE, model, str(batch), out, dtype] + files, check=True,
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -123,11 +125,12 @@ def run_pipeline(model, files, batch, out):
     return info
 
 
-def run_kiln(kiln, model, files, batch, out, mode):
+def run_kiln(kiln, model, files, batch, out, precision):
     t0 = time.perf_counter()
     with open(out, "w") as f:
         r = subprocess.run([kiln, "predict", "--model", model, "--json", "--top-k", "5", "--batch-size", str(batch),
-                            "--mode", mode] + files, check=True, stdout=f, stderr=subprocess.PIPE, text=True)
+                            "--mode", "jit", "--precision", precision] + files, check=True, stdout=f,
+                           stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "summary": r.stderr.strip().splitlines()[-1]}
 
@@ -154,6 +157,8 @@ def main():
     ap.add_argument("--images", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"],
+                    help="fp32; bf16: kiln --precision bf16 beside the pipeline with dtype=torch.bfloat16")
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
     ap.add_argument("--work", default="/tmp/kiln-bench-predict")
     ap.add_argument("--out", required=True)
@@ -162,41 +167,43 @@ def main():
     files, distinct = photos(os.path.join(a.work, "photos"), a.images)
     model = os.path.join(a.work, "model")
     save_model(model, a.model)
-    runs = {"pipeline": [], "kiln": []}
-    for rep in range(a.repeats):  # alternating: neither peer gets the quieter machine
-        runs["pipeline"].append(run_pipeline(model, files, a.batch_size, os.path.join(a.work, "pipeline.jsonl")))
-        runs["kiln"].append(run_kiln(a.kiln, model, files, a.batch_size, os.path.join(a.work, "kiln.jsonl"), "jit"))
-        print(f"repeat {rep + 1}: pipeline {runs['pipeline'][-1]['wall_s']:.2f} s "
-              f"(calls {runs['pipeline'][-1]['predict_s']:.2f} s), kiln {runs['kiln'][-1]['wall_s']:.2f} s",
-              flush=True)
-    want, got = read(os.path.join(a.work, "pipeline.jsonl")), read(os.path.join(a.work, "kiln.jsonl"))
-    worst, same_labels = 0.0, 0
-    for w, g in zip(want, got):
-        assert w["file"] == g["file"], (w["file"], g["file"])
-        same_labels += [p["label"] for p in w["predictions"]] == [p["label"] for p in g["predictions"]]
-        for pw, pg in zip(w["predictions"], g["predictions"]):
-            if pw["label"] == pg["label"]:
-                worst = max(worst, abs(pw["score"] - pg["score"]))
     n = len(files)
-    med = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
-    calls = statistics.median(r["predict_s"] for r in runs["pipeline"])
     result = {
         "date": time.strftime("%Y-%m-%d"), "cpu": lscpu_model(), "cores": os.cpu_count(),
         "model": a.model, "images": n, "distinct_photos": distinct, "batch_size": a.batch_size,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "pillow": PIL.__version__,
                      "python": platform.python_version()},
-        "runs": runs,
-        "images_per_s": {"pipeline": n / med["pipeline"], "pipeline_calls_only": n / calls,
-                         "kiln": n / med["kiln"]},
-        "speedup": med["pipeline"] / med["kiln"], "speedup_vs_calls_only": calls / med["kiln"],
-        "max_score_difference": worst, "same_top5_order": f"{same_labels}/{n}",
         "command": " ".join([os.path.relpath(sys.executable, ROOT)] + sys.argv),
     }
+    for precision in a.precision:
+        runs = {"pipeline": [], "kiln": []}
+        out_p, out_k = os.path.join(a.work, f"pipeline-{precision}.jsonl"), os.path.join(a.work, f"kiln-{precision}.jsonl")
+        for rep in range(a.repeats):  # alternating: neither peer gets the quieter machine
+            runs["pipeline"].append(run_pipeline(model, files, a.batch_size, out_p, precision))
+            runs["kiln"].append(run_kiln(a.kiln, model, files, a.batch_size, out_k, "bf16" if precision == "bf16" else "fp32"))
+            print(f"{precision} repeat {rep + 1}: pipeline {runs['pipeline'][-1]['wall_s']:.2f} s "
+                  f"(calls {runs['pipeline'][-1]['predict_s']:.2f} s), kiln {runs['kiln'][-1]['wall_s']:.2f} s",
+                  flush=True)
+        want, got = read(out_p), read(out_k)
+        worst, same_labels = 0.0, 0
+        for w, g in zip(want, got):
+            assert w["file"] == g["file"], (w["file"], g["file"])
+            same_labels += [p["label"] for p in w["predictions"]] == [p["label"] for p in g["predictions"]]
+            for pw, pg in zip(w["predictions"], g["predictions"]):
+                if pw["label"] == pg["label"]:
+                    worst = max(worst, abs(pw["score"] - pg["score"]))
+        med = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
+        calls = statistics.median(r["predict_s"] for r in runs["pipeline"])
+        result[precision] = {
+            "runs": runs,
+            "images_per_s": {"pipeline": n / med["pipeline"], "pipeline_calls_only": n / calls, "kiln": n / med["kiln"]},
+            "speedup": med["pipeline"] / med["kiln"], "speedup_vs_calls_only": calls / med["kiln"],
+            "max_score_difference": worst, "same_top5_order": f"{same_labels}/{n}",
+        }
+        print(json.dumps({k: v for k, v in result[precision].items() if k != "runs"}, indent=2), flush=True)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(json.dumps({k: result[k] for k in ("images_per_s", "speedup", "speedup_vs_calls_only",
-                                             "max_score_difference", "same_top5_order")}, indent=2))
 
 
 if __name__ == "__main__":

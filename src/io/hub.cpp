@@ -261,6 +261,9 @@ class Hub {
     curl_easy_setopt(c.h, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // stalled 60 s: an error
     curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_TIME, 60L);
+    // HTTP(S) alone, redirects included: a Location of file:// or another scheme is refused.
+    curl_easy_setopt(c.h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c.h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c.h, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(c.h, CURLOPT_SSL_VERIFYHOST, 2L);
     curl_easy_setopt(c.h, CURLOPT_NOSIGNAL, 1L);

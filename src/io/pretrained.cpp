@@ -435,8 +435,9 @@ void set_image_size(Pretrained& m, nn::Size2d image_size) {
     p.shortest_edge = p.longest_edge = 0;
     p.size = image_size;
   }
-  m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
-                    " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");
+  if (m.config.num_channels == 3)  // grey models take no ViTImageProcessor
+    m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
+                      " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");
 }
 
 }  // namespace kiln::io

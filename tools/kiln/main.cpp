@@ -491,6 +491,7 @@ int run_predict(const cli::PredictFlags& f) {
                (long long)done, fmt_seconds(seconds).c_str(), done / seconds, f.mode.c_str(),
                train::score_function(m.config).c_str(),
                failed ? (", " + std::to_string(failed) + " failed").c_str() : "");
+  if (kernel_profile_enabled()) std::fprintf(stderr, "%s", kernel_profile_report().c_str());
   return failed ? 1 : 0;
 }
 
