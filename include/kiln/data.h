@@ -256,6 +256,7 @@ struct LoaderOptions {
   int workers = 2;        // 0: batches are made on the caller's thread
   int prefetch = 4;       // batches made ahead of the consumer, at most
   int64_t start = 0;      // serial number of the first batch (resuming a run)
+  int64_t limit = 0;      // batches made in all (from serial 0; the workers stop there); 0: no end
   // Data-parallel ranks: each batch is part `shard` of `shards` contiguous,
   // equal parts of the global batch of batch_size (samples [B·s/n, B·(s+1)/n)
   // of it), so that the ranks together see what one process sees.

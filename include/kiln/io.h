@@ -152,6 +152,9 @@ struct Checkpoint {
   // How evaluation processes images (preprocessor_config.json), where the
   // model takes RGB images that a processor describes.
   std::optional<data::ImageProcessor> processor;
+  // --save-best: the accuracy of the evaluation this checkpoint was saved
+  // after (-1: not saved so), so that a resumed run keeps the best.
+  double best_accuracy = -1;
   // A moving average of the weights (train --ema), written beside them as
   // DIR/ema/, a folder transformers loads (config.json, model.safetensors,
   // preprocessor_config.json). Not read back: the optimizer state holds it.

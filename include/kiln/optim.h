@@ -78,9 +78,10 @@ struct AdamWOptions {
   bool exempt_from_decay = false;  // no weight decay where no_weight_decay(name)
 };
 
-// The parameters that HF's Trainer and timm exempt from weight decay, by
-// their transformers names: biases, LayerNorm weights, the position
-// embeddings and the [CLS] token.
+// The parameters exempt from weight decay, by their transformers names:
+// biases and LayerNorm weights (HF's Trainer), the position embeddings and
+// the [CLS] token (timm's ViT, whose other exemptions, the 1-D parameters,
+// are the same biases and norms).
 bool no_weight_decay(const std::string& name);
 
 // torch.optim.AdamW (decoupled weight decay), step for step:

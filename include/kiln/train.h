@@ -68,7 +68,7 @@ struct TrainConfig {
   double momentum = 0.0;
   double weight_decay = 0.0;
   // No weight decay on biases, LayerNorm weights, the position embeddings
-  // and the [CLS] token (optim::no_weight_decay), as HF's Trainer and timm.
+  // and the [CLS] token (optim::no_weight_decay: the HF Trainer's exemptions and timm's).
   bool exempt_from_decay = false;
   double beta1 = 0.9, beta2 = 0.999;
   // Softmax cross-entropy against labels smoothed by this much, as

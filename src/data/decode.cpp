@@ -195,11 +195,18 @@ Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::st
     return img;
   }
   const size_t n = static_cast<size_t>(w) * h;
+  // libjpeg's warnings (extraneous bytes before a marker, a corrupt
+  // Huffman code) are not errors for Pillow, which decodes such files; a
+  // file cut short is ("image file is truncated"). At most 500 progressive
+  // scans (TJFLAG_LIMITSCANS): more is a decompression bomb, not a photo.
   auto decompress = [&](int format, std::vector<uint8_t>& dst) {
     dst.resize(n * tjPixelSize[format]);
-    if (tjDecompress2(tj.h, b.data(), b.size(), dst.data(), w, 0, h, format,
-                      TJFLAG_STOPONWARNING) != 0)
-      fail(origin, std::string("is a damaged JPEG: ") + tjGetErrorStr2(tj.h));
+    if (tjDecompress2(tj.h, b.data(), b.size(), dst.data(), w, 0, h, format, TJFLAG_LIMITSCANS) !=
+        0) {
+      const std::string why = tjGetErrorStr2(tj.h);
+      if (tjGetErrorCode(tj.h) != TJERR_WARNING || why.find("Premature end") != std::string::npos)
+        fail(origin, "is a damaged JPEG: " + why);
+    }
   };
   if (space == TJCS_CMYK || space == TJCS_YCCK) {
     // Pillow reads CMYK as "CMYK;I" (Adobe's inverted polarity, always), then
@@ -348,6 +355,8 @@ Image decode_png(const std::vector<uint8_t>& b, int64_t channels, const std::str
   for (int64_t y = 0; y < h; ++y) row_pointers[y] = rows.data() + y * stride;
   png_read_image(p.png, row_pointers.data());
   read_end(p.png, p.end);  // the chunks after the image: an eXIf there counts
+  if (setjmp(png_jmpbuf(p.png)))  // read_end's jump buffer is gone: this frame's again
+    fail(origin, std::string("is a damaged PNG: ") + reader.message);
 
   png_colorp palette = nullptr;
   int palette_size = 0;

@@ -109,7 +109,7 @@ void Loader::worker_loop(int) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       space_.wait(lock, [&] { return stop_ || next_to_make_ < next_to_take_ + opt_.prefetch; });
-      if (stop_) return;
+      if (stop_ || (opt_.limit > 0 && next_to_make_ >= opt_.limit)) return;
       serial = next_to_make_++;
     }
     try {
@@ -125,6 +125,9 @@ void Loader::worker_loop(int) {
 }
 
 Batch Loader::next() {
+  if (opt_.limit > 0 && next_to_take_ >= opt_.limit)
+    fail("loader",
+         "all " + std::to_string(opt_.limit) + " batches were taken (LoaderOptions::limit)");
   if (workers_.empty()) return make(next_to_take_++);
   auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);

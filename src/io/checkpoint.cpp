@@ -68,6 +68,7 @@ std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
          {"seed", c.seed},
          {"data_position", c.data_position},
          {"optimizer", c.optimizer}};
+  if (c.best_accuracy >= 0) t["best_accuracy"] = c.best_accuracy;
   write_file_atomic(tmp + "/trainer.json", t.dump(2) + "\n");
   sync_dir(tmp);
   return tmp;
@@ -145,6 +146,13 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   count("seed", c.seed);
   count("data_position", c.data_position);
   c.optimizer = text("optimizer");
+  if (t.contains("best_accuracy")) {
+    const json& v = t["best_accuracy"];
+    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
+      fail("checkpoint",
+           path + ": field 'best_accuracy' is " + v.dump() + ", expected a number in [0, 1]");
+    c.best_accuracy = v.get<double>();
+  }
   if (fs::exists(dir + "/training_state.safetensors"))
     c.state.buffers = load_safetensors(dir + "/training_state.safetensors").tensors;
   return c;

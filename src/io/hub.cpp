@@ -1,7 +1,9 @@
 // kiln io: downloads from the Hugging Face Hub into huggingface_hub's cache
 // layout (libcurl; SHA-256 and git-blob SHA-1 checks with OpenSSL).
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,7 +125,12 @@ class Hub {
         return it == r.headers.end() ? std::string() : it->second;
       };
       std::string location = header("location");
-      if (!location.empty() && location[0] == '/') location = origin(url) + location;
+      if (!location.empty()) {
+        const std::string given = location;
+        location = resolve(url, given);
+        if (location.empty())
+          fail(kOrigin, url + ": the Hub redirected to '" + given.substr(0, 100) + "', not a URL");
+      }
       if (r.status >= 300 && r.status < 400 && !location.empty() && on_hub(url, location)) {
         url = location;
         continue;
@@ -155,6 +162,7 @@ class Hub {
     std::error_code ec;
     int64_t have = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
     if (size >= 0 && have > size) fs::remove(path, ec), have = 0;
+    if (size >= 0 && have == size) return;  // fetched before, not yet checked: checked now
     FILE* f = std::fopen(path.c_str(), "ab");
     if (!f) fail(kOrigin, path + ": cannot write (" + std::strerror(errno) + ")");
     Progress progress{what, size, have};
@@ -199,27 +207,36 @@ class Hub {
   }
 
  private:
-  // "scheme://host[:port]" of a URL, and its host alone, in lower case.
-  static std::string origin(const std::string& url) {
-    const size_t start = url.find("://");
-    if (start == std::string::npos) return "";
-    const size_t end = url.find('/', start + 3);
-    return url.substr(0, end);
-  }
+  // A URL's host in lower case, as libcurl parses it ("" when it is not a URL).
   static std::string host(const std::string& url) {
-    std::string o = origin(url);
-    const size_t start = o.find("://");
-    if (start == std::string::npos) return "";
-    std::string h = o.substr(start + 3);
-    if (size_t at = h.rfind('@'); at != std::string::npos) h = h.substr(at + 1);
-    if (!h.empty() && h[0] == '[') return lower(h.substr(0, h.find(']') + 1));
-    return lower(h.substr(0, h.find(':')));
+    CURLU* u = curl_url();
+    std::string h;
+    char* part = nullptr;
+    if (u && curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &part, 0) == CURLUE_OK && part)
+      h = lower(part);
+    curl_free(part);
+    curl_url_cleanup(u);
+    return h;
+  }
+  // `location` (absolute or relative) resolved against `base`; "" if it is no URL.
+  static std::string resolve(const std::string& base, const std::string& location) {
+    CURLU* u = curl_url();
+    std::string out;
+    char* full = nullptr;
+    if (u && curl_url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_URL, &full, 0) == CURLUE_OK && full)
+      out = full;
+    curl_free(full);
+    curl_url_cleanup(u);
+    return out;
   }
   // huggingface_hub's _is_same_or_hub_host.
   bool on_hub(const std::string& from, const std::string& to) const {
     const std::string h = host(to);
-    return h == host(from) || h == "hf.co" || h == "huggingface.co" ||
-           h == "hub-ci.huggingface.co" || h == host(endpoint_);
+    return !h.empty() && (h == host(from) || h == "hf.co" || h == "huggingface.co" ||
+                          h == "hub-ci.huggingface.co" || h == host(endpoint_));
   }
 
   struct Progress {
@@ -268,8 +285,9 @@ class Hub {
     curl_easy_setopt(c.h, CURLOPT_SSL_VERIFYHOST, 2L);
     curl_easy_setopt(c.h, CURLOPT_NOSIGNAL, 1L);
     c.headers = curl_slist_append(c.headers, "Accept-Encoding: identity");
-    // Sent to the endpoint only: libcurl drops it when a redirect leads elsewhere.
-    if (!token_.empty())
+    // To the Hub alone, not to a CDN's signed URL (and libcurl drops it on a
+    // redirect to another host).
+    if (!token_.empty() && on_hub(endpoint_, url))
       c.headers = curl_slist_append(c.headers, ("Authorization: Bearer " + token_).c_str());
     curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
   }
@@ -315,10 +333,29 @@ void write_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, text);
 }
 
+// An exclusive lock on `path` (created) for as long as it lives: processes
+// that fetch the same blob at once (the ranks of a data-parallel run) take
+// turns, as huggingface_hub's FileLock makes them.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) fail(kOrigin, path + ": cannot open the lock file (" + std::strerror(errno) + ")");
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) fail(kOrigin, path + ": cannot lock (" + std::strerror(errno) + ")");
+  }
+  ~FileLock() { ::close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 // A link `link` -> `target` (relative), replacing what is there atomically.
 void link_to(const std::string& target, const std::string& link) {
   std::error_code ec;
-  const std::string tmp = link + ".kiln-link";
+  const std::string tmp = link + ".kiln-link-" + std::to_string(::getpid());
   fs::remove(tmp, ec);
   fs::create_symlink(target, tmp, ec);
   if (ec) fail(kOrigin, link + ": cannot create a link (" + ec.message() + ")");
@@ -366,6 +403,10 @@ std::string hub_download(const std::string& repo, const std::string& revision,
       fail(kOrigin, hub.resolve_url(repo, rev, file) + ": unexpected ETag '" +
                         m.etag.substr(0, 80) + "' (expected the file's hash)");
     const std::string blob = root + "/blobs/" + m.etag;
+    // huggingface_hub's lock of the same blob: <cache>/.locks/models--org--name/<etag>.lock
+    const std::string locks = hub_cache_dir() + "/.locks/" + folder;
+    fs::create_directories(locks, ec);
+    FileLock lock(locks + "/" + m.etag + ".lock");
     if (!fs::exists(blob, ec)) {
       const std::string part = blob + ".incomplete";
       hub.get(m.location, part, repo + "/" + file, m.size);

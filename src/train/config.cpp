@@ -118,6 +118,10 @@ void validate(const TrainConfig& cfg) {
   if (!(cfg.ema == 0 || (cfg.ema > 0 && cfg.ema < 1)))
     fail("train", "--ema " + std::to_string(cfg.ema) + ": expected a decay in (0, 1), e.g. 0.999");
   if (cfg.save_best && cfg.save_dir.empty()) fail("train", "--save-best goes with --save DIR");
+  if (cfg.label_smoothing > 0 && cfg.model.num_labels == 1)
+    fail("train",
+         "--label-smoothing smooths the classes of single-label classification, but the "
+         "model has one output (regression)");
   if (cfg.label_smoothing > 0 && cfg.model.problem_type != nn::ProblemType::Unset &&
       cfg.model.problem_type != nn::ProblemType::SingleLabel)
     fail("train",

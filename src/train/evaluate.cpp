@@ -80,8 +80,10 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
   std::optional<data::Loader> loader;
   if (ds->size() > 0)
-    loader.emplace(ds, data::LoaderOptions{.batch_size = batch_size, .drop_last = false,
-                                           .workers = 1});
+    loader.emplace(ds, data::LoaderOptions{.batch_size = batch_size,
+                                           .drop_last = false,
+                                           .workers = 1,
+                                           .limit = (ds->size() + batch_size - 1) / batch_size});
   for (int64_t b = 0; loader && b < loader->batches_per_epoch(); ++b) {
     data::Batch batch = loader->next();
     batch.images = batch.images.to(device);

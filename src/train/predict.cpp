@@ -40,8 +40,12 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
   int64_t failed = 0;
   if (n == 0) return 0;
   auto shared = std::shared_ptr<const data::ImageFiles>(&images, [](const data::ImageFiles*) {});
-  data::Loader loader(shared,
-                      {.batch_size = opt.batch_size, .drop_last = false, .workers = opt.workers});
+  // One pass: each file is decoded once, by one worker, before its batch is
+  // taken (and its error read).
+  data::Loader loader(shared, {.batch_size = opt.batch_size,
+                               .drop_last = false,
+                               .workers = opt.workers,
+                               .limit = (n + opt.batch_size - 1) / opt.batch_size});
   const std::vector<Array> flat = flatten(params);
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     data::Batch batch = loader.next();

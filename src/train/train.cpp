@@ -41,6 +41,7 @@ struct Start {
   optim::State state;
   int64_t first_step = 1, data_position = 0;
   std::optional<data::ImageProcessor> processor;  // a checkpoint's or a pretrained model's
+  double best_accuracy = -1;                      // --save-best: a resumed run's best so far
 };
 
 // The checkpoint `resumed`, checked against cfg, or the pretrained model
@@ -67,9 +68,16 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
     s.model = ck.config;
     s.params = std::move(ck.params);
     s.state = std::move(ck.state);
-    for (auto& [name, b] : optimizer.init(s.params).buffers)
+    const optim::State fresh = optimizer.init(s.params);
+    for (auto& [name, b] : fresh.buffers)
       if (!s.state.buffers.count(name))
         fail("train", resume + "the optimizer state has no '" + name + "'");
+    for (auto& [name, b] : s.state.buffers)
+      if (!fresh.buffers.count(name))
+        fail("train", resume + "the optimizer state has '" + name +
+                          "', which this run's optimizer does not keep: resume with the flags the "
+                          "checkpoint was trained with (--ema, --freeze-backbone)");
+    s.best_accuracy = ck.best_accuracy;
     s.first_step = s.state.step + 1;
     s.data_position = ck.data_position;
     s.processor = ck.processor;
@@ -235,6 +243,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
     if (!log_) fail("train", "--log-json " + cfg.log_json + ": cannot open for writing");
   }
+  best_accuracy_ = start.best_accuracy;
   if (cfg.save_best && !data_.eval)
     fail("train", "--save-best keeps the checkpoint of the best evaluation, but --data " +
                       cfg.data + " has no held-out split to evaluate on");
@@ -416,6 +425,7 @@ void Trainer::save(int64_t step) {
   io::Checkpoint ck{model_.config(),    params_,   cfg_.optimizer, state_, cfg_.seed,
                     loader_.position(), processor_};
   ck.ema = optim::ema_params(state_);
+  if (cfg_.save_best) ck.best_accuracy = best_accuracy_;
   io::save_checkpoint(cfg_.save_dir, ck);
   if (cb_.on_save) cb_.on_save(step, cfg_.save_dir);
 }

@@ -651,7 +651,14 @@ TEST(Cli, FineTuningKnobs) {
   Params w = params(out);
   EXPECT_NE(ema.params.at("classifier.weight").to_vector<float>(),
             w.at("classifier.weight").to_vector<float>());
-  // --resume continues the average from the optimizer state.
+  // --resume continues the average from the optimizer state; without --ema
+  // the state does not fit, and the error says so.
+  r = kiln_cli("train" + init +
+               " --steps 6 --warmup 1 --batch-size 4 --lr 0.05 --mode jit --resume " + out);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("which this run's optimizer does not keep: resume with the flags"),
+            std::string::npos)
+      << r.output;
   r = kiln_cli("train" + init +
                " --steps 5 --warmup 1 --batch-size 4 --lr 0.05 --ema 0.5 --mode jit --resume " +
                out + " --save " + out);
@@ -671,7 +678,9 @@ TEST(Cli, FineTuningKnobs) {
     if (j.contains("eval_accuracy") && j["eval_accuracy"].get<double>() > best)
       best = j["eval_accuracy"], best_step = j["step"];
   std::ifstream t(out + "/trainer.json");
-  EXPECT_EQ(nlohmann::json::parse(t)["step"], best_step);
+  nlohmann::json trainer = nlohmann::json::parse(t);
+  EXPECT_EQ(trainer["step"], best_step);
+  EXPECT_EQ(trainer["best_accuracy"], best);  // a resumed run starts from it
   r = kiln_cli("train" + init + " --steps 2 --save-best");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--save-best goes with --save DIR"), std::string::npos) << r.output;

@@ -91,6 +91,27 @@ TEST(Decode, PixelValuesEqualTransformers) {
   EXPECT_EQ(checked, 26);
 }
 
+// A warning of libjpeg's is no error (Pillow decodes such files); a file cut
+// short is.
+TEST(Decode, JpegWarningsAreNotErrorsButTruncationIs) {
+  std::vector<uint8_t> jpeg = data::read_file_bytes(kDir + "/images/jpeg_sub2.jpg");
+  const data::Image want = data::decode_image(jpeg, 3, "original");
+  ASSERT_EQ(jpeg[jpeg.size() - 2], 0xFF);
+  ASSERT_EQ(jpeg[jpeg.size() - 1], 0xD9);
+  std::vector<uint8_t> extra = jpeg;  // "2 extraneous bytes before marker 0xd9"
+  extra.insert(extra.end() - 2, {0x12, 0x34});
+  EXPECT_EQ(data::decode_image(extra, 3, "extra").pixels, want.pixels);
+  std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() * 2 / 3));
+  try {
+    data::decode_image(cut, 3, "cut.jpg");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.jpg] is a damaged JPEG: Premature end"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // torchvision's RandomResizedCrop.get_params, on scripted random numbers.
 TEST(RandomResizedCrop, TriesThenFallsBackToTheCentre) {
   auto script = [](std::vector<double> u) {

@@ -329,8 +329,18 @@ TEST(Hub, DownloadsIntoHuggingfaceHubsLayoutAndChecksEveryFile) {
              "the Hub answered 401 for " + server.url() + "/org/private/resolve/main/config.json");
   EXPECT_HAS(e, "set HF_TOKEN");
   env.set("HF_TOKEN", "secret");
+  server.clear();
   io::load_pretrained("org/private");
   env.unset("HF_TOKEN");
+  int to_hub = 0;
+  for (auto& r : server.requests()) {
+    if (r.path.rfind("/cdn/", 0) == 0)  // the CDN is another host: no token goes there
+      EXPECT_FALSE(r.headers.count("authorization")) << r.path;
+    else
+      to_hub +=
+          r.headers.count("authorization") && r.headers.at("authorization") == "Bearer secret";
+  }
+  EXPECT_GE(to_hub, 3);
 
   // 404: no such model, or no such revision.
   EXPECT_HAS(error_of([] { io::load_pretrained("org/missing"); }), "the Hub answered 404 for");
@@ -365,6 +375,17 @@ TEST(Hub, DownloadsIntoHuggingfaceHubsLayoutAndChecksEveryFile) {
   EXPECT_TRUE(ranged);
   EXPECT_EQ(slurp((cache / "models--org--resume" / "blobs" / sha).string()),
             tiny["model.safetensors"]);
+  // A download that was complete but not yet checked: checked, not fetched again.
+  hub.repos["org/complete"] = tiny;
+  fs::create_directories(cache / "models--org--complete" / "blobs");
+  {
+    std::ofstream part(cache / "models--org--complete" / "blobs" / (sha + ".incomplete"),
+                       std::ios::binary);
+    part << tiny["model.safetensors"];
+  }
+  server.clear();
+  io::load_pretrained("org/complete");
+  for (auto& r : server.requests()) EXPECT_NE(r.path, "/cdn/" + sha);
   // A server that ignores the range: the download starts over.
   hub.repos["org/restart"] = tiny;
   hub.honour_ranges = false;

@@ -213,7 +213,7 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
       ->check(kPositiveInt);
   t->add_flag("--exempt-from-decay", tc.exempt_from_decay,
               "no weight decay on biases, LayerNorm weights, position embeddings and the [CLS] "
-              "token (as the HF Trainer and timm)");
+              "token (the HF Trainer's exemptions and timm's)");
   t->add_option("--label-smoothing", tc.label_smoothing,
                 "smooth the labels by this much, as CrossEntropyLoss(label_smoothing=)")
       ->check(CLI::Range(0.0, 1.0));
