@@ -69,6 +69,12 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
         continue;
       }
       std::vector<double> score(out.begin() + r * L, out.begin() + (r + 1) * L);
+      if (!std::all_of(score.begin(), score.end(), [](double v) { return std::isfinite(v); })) {
+        p.error = p.file + ": the model's outputs for it are not finite (NaN or infinite)";
+        ++failed;
+        on_result(p);
+        continue;
+      }
       if (fn == "softmax") {
         const double m = *std::max_element(score.begin(), score.end());
         double sum = 0;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 
@@ -79,6 +80,45 @@ TEST(Predict, EqualsTheTransformersPipeline) {
       EXPECT_NE(r.err.find("40 images"), std::string::npos) << r.err;
       EXPECT_NE(r.err.find(std::string(kind) == "multi" ? "sigmoid" : "softmax"),
                 std::string::npos);
+    }
+  }
+}
+
+// Real photographs (scikit-image's rocket, cat and coffee cup; the last as
+// a camera stores it, sideways with an EXIF orientation): transformers'
+// pixel_values bit for bit, and the pipeline's labels and scores.
+TEST(Predict, RealPhotographsAsThePipeline) {
+  const std::string dir = kFixtures + "/predict/photos";
+  io::SafetensorsFile want = io::load_safetensors(dir + "/expected.safetensors");
+  data::ImageProcessor proc = io::load_image_processor(kFixtures + "/predict/single");
+  int checked = 0;
+  for (const char* file : {"chelsea.png", "coffee_exif6.jpg", "rocket.jpg"}) {
+    data::Image img = data::decode_image(data::read_file_bytes(dir + "/" + file), 3, file);
+    std::vector<float> got(3 * 24 * 24);
+    ASSERT_EQ(proc.output_size(img.width, img.height), nn::Size2d(24));
+    proc.pixel_values(img, got.data());
+    EXPECT_EQ(got, want.tensors.at(std::string("pixel_values.") + file).to_vector<float>()) << file;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+  for (const char* kind : {"single", "multi"}) {
+    PredictRun r =
+        predict("--model " + kFixtures + "/predict/" + kind + " --json --top-k 3 " + dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::ifstream f(dir + "/" + kind + ".jsonl");
+    std::vector<json> expect = lines(std::string(std::istreambuf_iterator<char>(f), {}));
+    std::vector<json> got = lines(r.out);
+    ASSERT_EQ(got.size(), 3u);
+    ASSERT_EQ(expect.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(std::filesystem::path(got[i]["file"].get<std::string>()).filename().string(),
+                expect[i]["file"]);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(got[i]["predictions"][k]["label"], expect[i]["predictions"][k]["label"])
+            << kind << " " << i;
+        EXPECT_NEAR(got[i]["predictions"][k]["score"].get<double>(),
+                    expect[i]["predictions"][k]["score"].get<double>(), 1e-5);
+      }
     }
   }
 }

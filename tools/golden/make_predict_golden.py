@@ -8,7 +8,13 @@ tests/fixtures/decode/images/ with top_k=3, one JSON line per image as
 
 - OUT/single/: 5 labels, single-label classification (softmax);
 - OUT/multi/: the same weights, problem_type multi_label_classification (sigmoid);
-- OUT/<name>/expected.jsonl.
+- OUT/<name>/expected.jsonl;
+- OUT/photos/: a handful of real photographs that scikit-image ships
+  (rocket.jpg: SpaceX, public domain; chelsea.png: CC0 by Stefan van der
+  Walt; coffee.png: CC0 by Rachel Michetti, as a JPEG stored sideways with
+  EXIF orientation 6), with the pipeline's predictions for both models
+  (`<name>.jsonl`) and the processor's pixel_values of each
+  (expected.safetensors: `pixel_values.<file>`, F32 [3, 24, 24]).
 
     bench/peers/.venv-gpu-machine/bin/python tools/golden/make_predict_golden.py tests/fixtures/predict
 """
@@ -16,6 +22,12 @@ import json
 import os
 import shutil
 import sys
+
+import numpy as np
+import skimage
+from PIL import Image
+from safetensors.numpy import save_file
+from transformers.image_utils import load_image
 
 import torch
 import transformers
@@ -38,9 +50,24 @@ def model(problem_type):
     return m.eval()
 
 
+def photos(folder):
+    os.makedirs(folder, exist_ok=True)
+    data = os.path.join(os.path.dirname(skimage.__file__), "data")
+    for name in ("rocket.jpg", "chelsea.png"):
+        shutil.copyfile(os.path.join(data, name), os.path.join(folder, name))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(os.path.join(data, "coffee.png")).convert("RGB").transpose(Image.Transpose.ROTATE_90).save(
+        os.path.join(folder, "coffee_exif6.jpg"), "JPEG", quality=85, exif=exif)
+    return sorted(f for f in os.listdir(folder) if f.endswith((".jpg", ".png")))
+
+
 def main(out):
     images = os.path.join(os.path.dirname(os.path.abspath(out)), "decode", "images")
     files = sorted(os.listdir(images))
+    photo_dir = os.path.join(out, "photos")
+    shutil.rmtree(photo_dir, ignore_errors=True)
+    photo_files = photos(photo_dir)
     proc = ViTImageProcessorPil(size={"height": 24, "width": 24}, resample=3,
                                 image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
     for name, problem in [("single", "single_label_classification"), ("multi", "multi_label_classification")]:
@@ -56,8 +83,15 @@ def main(out):
             lines.append(json.dumps({"file": f, "predictions": preds}))
         with open(os.path.join(d, "expected.jsonl"), "w") as fh:
             fh.write("\n".join(lines) + "\n")
+        with open(os.path.join(photo_dir, name + ".jsonl"), "w") as fh:
+            for f in photo_files:
+                fh.write(json.dumps({"file": f, "predictions": pipe(os.path.join(photo_dir, f), top_k=3)}) + "\n")
         print(name, len(lines), "images;", sorted(os.listdir(d)))
-    print("transformers", transformers.__version__)
+    save_file({f"pixel_values.{f}": np.ascontiguousarray(
+                   proc(images=load_image(os.path.join(photo_dir, f)), return_tensors="np")["pixel_values"][0])
+               for f in photo_files}, os.path.join(photo_dir, "expected.safetensors"),
+              metadata={"transformers": transformers.__version__})
+    print("photos:", photo_files, "transformers", transformers.__version__)
 
 
 if __name__ == "__main__":
