@@ -40,6 +40,8 @@ from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPi
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import benchutil  # noqa: E402
 import common  # noqa: E402
 
 SKIMAGE_PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "hubble_deep_field.jpg",
@@ -140,17 +142,6 @@ def read(path):
         return [json.loads(line) for line in f]
 
 
-def lscpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="vit-base", choices=sorted(common.PRESETS))
@@ -169,7 +160,7 @@ def main():
     save_model(model, a.model)
     n = len(files)
     result = {
-        "date": time.strftime("%Y-%m-%d"), "cpu": lscpu_model(), "cores": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"), "cpu": benchutil.cpu_model(), "cores": os.cpu_count(),
         "model": a.model, "images": n, "distinct_photos": distinct, "batch_size": a.batch_size,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "pillow": PIL.__version__,
                      "python": platform.python_version()},

@@ -65,7 +65,7 @@ PY
 
 # Curves and the table.
 "$python" - "$out" "$pre_epochs" "$ft_epochs" "$size" <<'PY'
-import json, os, platform, subprocess, sys, time
+import json, os, sys, time
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -76,7 +76,9 @@ def evals(name):
 def summary(name):
     return [json.loads(l) for l in open(os.path.join(out, name + ".jsonl")) if '"summary"' in l][-1]
 ft, sc, pre = evals("finetuned"), evals("scratch"), evals("pretrain")
-cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines() if l.startswith("Model name")), platform.processor())
+sys.path.insert(0, "bench")
+import benchutil
+cpu = benchutil.cpu_model()
 res = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "pretrain_epochs": pre_epochs, "finetune_epochs": ft_epochs,
        "image_size": size, "pretrain_final_accuracy": pre[-1][1],
        "finetuned": {"final_accuracy": ft[-1][1], "best_accuracy": max(a for _, a, _ in ft), "curve": ft,

@@ -116,6 +116,9 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin);
 // The bytes of the file at `path`; an error names it.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
+// Whether a file's name says JPEG or PNG (.jpg, .jpeg, .png, any case): the
+// files image folders and `kiln predict`'s folders are made of.
+bool is_image_file_name(const std::string& path);
 
 // Pillow's resampling filters, by Pillow's numbers (PIL.Image.Resampling, and
 // preprocessor_config.json's "resample").
@@ -145,7 +148,6 @@ struct ImageProcessor {
   double rescale_factor = 1.0 / 255;
   bool do_normalize = true;
   std::vector<double> image_mean = {0.5, 0.5, 0.5}, image_std = {0.5, 0.5, 0.5};
-  bool do_convert_rgb = true;  // kiln's models take RGB: always converted
 
   // The height x width of the pixel values for an image of width x height.
   nn::Size2d output_size(int64_t width, int64_t height) const;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csetjmp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string_view>
@@ -414,6 +415,12 @@ Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const st
 
 Image probe_image(const std::vector<uint8_t>& bytes, const std::string& origin) {
   return decode(bytes, 3, origin, true);
+}
+
+bool is_image_file_name(const std::string& path) {
+  std::string e = std::filesystem::path(path).extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  return e == ".jpg" || e == ".jpeg" || e == ".png";
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {

@@ -1,20 +1,11 @@
 // kiln data: image files for prediction, processed as a checkpoint says.
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 
 #include "kiln/data.h"
 
 namespace kiln::data {
-namespace {
 namespace fs = std::filesystem;
-
-bool image_name(const fs::path& p) {
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  return e == ".jpg" || e == ".jpeg" || e == ".png";
-}
-}  // namespace
 
 ImageFiles::ImageFiles(std::vector<std::string> files, ImageProcessor processor,
                        nn::Size2d image_size)
@@ -55,7 +46,8 @@ std::vector<std::string> ImageFiles::find(const std::vector<std::string>& paths)
       for (auto it = fs::recursive_directory_iterator(
                p, fs::directory_options::skip_permission_denied, ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (it->is_regular_file(ec) && image_name(it->path())) found.push_back(it->path().string());
+        if (it->is_regular_file(ec) && is_image_file_name(it->path().string()))
+          found.push_back(it->path().string());
       if (ec) fail(p, "cannot list the folder: " + ec.message());
       if (found.empty()) fail(p, "is a folder without .jpg, .jpeg or .png files");
       std::sort(found.begin(), found.end());

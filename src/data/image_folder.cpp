@@ -13,12 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool image_extension(const fs::path& p) {
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  return e == ".jpg" || e == ".jpeg" || e == ".png";
-}
-
 // The w x h pixels of `img` whose top-left pixel is (left, top), all inside it.
 Image crop_image(const Image& img, int64_t left, int64_t top, int64_t w, int64_t h) {
   Image out{w, h, img.channels, std::vector<uint8_t>(static_cast<size_t>(w * h * img.channels))};
@@ -111,7 +105,8 @@ ImageFolder::ImageFolder(ImageFolderOptions opt) : opt_(std::move(opt)) {
   for (size_t c = 0; c < classes_.size(); ++c) {
     std::vector<std::string> names;
     for (auto& e : fs::directory_iterator(fs::path(opt_.root) / classes_[c]))
-      if (e.is_regular_file() && image_extension(e.path())) names.push_back(e.path().string());
+      if (e.is_regular_file() && is_image_file_name(e.path().string()))
+        names.push_back(e.path().string());
     std::sort(names.begin(), names.end());
     for (size_t i = 0; i < names.size(); ++i) {
       bool held = static_cast<int64_t>(i) % opt_.holdout_every == opt_.holdout_every - 1;

@@ -19,17 +19,13 @@
 #include <optional>
 #include <set>
 
+#include "internal.h"
 #include "kiln/io.h"
 
 namespace kiln::io {
 namespace {
 namespace fs = std::filesystem;
 const std::string kOrigin = "hub";
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -329,10 +325,6 @@ std::string digest(const std::string& path, bool git_sha1) {
   return hex;
 }
 
-void write_atomic(const std::string& path, const std::string& text) {
-  write_file_atomic(path, text);
-}
-
 // An exclusive lock on `path` (created) for as long as it lives: processes
 // that fetch the same blob at once (the ranks of a data-parallel run) take
 // turns, as huggingface_hub's FileLock makes them.
@@ -447,16 +439,13 @@ std::string hub_download(const std::string& repo, const std::string& revision,
       for (auto& [tensor, file] : index["weight_map"].items())
         if (file.is_string()) shards.insert(file.get<std::string>());
     for (const std::string& shard : shards) {
-      if (shard.empty() || shard.size() > 255 || shard.find('/') != std::string::npos ||
-          shard.find('\\') != std::string::npos || shard == "." || shard == "..")
-        fail(kOrigin, repo + ": model.safetensors.index.json names the file \"" +
-                          shard.substr(0, 80) + "\", expected a file name in the model's folder");
+      check_model_file_name(shard, repo + ": model.safetensors.index.json", kOrigin);
       fetch(shard, false);
     }
   }
   if (revision != commit) {
     fs::create_directories(fs::path(root + "/refs/" + revision).parent_path(), ec);
-    write_atomic(root + "/refs/" + revision, commit);
+    write_file_atomic(root + "/refs/" + revision, commit);
   }
   return root + "/snapshots/" + commit;
 }

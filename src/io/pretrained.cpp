@@ -10,9 +10,25 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "internal.h"
 #include "kiln/io.h"
 
 namespace kiln::io {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+void check_model_file_name(const std::string& name, const std::string& where,
+                           const std::string& origin) {
+  if (name.empty() || name.size() > 255 || name == "." || name == ".." ||
+      name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    fail(origin, where + " names the file \"" + name.substr(0, 80) +
+                     (name.size() > 80 ? "...\"" : "\"") +
+                     ", expected a file name in the model's folder (no folders, no '..')");
+}
 namespace {
 
 namespace fs = std::filesystem;
@@ -52,16 +68,6 @@ std::string classifier_name(std::string name) {
     name = "vit.encoder.layer." + name.substr(layers.size(), dot - layers.size()) + "." + rest;
   }
   return name;
-}
-
-// A file name from an index or a Hub folder: a plain name in the model's folder.
-void check_file_name(const std::string& name, const std::string& where) {
-  if (name.empty() || name.size() > 255 || name == "." || name == ".." ||
-      name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
-      name.find('\0') != std::string::npos)
-    fail(kOrigin, where + " names the file \"" + name.substr(0, 80) +
-                      (name.size() > 80 ? "...\"" : "\"") +
-                      ", expected a file name in the model's folder (no folders, no '..')");
 }
 
 // `path`, once it is checked that its links lead inside `root` (a
@@ -124,7 +130,8 @@ Params load_weights(const std::string& dir, const std::string& root) {
     if (!file.is_string())
       fail(kOrigin, index_path + ": weight_map[\"" + tensor + "\"] is " + file.dump() +
                         ", expected a file name");
-    check_file_name(file.get<std::string>(), index_path + ": weight_map[\"" + tensor + "\"]");
+    check_model_file_name(file.get<std::string>(), index_path + ": weight_map[\"" + tensor + "\"]",
+                          kOrigin);
     by_file[file.get<std::string>()].push_back(tensor);
   }
   if (by_file.empty()) fail(kOrigin, index_path + ": weight_map lists no tensor");
@@ -148,11 +155,6 @@ std::string list(const std::vector<std::string>& names, size_t most = 4) {
   for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
   if (names.size() > most) s += ", ... (" + std::to_string(names.size()) + " in all)";
   return s;
-}
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
 }
 
 // "org/name" or "name", each part of letters, digits, '-', '_' and '.', not
