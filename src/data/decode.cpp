@@ -196,16 +196,18 @@ Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::st
     return img;
   }
   const size_t n = static_cast<size_t>(w) * h;
-  // libjpeg's warnings (extraneous bytes before a marker, a corrupt
-  // Huffman code) are not errors for Pillow, which decodes such files; a
-  // file cut short is ("image file is truncated"). At most 500 progressive
-  // scans (TJFLAG_LIMITSCANS): more is a decompression bomb, not a photo.
+  // libjpeg's warnings stop the decoding (corrupt data would otherwise be
+  // decoded to the end, however large the image claims to be), except
+  // extraneous bytes before a marker, which Pillow decodes through. A file
+  // cut short is an error, as Pillow's "image file is truncated". At most
+  // 500 progressive scans (TJFLAG_LIMITSCANS).
   auto decompress = [&](int format, std::vector<uint8_t>& dst) {
     dst.resize(n * tjPixelSize[format]);
-    if (tjDecompress2(tj.h, b.data(), b.size(), dst.data(), w, 0, h, format, TJFLAG_LIMITSCANS) !=
-        0) {
+    for (int flags : {TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS, TJFLAG_LIMITSCANS}) {
+      if (tjDecompress2(tj.h, b.data(), b.size(), dst.data(), w, 0, h, format, flags) == 0) return;
       const std::string why = tjGetErrorStr2(tj.h);
-      if (tjGetErrorCode(tj.h) != TJERR_WARNING || why.find("Premature end") != std::string::npos)
+      if (tjGetErrorCode(tj.h) != TJERR_WARNING ||
+          why.find("extraneous bytes") == std::string::npos)
         fail(origin, "is a damaged JPEG: " + why);
     }
   };
