@@ -107,9 +107,10 @@ struct Image {
 // and bit depth, interlaced or not, as Pillow unpacks it (16-bit samples by
 // their high byte, but 16-bit grey clipped at 255 as Pillow's "I;16"; alpha
 // and tRNS dropped; palette indices past the palette black; gamma and colour
-// profiles ignored). `origin` (the file) is named in every error. A JPEG cut
-// short is an error, libjpeg's other warnings are not (Pillow decodes such
-// files); an unreadable EXIF block is ignored.
+// profiles ignored). `origin` (the file) is named in every error. A JPEG
+// cut short or with corrupt data is an error (libjpeg's warnings stop it),
+// except extraneous bytes before a marker, decoded through as Pillow does;
+// an unreadable EXIF block is ignored.
 Image decode_image(const std::vector<uint8_t>& bytes, int64_t channels, const std::string& origin);
 // Reads only the header: width and height (after the orientation), or an
 // error naming the file.
