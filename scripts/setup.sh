@@ -7,11 +7,12 @@ set -euo pipefail
 # scripts/fetch-mkl.sh downloads oneMKL with pip; openmpi-bin and libopenmpi-dev: data-parallel
 # training (mpirun -np N kiln train); iproute2: the test that runs two ranks in two network
 # namespaces; libcurl4-openssl-dev and libssl-dev: downloads from the Hugging Face Hub
-# (libcurl) and their SHA-256 checks (OpenSSL's libcrypto).
+# (libcurl) and their SHA-256 checks (OpenSSL's libcrypto); python3-venv and python3-dev: the
+# Python package's virtual environment and its module's build.
 packages=(g++ cmake ninja-build libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
-          iproute2 libcurl4-openssl-dev libssl-dev "$@")
+          iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,3 +25,17 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 bash "$(dirname "$0")/fetch-mkl.sh"
+
+# The project's Python environment, .venv (Debian 12's system Python refuses
+# pip, PEP 668): the Python package's build (nanobind) and tests (pytest),
+# pinned in python/requirements.txt; remade when that file changes.
+cd "$(dirname "$0")/.."
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+if ! cmp -s python/requirements.txt .venv/kiln-requirements.txt 2>/dev/null; then
+  echo "kiln setup: making the Python environment .venv (python/requirements.txt)"
+  rm -rf .venv
+  "$python" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r python/requirements.txt
+  cp python/requirements.txt .venv/kiln-requirements.txt
+fi

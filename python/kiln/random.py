@@ -1,0 +1,53 @@
+"""Counter-based random numbers in JAX's style: a key is a value, ``split``
+and ``fold_in`` derive new ones, and element i of a draw depends on (key, i)
+alone (Threefry-2x32), so results do not depend on threads or devices."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import _kiln
+from ._array import Array, Device, _device, _shape, dtype as _dtype, float32
+from ._kiln import Key
+
+__all__ = ["Key", "key", "split", "fold_in", "normal", "uniform", "truncated_normal", "bernoulli"]
+
+
+def key(seed: int) -> Key:
+    """The key of a seed (an integer below 2**64)."""
+    return Key(int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+def split(key: Key, num: int = 2) -> list[Key]:
+    return _kiln._split(key, num)
+
+
+def fold_in(key: Key, data: int) -> Key:
+    return _kiln._fold_in(key, int(data) & 0xFFFFFFFF)
+
+
+def _dev(device: Any) -> Device:
+    return _device(device) or Device("cpu")
+
+
+def normal(key: Key, shape: Any = (), dtype: Any = float32, device: Any = None) -> Array:
+    """Standard normal draws."""
+    return _kiln._normal(key, _shape(shape), _dtype(dtype), _dev(device))
+
+
+def uniform(key: Key, shape: Any = (), dtype: Any = float32, minval: float = 0.0,
+            maxval: float = 1.0, device: Any = None) -> Array:
+    """Uniform draws in [minval, maxval)."""
+    return _kiln._uniform(key, _shape(shape), float(minval), float(maxval), _dtype(dtype),
+                          _dev(device))
+
+
+def truncated_normal(key: Key, lower: float = -2.0, upper: float = 2.0, shape: Any = (),
+                     dtype: Any = float32, device: Any = None) -> Array:
+    """Standard normal draws conditioned on [lower, upper]."""
+    return _kiln._truncated_normal(key, _shape(shape), float(lower), float(upper), _dtype(dtype),
+                                   _dev(device))
+
+
+def bernoulli(key: Key, p: float = 0.5, shape: Any = (), device: Any = None) -> Array:
+    """Booleans, each true with probability p."""
+    return _kiln._bernoulli(key, _shape(shape), float(p), _dev(device))

@@ -1,0 +1,619 @@
+// kiln's Python module (kiln._kiln): arrays, ops and transformations over
+// libkiln with nanobind. The Python files of python/kiln/ build the public
+// interface (trees, keyword arguments, indexing) over these functions.
+//
+// The GIL: every call that can run kernels (an op in eager mode, eval, a
+// jitted call, a transformation) releases it; a Python function that kiln
+// calls back (a traced or differentiated function) takes it again, and an
+// exception it raises travels through kiln's C++ code back to the caller
+// unchanged.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "kiln/kiln.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using kiln::Array;
+using kiln::Device;
+using kiln::DeviceType;
+using kiln::DType;
+using kiln::Shape;
+
+namespace {
+
+using NoGil = nb::call_guard<nb::gil_scoped_release>;
+
+// ---- DLPack and numpy views -------------------------------------------------
+
+nb::dlpack::dtype dlpack_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return nb::dtype<float>();
+    case DType::f64: return nb::dtype<double>();
+    case DType::bf16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+    case DType::f16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::i32: return nb::dtype<int32_t>();
+    case DType::i64: return nb::dtype<int64_t>();
+    case DType::bool_: return nb::dtype<bool>();
+  }
+  return nb::dtype<float>();
+}
+
+DType kiln_dtype(nb::dlpack::dtype t, const char* who) {
+  using Code = nb::dlpack::dtype_code;
+  auto code = static_cast<Code>(t.code);
+  if (t.lanes == 1) {
+    if (code == Code::Float && t.bits == 32) return DType::f32;
+    if (code == Code::Float && t.bits == 64) return DType::f64;
+    if (code == Code::Float && t.bits == 16) return DType::f16;
+    if (code == Code::Bfloat && t.bits == 16) return DType::bf16;
+    if (code == Code::Int && t.bits == 32) return DType::i32;
+    if (code == Code::Int && t.bits == 64) return DType::i64;
+    if (code == Code::Bool && t.bits == 8) return DType::bool_;
+    if (code == Code::UInt && t.bits == 8) return DType::bool_;  // numpy's bool over old DLPack
+  }
+  static const char* names[] = {"int",    "uint",    "float", "opaque handle",
+                                "bfloat", "complex", "bool"};
+  std::string name = t.code <= 6 ? names[t.code] : "code " + std::to_string(t.code);
+  kiln::fail(who, "an array of " + name + std::to_string(t.bits) +
+                      (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "") +
+                      " elements; kiln holds float32, float64, bfloat16, float16, int32, int64 "
+                      "and bool");
+}
+
+// Buffers that a numpy array or a DLPack consumer still reads: donating one
+// of them to a jitted function would change what the view shows, so jit
+// refuses (as JAX refuses to donate a buffer with external references).
+std::mutex exported_mutex;
+std::unordered_map<const kiln::Buffer*, int> exported;
+
+struct Export {
+  std::shared_ptr<kiln::Buffer> buffer;
+  explicit Export(std::shared_ptr<kiln::Buffer> b) : buffer(std::move(b)) {
+    std::lock_guard lock(exported_mutex);
+    ++exported[buffer.get()];
+  }
+  ~Export() {
+    std::lock_guard lock(exported_mutex);
+    if (--exported[buffer.get()] == 0) exported.erase(buffer.get());
+  }
+};
+
+bool is_exported(const Array& a) {
+  if (!a.valid() || !a.is_materialized()) return false;
+  std::lock_guard lock(exported_mutex);
+  return exported.count(a.node()->buffer.get()) != 0;
+}
+
+// A view of a's memory (materialized first) that keeps the memory alive.
+template <typename... Tags>
+nb::ndarray<Tags...> view_of(const Array& a, bool bits16_as_uint) {
+  {
+    nb::gil_scoped_release release;
+    a.eval();
+  }
+  if (a.node()->donated)
+    kiln::fail("array",
+               "this array was donated to a jitted function; its memory now holds that "
+               "function's outputs");
+  std::vector<size_t> shape(a.shape().begin(), a.shape().end());
+  auto* owner = new Export(a.node()->buffer);
+  nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<Export*>(p); });
+  nb::dlpack::dtype t = dlpack_dtype(a.dtype());
+  if (bits16_as_uint && (a.dtype() == DType::bf16 || a.dtype() == DType::f16))
+    t = nb::dtype<uint16_t>();
+  int device_type =
+      a.device().type == DeviceType::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+  return nb::ndarray<Tags...>(a.raw(), shape.size(), shape.data(), keep, nullptr, t, device_type,
+                              a.device().type == DeviceType::cuda ? a.device().index : 0);
+}
+
+// A new kiln array holding a copy of x (any DLPack-capable or numpy array),
+// in x's dtype, or `bits_of`: x's bytes read as that dtype (ml_dtypes'
+// bfloat16 reaches here as uint16).
+Array from_ndarray(nb::ndarray<nb::ro> x, std::optional<Device> device,
+                   std::optional<DType> bits_of) {
+  DType dt;
+  if (bits_of) {
+    if (x.dtype().bits != 8 * kiln::size_of(*bits_of) || x.dtype().lanes != 1)
+      kiln::fail("asarray", std::to_string(x.dtype().bits) + "-bit elements read as " +
+                                kiln::name_of(*bits_of));
+    dt = *bits_of;
+  } else {
+    dt = kiln_dtype(x.dtype(), "asarray");
+  }
+  Shape shape;
+  for (size_t i = 0; i < x.ndim(); ++i) shape.push_back(static_cast<int64_t>(x.shape(i)));
+  int64_t expect = 1;
+  for (int i = static_cast<int>(x.ndim()) - 1; i >= 0; --i) {
+    if (x.shape(i) != 1 && x.stride(i) != expect)
+      kiln::fail("asarray", "the array is not C-contiguous (pass np.ascontiguousarray(x))");
+    expect *= static_cast<int64_t>(x.shape(i));
+  }
+  Device src = Device::cpu();
+  if (x.device_type() == nb::device::cuda::value)
+    src = Device::cuda(x.device_id());
+  else if (x.device_type() != nb::device::cpu::value)
+    kiln::fail("asarray", "arrays on DLPack device type " + std::to_string(x.device_type()) +
+                              " are not supported (cpu and cuda are)");
+  Device dst = device.value_or(src);
+  nb::gil_scoped_release release;
+  if (src.type == DeviceType::cuda) {
+    // Another framework's device memory: copied on the device through a
+    // host staging copy that kiln's Copy primitive makes.
+    kiln::fail("asarray",
+               "importing device arrays is not supported yet; move it to the host "
+               "first (x.cpu())");
+  }
+  Array a = Array::from_data(x.data(), shape, dt, Device::cpu());
+  return dst == Device::cpu() ? a : a.to(dst);
+}
+
+// ---- Python numbers as operands ---------------------------------------------
+
+// The array a Python operand stands for beside `like`: an Array as it is, a
+// Python number as a scalar of like's dtype (a float beside an integer or
+// bool array: float32; an int beside a bool array: int32), as JAX's weak
+// types make it; anything else (numpy) through asarray.
+Array operand(const Array& like, nb::handle x) {
+  if (nb::isinstance<Array>(x)) return nb::cast<Array>(x);
+  DType dt = like.dtype();
+  double v;
+  if (nb::isinstance<nb::bool_>(x)) {
+    v = nb::cast<bool>(x) ? 1 : 0;
+  } else if (nb::isinstance<nb::int_>(x)) {
+    v = static_cast<double>(nb::cast<int64_t>(x));
+    if (dt == DType::bool_) dt = DType::i32;
+  } else if (nb::isinstance<nb::float_>(x)) {
+    v = nb::cast<double>(x);
+    if (!kiln::is_floating(dt)) dt = DType::f32;
+  } else {
+    return from_ndarray(nb::cast<nb::ndarray<nb::ro>>(x), like.device(), std::nullopt);
+  }
+  return kiln::full({}, v, dt, like.device());
+}
+
+template <typename F>
+auto binary(F f) {
+  return [f](const Array& a, nb::handle b) {
+    Array other = operand(a, b);
+    nb::gil_scoped_release release;
+    return f(a, other);
+  };
+}
+template <typename F>
+auto rbinary(F f) {
+  return [f](const Array& a, nb::handle b) {
+    Array other = operand(a, b);
+    nb::gil_scoped_release release;
+    return f(other, a);
+  };
+}
+
+nb::object item(const Array& a) {
+  if (a.size() != 1)
+    kiln::fail("item", "array of shape " + kiln::str(a.shape()) + " has " +
+                           std::to_string(a.size()) + " elements, expected 1");
+  if (a.dtype() == DType::bool_) return nb::bool_(a.item<bool>());
+  if (kiln::is_integral(a.dtype())) return nb::int_(a.item<int64_t>());
+  return nb::float_(a.item<double>());
+}
+
+nb::tuple shape_tuple(const Shape& s) {
+  nb::list l;
+  for (auto d : s) l.append(d);
+  return nb::tuple(l);
+}
+
+std::vector<int> axes_of(nb::handle axis) {
+  if (axis.is_none()) return {};
+  if (nb::isinstance<nb::int_>(axis)) return {nb::cast<int>(axis)};
+  return nb::cast<std::vector<int>>(axis);
+}
+
+// ---- Python functions called from kiln ---------------------------------------
+
+// A Python callable that kiln calls (possibly without the GIL held): the
+// call takes the GIL, and so do copies' and the last owner's reference counts.
+struct PyFn {
+  nb::object fn;
+  explicit PyFn(nb::object f) : fn(std::move(f)) {}
+  ~PyFn() {
+    nb::gil_scoped_acquire gil;
+    fn.reset();
+  }
+};
+
+kiln::VectorFn vector_fn(nb::callable fn) {
+  auto holder = std::make_shared<PyFn>(std::move(fn));
+  return [holder](const std::vector<Array>& args) {
+    nb::gil_scoped_acquire gil;
+    nb::object out = holder->fn(args);
+    return nb::cast<std::vector<Array>>(out);
+  };
+}
+
+nb::dict stats_dict(const kiln::CacheStats& s) {
+  nb::dict d;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["compiles"] = s.compiles;
+  d["evictions"] = s.evictions;
+  d["replays"] = s.replays;
+  return d;
+}
+
+nb::dict compile_dict(const kiln::CompileStats& s) {
+  nb::dict d;
+  d["nodes_traced"] = s.nodes_traced;
+  d["nodes_compiled"] = s.nodes_compiled;
+  d["arena_bytes"] = s.arena_bytes;
+  d["intermediate_bytes"] = s.intermediate_bytes;
+  d["inplace"] = s.inplace;
+  d["donated"] = s.donated;
+  d["compile_ms"] = s.compile_ms;
+  return d;
+}
+
+// A jitted Python function. The Python function usually reaches back to
+// whatever holds this object (a module's globals), a reference cycle through
+// C++ that Python's garbage collector sees only through tp_traverse and
+// breaks with tp_clear: so the function is held here, where both reach it.
+struct PyJitted {
+  std::shared_ptr<PyFn> fn;
+  kiln::Jitted jitted;
+  PyJitted(nb::callable f, kiln::JitOptions opt)
+      : fn(std::make_shared<PyFn>(std::move(f))), jitted(traced_fn(fn), std::move(opt)) {}
+
+  static kiln::VectorFn traced_fn(std::shared_ptr<PyFn> holder) {
+    return [holder](const std::vector<Array>& args) {
+      nb::gil_scoped_acquire gil;
+      if (!holder->fn.is_valid()) kiln::fail("jit", "the jitted function was freed");
+      return nb::cast<std::vector<Array>>(holder->fn(args));
+    };
+  }
+};
+
+int jitted_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  PyJitted* j = nb::inst_ptr<PyJitted>(self);
+  Py_VISIT(j->fn->fn.ptr());
+  return 0;
+}
+
+int jitted_clear(PyObject* self) {
+  PyJitted* j = nb::inst_ptr<PyJitted>(self);
+  j->fn->fn.reset();
+  return 0;
+}
+
+PyType_Slot jitted_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(jitted_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(jitted_clear)},
+                              {0, nullptr}};
+
+struct Lazy {
+  std::unique_ptr<kiln::LazyScope> scope;
+};
+
+}  // namespace
+
+NB_MODULE(_kiln, m) {
+  m.doc() = "kiln's C++ engine (use the kiln package, which builds on this module)";
+  nb::exception<kiln::Error>(m, "KilnError", PyExc_RuntimeError);
+
+  nb::enum_<DType>(m, "DType", "An array's element type.")
+      .value("float32", DType::f32)
+      .value("float64", DType::f64)
+      .value("bfloat16", DType::bf16)
+      .value("float16", DType::f16)
+      .value("int32", DType::i32)
+      .value("int64", DType::i64)
+      .value("bool_", DType::bool_)
+      .def_prop_ro("itemsize", [](DType d) { return kiln::size_of(d); })
+      .def_prop_ro("is_floating", [](DType d) { return kiln::is_floating(d); });
+  m.def("promote_types", &kiln::promote, "a"_a, "b"_a,
+        "The dtype two operands are computed in: the wider float, else the wider int.");
+
+  nb::class_<Device>(m, "Device", "A device: cpu, ref (the reference backend) or cuda:N.")
+      .def(
+          "__init__",
+          [](Device* d, const std::string& text) { new (d) Device(kiln::parse_device(text)); },
+          "name"_a)
+      .def_prop_ro(
+          "type",
+          [](const Device& d) {
+            return d.type == DeviceType::cpu ? "cpu" : d.type == DeviceType::ref ? "ref" : "cuda";
+          })
+      .def_ro("index", &Device::index)
+      .def("__str__", &Device::str)
+      .def("__repr__", [](const Device& d) { return "Device('" + d.str() + "')"; })
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
+      .def("__hash__", [](const Device& d) { return static_cast<int>(d.type) * 1024 + d.index; });
+  m.def("cuda_device_count", &kiln::cuda_device_count);
+  m.def("cuda_unavailable_reason", &kiln::cuda_unavailable_reason);
+  m.def("device_name", &kiln::device_name, "device"_a);
+  m.def("synchronize", &kiln::synchronize, "device"_a, NoGil());
+
+  nb::class_<Array> array(m, "Array", "An n-dimensional array on a device (kiln::Array).");
+  array.def_prop_ro("shape", [](const Array& a) { return shape_tuple(a.shape()); })
+      .def_prop_ro("dtype", &Array::dtype)
+      .def_prop_ro("ndim", [](const Array& a) { return a.ndim(); })
+      .def_prop_ro("size", &Array::size)
+      .def_prop_ro("nbytes", &Array::nbytes)
+      .def_prop_ro("device", &Array::device)
+      .def_prop_ro("is_materialized", &Array::is_materialized)
+      .def("eval", &Array::eval, NoGil(), "Runs whatever is pending to produce this array.")
+      .def("item", &item, "The value of a one-element array as a Python number.")
+      .def(
+          "to", [](const Array& a, const Device& d) { return a.to(d); }, "device"_a, NoGil(),
+          "The same values on `device`.")
+      .def(
+          "astype", [](const Array& a, DType d) { return kiln::astype(a, d); }, "dtype"_a, NoGil())
+      .def(
+          "_host_view", [](const Array& a) { return view_of<nb::numpy, nb::ro>(a, true); },
+          "A read-only numpy array over this host array's memory (bf16 and f16 as uint16).")
+      .def(
+          "_dlpack_view", [](const Array& a) { return view_of<nb::array_api>(a, false); },
+          "An nb_ndarray over this array's memory, for __dlpack__.")
+      .def("__len__",
+           [](const Array& a) {
+             if (a.ndim() == 0) kiln::fail("len", "len() of a 0-d array");
+             return a.shape()[0];
+           })
+      .def(
+          "__neg__", [](const Array& a) { return kiln::neg(a); }, NoGil())
+      .def(
+          "__abs__", [](const Array& a) { return kiln::abs(a); }, NoGil())
+      .def("__add__", binary([](const Array& a, const Array& b) { return kiln::add(a, b); }))
+      .def("__radd__", rbinary([](const Array& a, const Array& b) { return kiln::add(a, b); }))
+      .def("__sub__", binary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }))
+      .def("__rsub__", rbinary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }))
+      .def("__mul__", binary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }))
+      .def("__rmul__", rbinary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }))
+      .def("__truediv__", binary([](const Array& a, const Array& b) { return kiln::divide(a, b); }))
+      .def("__rtruediv__",
+           rbinary([](const Array& a, const Array& b) { return kiln::divide(a, b); }))
+      .def("__matmul__", binary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }))
+      .def("__rmatmul__",
+           rbinary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }))
+      .def("__eq__", binary([](const Array& a, const Array& b) { return kiln::equal(a, b); }))
+      .def("__ne__", binary([](const Array& a, const Array& b) { return kiln::not_equal(a, b); }))
+      .def("__lt__", binary([](const Array& a, const Array& b) { return kiln::less(a, b); }))
+      .def("__le__", binary([](const Array& a, const Array& b) { return kiln::less_equal(a, b); }))
+      .def("__gt__", binary([](const Array& a, const Array& b) { return kiln::greater(a, b); }))
+      .def("__ge__",
+           binary([](const Array& a, const Array& b) { return kiln::greater_equal(a, b); }));
+  // Arrays compare elementwise, so they are not hashable (as numpy's and JAX's).
+  nb::setattr(array, "__hash__", nb::none());
+
+  // ---- creation ----
+  m.def("_from_ndarray", &from_ndarray, "x"_a, "device"_a = nb::none(), "bits_of"_a = nb::none(),
+        "A new array holding a copy of x (numpy or DLPack), in x's dtype.");
+  m.def("_exported", &is_exported, "a"_a, "Whether a numpy or DLPack view of a's memory is alive.");
+  m.def("zeros", &kiln::zeros, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
+        NoGil());
+  m.def("ones", &kiln::ones, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
+        NoGil());
+  m.def("full", &kiln::full, "shape"_a, "value"_a, "dtype"_a = DType::f32,
+        "device"_a = Device::cpu(), NoGil());
+  m.def("arange", nb::overload_cast<int64_t, int64_t, int64_t, DType, Device>(&kiln::arange),
+        "start"_a, "stop"_a, "step"_a = 1, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
+        NoGil());
+
+  // ---- elementwise ----
+#define KILN_UNARY(name) m.def(#name, &kiln::name, "x"_a, NoGil())
+  KILN_UNARY(neg);
+  KILN_UNARY(exp);
+  KILN_UNARY(log);
+  KILN_UNARY(sqrt);
+  KILN_UNARY(rsqrt);
+  KILN_UNARY(tanh);
+  KILN_UNARY(erf);
+  KILN_UNARY(gelu);
+  KILN_UNARY(gelu_tanh);
+  KILN_UNARY(relu);
+  KILN_UNARY(abs);
+  KILN_UNARY(square);
+  KILN_UNARY(stop_gradient);
+#undef KILN_UNARY
+#define KILN_BINARY(name)                                                                      \
+  m.def(#name, binary([](const Array& a, const Array& b) { return kiln::name(a, b); }), "a"_a, \
+        "b"_a)
+  KILN_BINARY(add);
+  KILN_BINARY(subtract);
+  KILN_BINARY(multiply);
+  KILN_BINARY(divide);
+  KILN_BINARY(maximum);
+  KILN_BINARY(minimum);
+  KILN_BINARY(equal);
+  KILN_BINARY(not_equal);
+  KILN_BINARY(less);
+  KILN_BINARY(less_equal);
+  KILN_BINARY(greater);
+  KILN_BINARY(greater_equal);
+#undef KILN_BINARY
+  m.def(
+      "where",
+      [](const Array& c, nb::handle a, nb::handle b) {
+        Array x = nb::isinstance<Array>(a)   ? nb::cast<Array>(a)
+                  : nb::isinstance<Array>(b) ? operand(nb::cast<Array>(b), a)
+                                             : operand(kiln::zeros({}, DType::f32, c.device()), a);
+        Array y = operand(x, b);
+        nb::gil_scoped_release release;
+        return kiln::where(c, x, y);
+      },
+      "condition"_a, "x"_a, "y"_a);
+  m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil());
+
+  // ---- reductions ----
+  m.def(
+      "sum",
+      [](const Array& a, nb::handle axis, bool keepdims) {
+        auto ax = axes_of(axis);
+        nb::gil_scoped_release release;
+        return kiln::sum(a, ax, keepdims);
+      },
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+  m.def(
+      "mean",
+      [](const Array& a, nb::handle axis, bool keepdims) {
+        auto ax = axes_of(axis);
+        nb::gil_scoped_release release;
+        return kiln::mean(a, ax, keepdims);
+      },
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+  m.def(
+      "max",
+      [](const Array& a, nb::handle axis, bool keepdims) {
+        auto ax = axes_of(axis);
+        nb::gil_scoped_release release;
+        return kiln::max(a, ax, keepdims);
+      },
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+  m.def("argmax", &kiln::argmax, "x"_a, "axis"_a, "keepdims"_a = false, NoGil());
+  m.def("sum_to", &kiln::sum_to, "x"_a, "shape"_a, NoGil());
+
+  // ---- matmul ----
+  m.def(
+      "matmul",
+      [](const Array& a, const Array& b, bool ta, bool tb, std::optional<DType> out) {
+        kiln::MatmulOptions o;
+        o.transpose_a = ta;
+        o.transpose_b = tb;
+        o.out = out;
+        return kiln::matmul(a, b, o);
+      },
+      "a"_a, "b"_a, "transpose_a"_a = false, "transpose_b"_a = false, "out_dtype"_a = nb::none(),
+      NoGil());
+  m.def(
+      "set_matmul_precision",
+      [](const std::string& p) {
+        if (p == "fp32" || p == "highest" || p == "float32")
+          kiln::set_matmul_precision(kiln::MatmulPrecision::fp32);
+        else if (p == "tf32" || p == "high" || p == "tensorfloat32")
+          kiln::set_matmul_precision(kiln::MatmulPrecision::tf32);
+        else
+          kiln::fail("set_matmul_precision",
+                     "precision '" + p + "': expected fp32 (highest) or tf32 (high)");
+      },
+      "precision"_a);
+  m.def("matmul_precision",
+        [] { return kiln::matmul_precision() == kiln::MatmulPrecision::fp32 ? "fp32" : "tf32"; });
+
+  // ---- layout ----
+  m.def("reshape", &kiln::reshape, "x"_a, "shape"_a, NoGil());
+  m.def("transpose", nb::overload_cast<const Array&, std::vector<int>>(&kiln::transpose), "x"_a,
+        "axes"_a, NoGil());
+  m.def("swapaxes", &kiln::swapaxes, "x"_a, "axis1"_a, "axis2"_a, NoGil());
+  m.def("broadcast_to", &kiln::broadcast_to, "x"_a, "shape"_a, NoGil());
+  m.def("concatenate", &kiln::concatenate, "arrays"_a, "axis"_a = 0, NoGil());
+  m.def("slice", &kiln::slice, "x"_a, "start"_a, "stop"_a, "step"_a = Shape{}, NoGil());
+  m.def("take", &kiln::take, "x"_a, "indices"_a, "axis"_a, NoGil());
+  m.def("one_hot", &kiln::one_hot, "labels"_a, "depth"_a, "dtype"_a = DType::f32, NoGil());
+
+  // ---- fused neural-network primitives ----
+  m.def("softmax", &kiln::softmax, "x"_a, "axis"_a = -1, NoGil());
+  m.def("log_softmax", &kiln::log_softmax, "x"_a, "axis"_a = -1, NoGil());
+  m.def(
+      "layer_norm",
+      [](const Array& x, std::optional<Array> w, std::optional<Array> b, double eps) {
+        if (w.has_value() != b.has_value())
+          kiln::fail("layer_norm", "give both weight and bias, or neither");
+        return w ? kiln::layer_norm(x, *w, *b, eps) : kiln::layer_norm(x, eps);
+      },
+      "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5, NoGil());
+  m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil());
+  m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil());
+
+  // ---- evaluation and transformations ----
+  m.def(
+      "eval", [](const std::vector<Array>& xs) { kiln::eval(xs); }, "arrays"_a, NoGil());
+  m.def(
+      "mark_step", [](const std::vector<Array>& xs) { kiln::mark_step(xs); }, "arrays"_a, NoGil());
+  m.def("lazy_cache_stats", [] { return stats_dict(kiln::lazy_cache_stats()); });
+  m.def("is_lazy", &kiln::is_lazy);
+  nb::class_<Lazy>(m, "_LazyScope")
+      .def(nb::init<>())
+      .def("__enter__",
+           [](Lazy& l) {
+             if (l.scope) kiln::fail("lazy", "this scope is entered already");
+             l.scope = std::make_unique<kiln::LazyScope>();
+           })
+      .def("__exit__", [](Lazy& l, nb::args) { l.scope.reset(); });
+
+  m.def(
+      "_value_and_grad",
+      [](nb::callable fn, const std::vector<Array>& primals) {
+        auto holder = std::make_shared<PyFn>(std::move(fn));
+        auto f = [holder](const std::vector<Array>& p) {
+          nb::gil_scoped_acquire gil;
+          return nb::cast<Array>(holder->fn(p));
+        };
+        nb::gil_scoped_release release;
+        return kiln::value_and_grad_vector(f, primals);
+      },
+      "fn"_a, "primals"_a,
+      "fn(primals) -> scalar Array; returns (value, gradients of each primal).");
+  m.def(
+      "_vjp",
+      [](nb::callable fn, const std::vector<Array>& primals, const std::vector<Array>& cts) {
+        auto f = vector_fn(std::move(fn));
+        nb::gil_scoped_release release;
+        return kiln::vjp(f, primals, cts);
+      },
+      "fn"_a, "primals"_a, "cotangents"_a,
+      "fn(primals) -> list of Arrays; returns (outputs, cotangents of the primals).");
+
+  nb::class_<PyJitted>(m, "_Jitted", nb::type_slots(jitted_slots))
+      .def(
+          "__init__",
+          [](PyJitted* j, nb::callable fn, std::vector<int> donate, size_t capacity) {
+            new (j) PyJitted(std::move(fn), kiln::JitOptions{std::move(donate), capacity});
+          },
+          "fn"_a, "donate"_a = std::vector<int>{}, "cache_capacity"_a = 8)
+      .def(
+          "__call__", [](PyJitted& j, const std::vector<Array>& args) { return j.jitted(args); },
+          "args"_a, NoGil())
+      .def("cache_stats", [](const PyJitted& j) { return stats_dict(j.jitted.cache_stats()); })
+      .def("last_compile", [](const PyJitted& j) { return compile_dict(j.jitted.last_compile()); });
+
+  // ---- random ----
+  nb::class_<kiln::random::Key>(m, "Key", "A counter-based random key (Threefry-2x32).")
+      .def(nb::init<uint64_t>(), "seed"_a)
+      .def(nb::init<uint32_t, uint32_t>(), "hi"_a, "lo"_a)
+      .def_prop_ro("bits",
+                   [](const kiln::random::Key& k) { return nb::make_tuple(k.k[0], k.k[1]); })
+      .def("__eq__", [](const kiln::random::Key& a, const kiln::random::Key& b) { return a == b; })
+      .def(
+          "__hash__",
+          [](const kiln::random::Key& k) { return (static_cast<uint64_t>(k.k[0]) << 32) | k.k[1]; })
+      .def("__repr__", [](const kiln::random::Key& k) {
+        return "Key(" + std::to_string(k.k[0]) + ", " + std::to_string(k.k[1]) + ")";
+      });
+  m.def("_split", &kiln::random::split, "key"_a, "num"_a = 2);
+  m.def("_fold_in", &kiln::random::fold_in, "key"_a, "data"_a);
+  m.def("_uniform", &kiln::random::uniform, "key"_a, "shape"_a, "low"_a, "high"_a, "dtype"_a,
+        "device"_a, NoGil());
+  m.def("_normal", &kiln::random::normal, "key"_a, "shape"_a, "dtype"_a, "device"_a, NoGil());
+  m.def("_truncated_normal", &kiln::random::truncated_normal, "key"_a, "shape"_a, "lower"_a,
+        "upper"_a, "dtype"_a, "device"_a, NoGil());
+  m.def("_bernoulli",
+        nb::overload_cast<const kiln::random::Key&, const Shape&, double, Device>(
+            &kiln::random::bernoulli),
+        "key"_a, "shape"_a, "p"_a, "device"_a, NoGil());
+
+  // ---- the machine ----
+  m.def("set_num_threads", &kiln::set_num_threads, "n"_a);
+  m.def("num_threads", &kiln::num_threads);
+  m.def("cpu_gemm_library", &kiln::cpu_gemm_library);
+}
