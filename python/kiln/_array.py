@@ -296,8 +296,8 @@ def _argmax(self: Array, axis: int | None = None, keepdims: bool = False) -> Arr
 def _repr(self: Array) -> str:
     try:
         body = np.array2string(np.asarray(self), separator=", ", prefix="Array(")
-    except KilnError:  # a traced value has none
-        return f"Array(traced, shape={self.shape}, dtype={self.dtype.name})"
+    except KilnError as e:  # a traced or donated array has no value to show
+        return f"Array(<no value: {e}>, shape={self.shape}, dtype={self.dtype.name})"
     dev = "" if self.device.type == "cpu" else f", device='{self.device}'"
     return f"Array({body}, dtype={self.dtype.name}{dev})"
 

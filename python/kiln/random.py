@@ -9,7 +9,8 @@ from . import _kiln
 from ._array import Array, Device, _device, _shape, dtype as _dtype, float32
 from ._kiln import Key
 
-__all__ = ["Key", "key", "split", "fold_in", "normal", "uniform", "truncated_normal", "bernoulli"]
+__all__ = ["Key", "key", "key_data", "split", "fold_in", "normal", "uniform", "truncated_normal",
+           "bernoulli"]
 
 
 def key(seed: int) -> Key:
@@ -51,3 +52,9 @@ def truncated_normal(key: Key, lower: float = -2.0, upper: float = 2.0, shape: A
 def bernoulli(key: Key, p: float = 0.5, shape: Any = (), device: Any = None) -> Array:
     """Booleans, each true with probability p."""
     return _kiln._bernoulli(key, _shape(shape), float(p), _dev(device))
+
+
+def key_data(key: Key, device: Any = None) -> Array:
+    """The key as an int32[2] array of its bits: what a jitted function takes
+    as an argument so that each call draws anew (as JAX passes keys to jit)."""
+    return _kiln._key_array(key, _dev(device))

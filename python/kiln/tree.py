@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-__all__ = ["TreeDef", "flatten", "unflatten", "map", "leaves", "structure", "register"]
+__all__ = ["TreeDef", "flatten", "flatten_with_path", "unflatten", "map", "leaves", "structure",
+           "register"]
 
 _registry: dict[type, tuple[Callable, Callable]] = {}
 
@@ -132,3 +133,26 @@ def map(f: Callable, tree: Any, *rest: Any) -> Any:
         others.append(ys)
     return unflatten(d, [f(*args) for args in zip(xs, *others)])
 
+
+
+def _paths(d: TreeDef, prefix: tuple, out: list) -> None:
+    if d.kind is None:
+        out.append(prefix)
+        return
+    if d.kind is dict:
+        keys = d.aux
+    elif isinstance(d.kind, type) and issubclass(d.kind, tuple) and hasattr(d.kind, "_fields"):
+        keys = d.kind._fields
+    else:
+        keys = range(len(d.children))
+    for k, c in zip(keys, d.children):
+        _paths(c, prefix + (k,), out)
+
+
+def flatten_with_path(tree: Any) -> tuple[list, list, TreeDef]:
+    """The paths of the leaves (tuples of dict keys, field names and
+    indices), the leaves, and the structure."""
+    xs, d = flatten(tree)
+    paths: list = []
+    _paths(d, (), paths)
+    return paths, xs, d

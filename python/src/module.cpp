@@ -9,17 +9,22 @@
 // unchanged.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
+#include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -300,6 +305,82 @@ int jitted_clear(PyObject* self) {
 PyType_Slot jitted_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(jitted_traverse)},
                               {Py_tp_clear, reinterpret_cast<void*>(jitted_clear)},
                               {0, nullptr}};
+
+nb::object size2d(const kiln::nn::Size2d& s) {
+  if (s.square()) return nb::int_(s.height);
+  return nb::make_tuple(s.height, s.width);
+}
+kiln::nn::Size2d to_size2d(nb::handle h, const char* what) {
+  if (nb::isinstance<nb::int_>(h)) return kiln::nn::Size2d(nb::cast<int64_t>(h));
+  auto v = nb::cast<std::vector<int64_t>>(h);
+  if (v.size() != 2)
+    kiln::fail(
+        what, "an integer or a (height, width) pair, got " + std::to_string(v.size()) + " numbers");
+  return {v[0], v[1]};
+}
+
+// One field of a ViTConfig set from Python (ViTConfig's keyword arguments).
+void set_config_field(kiln::nn::ViTConfig& c, const std::string& k, nb::handle v) {
+  if (k == "hidden_size")
+    c.hidden_size = nb::cast<int64_t>(v);
+  else if (k == "num_hidden_layers")
+    c.num_hidden_layers = nb::cast<int64_t>(v);
+  else if (k == "num_attention_heads")
+    c.num_attention_heads = nb::cast<int64_t>(v);
+  else if (k == "intermediate_size")
+    c.intermediate_size = nb::cast<int64_t>(v);
+  else if (k == "hidden_dropout_prob")
+    c.hidden_dropout_prob = nb::cast<double>(v);
+  else if (k == "attention_probs_dropout_prob")
+    c.attention_probs_dropout_prob = nb::cast<double>(v);
+  else if (k == "initializer_range")
+    c.initializer_range = nb::cast<double>(v);
+  else if (k == "layer_norm_eps")
+    c.layer_norm_eps = nb::cast<double>(v);
+  else if (k == "num_channels")
+    c.num_channels = nb::cast<int64_t>(v);
+  else if (k == "qkv_bias")
+    c.qkv_bias = nb::cast<bool>(v);
+  else if (k == "num_labels")
+    c.num_labels = nb::cast<int64_t>(v);
+  else if (k == "id2label")
+    c.id2label = nb::cast<std::vector<std::string>>(v);
+  else if (k == "image_size")
+    c.image_size = to_size2d(v, "image_size");
+  else if (k == "patch_size")
+    c.patch_size = to_size2d(v, "patch_size");
+  else if (k == "hidden_act") {
+    auto a = kiln::nn::activation_from_name(nb::cast<std::string>(v));
+    if (!a)
+      kiln::fail("ViTConfig", "hidden_act '" + nb::cast<std::string>(v) +
+                                  "' is not an activation transformers knows");
+    c.hidden_act = *a;
+  } else {
+    throw nb::type_error(("ViTConfig has no field '" + k + "'").c_str());
+  }
+}
+
+// Writes DIR as transformers' save_pretrained does (config.json,
+// model.safetensors in f32, preprocessor_config.json when given), staged in
+// DIR.tmp and renamed into place as checkpoints are.
+void save_pretrained(const std::string& dir, const kiln::nn::ViTConfig& cfg,
+                     const kiln::Params& params,
+                     const std::optional<kiln::data::ImageProcessor>& processor) {
+  namespace fs = std::filesystem;
+  kiln::nn::ViTForImageClassification(cfg).check(params, "save_pretrained");
+  std::string tmp = dir + ".tmp";
+  std::error_code ec;
+  if (fs::path(dir).has_parent_path()) fs::create_directories(fs::path(dir).parent_path(), ec);
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    kiln::fail("save_pretrained", tmp + ": cannot create the directory (" + ec.message() + ")");
+  kiln::io::save_vit_config(tmp + "/config.json", cfg);
+  kiln::Params weights;
+  for (auto& [name, p] : params) weights.emplace(name, kiln::astype(p, DType::f32));
+  kiln::io::save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
+  if (processor) kiln::io::save_image_processor(tmp + "/preprocessor_config.json", *processor);
+  kiln::io::commit_checkpoint(tmp, dir);
+}
 
 struct Lazy {
   std::unique_ptr<kiln::LazyScope> scope;
@@ -611,6 +692,173 @@ NB_MODULE(_kiln, m) {
         nb::overload_cast<const kiln::random::Key&, const Shape&, double, Device>(
             &kiln::random::bernoulli),
         "key"_a, "shape"_a, "p"_a, "device"_a, NoGil());
+
+  // ---- nn ----
+  using kiln::nn::ViTConfig;
+  nb::enum_<kiln::nn::Layout>(m, "Layout")
+      .value("NCHW", kiln::nn::Layout::NCHW)
+      .value("NHWC", kiln::nn::Layout::NHWC);
+  nb::class_<ViTConfig>(m, "ViTConfig",
+                        "transformers' ViTConfig, field for field: ViTConfig() is "
+                        "transformers' default (ViT-Base/16), ViTConfig(\"vit-tiny\") a preset "
+                        "(vit-tiny, vit-small, vit-base, vit-large, vit-fmnist); keyword "
+                        "arguments set fields.")
+      .def(
+          "__init__",
+          [](ViTConfig* c, std::optional<std::string> preset, nb::kwargs fields) {
+            ViTConfig v = preset ? ViTConfig::preset(*preset) : ViTConfig();
+            for (auto [k, val] : fields) set_config_field(v, nb::cast<std::string>(k), val);
+            new (c) ViTConfig(std::move(v));
+          },
+          "preset"_a = nb::none(), "fields"_a)
+      .def_static("preset", &ViTConfig::preset, "name"_a)
+      .def_static("preset_names", &ViTConfig::preset_names)
+      .def_rw("hidden_size", &ViTConfig::hidden_size)
+      .def_rw("num_hidden_layers", &ViTConfig::num_hidden_layers)
+      .def_rw("num_attention_heads", &ViTConfig::num_attention_heads)
+      .def_rw("intermediate_size", &ViTConfig::intermediate_size)
+      .def_rw("hidden_dropout_prob", &ViTConfig::hidden_dropout_prob)
+      .def_rw("attention_probs_dropout_prob", &ViTConfig::attention_probs_dropout_prob)
+      .def_rw("initializer_range", &ViTConfig::initializer_range)
+      .def_rw("layer_norm_eps", &ViTConfig::layer_norm_eps)
+      .def_rw("num_channels", &ViTConfig::num_channels)
+      .def_rw("qkv_bias", &ViTConfig::qkv_bias)
+      .def_rw("num_labels", &ViTConfig::num_labels)
+      .def_rw("id2label", &ViTConfig::id2label)
+      .def_prop_rw(
+          "hidden_act", [](const ViTConfig& c) { return kiln::nn::activation_name(c.hidden_act); },
+          [](ViTConfig& c, nb::handle v) { set_config_field(c, "hidden_act", v); })
+      .def_prop_rw(
+          "image_size", [](const ViTConfig& c) { return size2d(c.image_size); },
+          [](ViTConfig& c, nb::handle v) { set_config_field(c, "image_size", v); })
+      .def_prop_rw(
+          "patch_size", [](const ViTConfig& c) { return size2d(c.patch_size); },
+          [](ViTConfig& c, nb::handle v) { set_config_field(c, "patch_size", v); })
+      .def_prop_ro("num_patches", &ViTConfig::num_patches)
+      .def("validate", [](const ViTConfig& c) { c.validate(); })
+      .def("train_flops_per_image", &ViTConfig::train_flops_per_image)
+      .def(
+          "to_json_file",
+          [](const ViTConfig& c, const std::string& path) { kiln::io::save_vit_config(path, c); },
+          "path"_a)
+      .def_static("from_json_file", &kiln::io::load_vit_config, "path"_a)
+      .def("__copy__", [](const ViTConfig& c) { return ViTConfig(c); })
+      .def(
+          "__deepcopy__", [](const ViTConfig& c, nb::handle) { return ViTConfig(c); }, "memo"_a)
+      .def("__repr__", [](const ViTConfig& c) {
+        return "ViTConfig(hidden_size=" + std::to_string(c.hidden_size) +
+               ", num_hidden_layers=" + std::to_string(c.num_hidden_layers) +
+               ", num_attention_heads=" + std::to_string(c.num_attention_heads) +
+               ", intermediate_size=" + std::to_string(c.intermediate_size) +
+               ", image_size=" + kiln::nn::to_string(c.image_size) +
+               ", patch_size=" + kiln::nn::to_string(c.patch_size) +
+               ", num_channels=" + std::to_string(c.num_channels) +
+               ", num_labels=" + std::to_string(c.num_labels) + ")";
+      });
+
+  using kiln::nn::ViTForImageClassification;
+  nb::class_<ViTForImageClassification>(m, "_ViT")
+      .def(nb::init<ViTConfig>(), "config"_a)
+      .def_prop_ro("config", &ViTForImageClassification::config)
+      .def("init", &ViTForImageClassification::init, "key"_a, "device"_a = Device::cpu(), NoGil())
+      .def("parameter_shapes", &ViTForImageClassification::parameter_shapes)
+      .def("check", &ViTForImageClassification::check, "params"_a, "origin"_a)
+      .def(
+          "apply",
+          [](const ViTForImageClassification& vit, const kiln::Params& params, const Array& pixels,
+             kiln::nn::Layout layout, bool train, std::optional<kiln::random::Key> key,
+             std::optional<Array> key_array, DType matmul_dtype, bool fused_attention) {
+            kiln::nn::ApplyOptions o;
+            o.layout = layout;
+            o.train = train;
+            if (key) o.dropout_key = *key;
+            if (key_array) o.dropout_key_array = *key_array;
+            o.matmul_dtype = matmul_dtype;
+            o.fused_attention = fused_attention;
+            return vit.apply(params, pixels, o);
+          },
+          "params"_a, "pixels"_a, "layout"_a, "train"_a, "dropout_key"_a.none(),
+          "dropout_key_array"_a.none(), "matmul_dtype"_a, "fused_attention"_a, NoGil())
+      .def("loss", &ViTForImageClassification::loss, "logits"_a, "labels"_a,
+           "label_smoothing"_a = 0.0, NoGil());
+  m.def("_key_array", &kiln::random::key_array, "key"_a, "device"_a = Device::cpu());
+
+  // ---- io ----
+  m.def(
+      "_load_pretrained",
+      [](const std::string& src) {
+        kiln::io::Pretrained p = kiln::io::load_pretrained(src);
+        return nb::make_tuple(p.config, p.params, p.has_classifier, p.notes, p.dir);
+      },
+      "src"_a);
+  m.def(
+      "_adapt_classifier",
+      [](const std::string& src, std::vector<std::string> labels, const kiln::random::Key& key,
+         std::optional<nb::object> image_size) {
+        kiln::io::Pretrained p = kiln::io::load_pretrained(src);
+        kiln::io::adapt_classifier(p, labels, key);
+        if (image_size) kiln::io::set_image_size(p, to_size2d(*image_size, "image_size"));
+        return nb::make_tuple(p.config, p.params, p.notes);
+      },
+      "src"_a, "labels"_a, "key"_a, "image_size"_a.none());
+  m.def(
+      "_save_pretrained",
+      [](const std::string& dir, const ViTConfig& cfg, const kiln::Params& params) {
+        save_pretrained(dir, cfg, params, std::nullopt);
+      },
+      "dir"_a, "config"_a, "params"_a, NoGil());
+  m.def(
+      "load_safetensors",
+      [](const std::string& path) { return kiln::io::load_safetensors(path).tensors; }, "path"_a,
+      NoGil());
+  m.def("save_safetensors", &kiln::io::save_safetensors, "path"_a, "tensors"_a,
+        "metadata"_a = std::map<std::string, std::string>{}, NoGil());
+
+  // ---- optim: the C++ optimizers' update rules over flat name maps ----
+  nb::class_<kiln::optim::Optimizer>(m, "_Optimizer")
+      .def_prop_ro("name", &kiln::optim::Optimizer::name)
+      .def(
+          "init",
+          [](const kiln::optim::Optimizer& o, const kiln::Params& p) { return o.init(p).buffers; },
+          "params"_a, NoGil())
+      .def("scalars", &kiln::optim::Optimizer::scalars, "step"_a, "lr"_a)
+      .def(
+          "apply",
+          [](const kiln::optim::Optimizer& o, const kiln::Params& grads,
+             const kiln::Params& buffers, const kiln::Params& params,
+             const std::vector<Array>& scalars) {
+            auto [out, state] = o.apply(grads, kiln::optim::State{buffers, 0}, params, scalars);
+            return std::make_pair(out, state.buffers);
+          },
+          "grads"_a, "buffers"_a, "params"_a, "scalars"_a, NoGil());
+  nb::class_<kiln::optim::SGD, kiln::optim::Optimizer>(m, "_SGD").def(
+      "__init__",
+      [](kiln::optim::SGD* o, double lr, double momentum, double dampening, double weight_decay,
+         bool nesterov, bool exempt) {
+        new (o) kiln::optim::SGD({lr, momentum, dampening, weight_decay, nesterov, exempt});
+      },
+      "lr"_a, "momentum"_a, "dampening"_a, "weight_decay"_a, "nesterov"_a, "exempt_from_decay"_a);
+  nb::class_<kiln::optim::AdamW, kiln::optim::Optimizer>(m, "_AdamW")
+      .def(
+          "__init__",
+          [](kiln::optim::AdamW* o, double lr, double b1, double b2, double eps,
+             double weight_decay, bool exempt) {
+            new (o) kiln::optim::AdamW({lr, b1, b2, eps, weight_decay, exempt});
+          },
+          "lr"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a, "exempt_from_decay"_a);
+  m.def("no_weight_decay", &kiln::optim::no_weight_decay, "name"_a);
+  m.def(
+      "_schedule_factors",
+      [](const std::string& kind, int64_t warmup, int64_t total, int64_t n) {
+        kiln::optim::Schedule s{kind, warmup, total};
+        s.validate();
+        std::vector<double> f;
+        for (int64_t k = 0; k < n; ++k) f.push_back(s.factor(k));
+        return f;
+      },
+      "kind"_a, "warmup"_a, "total"_a, "n"_a);
+  m.def("_clip_by_global_norm", &kiln::optim::clip_by_global_norm, "grads"_a, "max_norm"_a,
+        NoGil());
 
   // ---- the machine ----
   m.def("set_num_threads", &kiln::set_num_threads, "n"_a);
