@@ -23,7 +23,7 @@ from ._kiln import (abs, add, argmax, attention, broadcast_to, concatenate, cpu_
                     swapaxes, take, tanh, where)
 from ._transforms import (Jitted, eval, grad, jit, lazy, lazy_cache_stats, mark_step,
                           value_and_grad, vjp)
-from . import nn, optim, random, tree
+from . import data, nn, optim, random, train, tree
 
 negative = neg
 

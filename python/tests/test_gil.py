@@ -63,3 +63,10 @@ def test_a_jitted_step_releases_the_gil():
     x = kiln.asarray(np.ones((1200, 1200), np.float32) * 1e-3)
     step(x).eval()  # compiled
     assert _share(lambda: [step(x).eval() for _ in range(3)]) > 0.3
+
+
+def test_a_loaders_next_batch_releases_the_gil():
+    data = kiln.data.RandomImages(num_samples=1 << 12, num_labels=10, image_size=224)
+    loader = kiln.data.Loader(data, batch_size=64, workers=0)  # made on the calling thread
+    next(loader)
+    assert _share(lambda: [next(loader) for _ in range(3)]) > 0.3

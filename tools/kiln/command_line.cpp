@@ -447,6 +447,26 @@ train::TrainConfig train_config(const TrainFlags& f) {
   return cfg;
 }
 
+TrainSetup prepare_train(const TrainFlags& f) {
+  TrainSetup s{train_config(f), std::nullopt, std::nullopt};
+  train::TrainConfig& cfg = s.config;
+  s.resumed = train::load_resume(cfg);
+  if (s.resumed) {
+    cfg.model = s.resumed->config;
+    cfg.model_name = cfg.resume_dir;
+  } else {
+    s.init = train::load_init(cfg);
+  }
+  if (s.init) {
+    cfg.model = s.init->config;
+    cfg.model_name =
+        cfg.init_from == s.init->dir ? cfg.init_from : cfg.init_from + " (" + s.init->dir + ")";
+  }
+  if (f.epochs > 0) steps_for_epochs(cfg, f.epochs, train::load_data(cfg).train->size());
+  train::validate(cfg);
+  return s;
+}
+
 void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_samples) {
   int64_t per_epoch = train_samples / cfg.batch_size;
   if (per_epoch == 0)

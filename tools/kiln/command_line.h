@@ -87,6 +87,18 @@ CommandLine parse_command_line(const std::vector<std::string>& args, std::ostrea
 // train::load_resume, and data by train::load_data: with --epochs the caller
 // turns the training split's size into steps (steps_for_epochs).
 train::TrainConfig train_config(const TrainFlags& f);
+// A training run set up from `kiln train`'s flags, as the command and
+// kiln.train.run start it: the config (train_config's, with the model of
+// --resume's checkpoint or of --init-from, and --epochs turned into steps),
+// checked by train::validate, and the checkpoint or pretrained model it
+// starts from, each loaded once.
+struct TrainSetup {
+  train::TrainConfig config;
+  std::optional<io::Checkpoint> resumed;
+  std::optional<io::Pretrained> init;
+};
+TrainSetup prepare_train(const TrainFlags& f);
+
 // --image-size's value, H (a square) or HxW, or none when it is not one.
 std::optional<nn::Size2d> parse_image_size(const std::string& s);
 

@@ -318,22 +318,10 @@ int run_train(const cli::TrainFlags& f) {
               (long long)f.config.batch_size, f.config.compile_model ? "True" : "False");
   std::fflush(stdout);
   if (f.threads > 0) set_num_threads(f.threads);
-  train::TrainConfig cfg = cli::train_config(f);
-  std::optional<io::Checkpoint> resumed = train::load_resume(cfg);  // loaded once
-  std::optional<io::Pretrained> init;
-  if (resumed) {
-    cfg.model = resumed->config;
-    cfg.model_name = cfg.resume_dir;
-  } else {
-    init = train::load_init(cfg);
-  }
-  if (init) {
-    cfg.model = init->config;
-    cfg.model_name =
-        cfg.init_from == init->dir ? cfg.init_from : cfg.init_from + " (" + init->dir + ")";
-  }
-  if (f.epochs > 0) cli::steps_for_epochs(cfg, f.epochs, train::load_data(cfg).train->size());
-  train::validate(cfg);
+  cli::TrainSetup setup = cli::prepare_train(f);
+  train::TrainConfig& cfg = setup.config;
+  std::optional<io::Checkpoint>& resumed = setup.resumed;
+  std::optional<io::Pretrained>& init = setup.init;
   print_description(cfg);
   if (resumed && !cfg.init_from.empty())
     std::printf("--init-from %s: not read (the run continues from --resume %s)\n",

@@ -1,0 +1,134 @@
+"""Data: kiln's data sets (random images, Fashion-MNIST, image folders) and
+data sets written in Python, batched by kiln's threaded loader with
+prefetch, which iterates as PyTorch's DataLoader does (an epoch per loop).
+
+    class Squares(kiln.data.Dataset):
+        image_shape = (1, 4, 4)
+        def __len__(self): return 100
+        def __getitem__(self, i): return np.full((1, 4, 4), i, np.float32), i % 2
+
+    for images, labels in kiln.data.Loader(Squares(), batch_size=10, shuffle=True):
+        ...
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, NamedTuple, Sequence
+
+from . import _kiln
+from ._array import Array
+from ._kiln import Layout
+
+__all__ = ["Dataset", "RandomImages", "FashionMNIST", "ImageFolder", "Loader", "Batch"]
+
+
+class Dataset:
+    """A data set written in Python: define ``image_shape`` (one sample's
+    shape, e.g. (3, 224, 224)), ``__len__`` and ``__getitem__(index)``
+    returning ``(image, label)``: an array of image_shape's size (converted
+    to float32) and an integer. Define ``get_epoch(index, epoch)`` instead of
+    ``__getitem__`` for augmentations that change per epoch. kiln's loader
+    calls it from its worker threads, under the GIL."""
+
+    image_shape: Sequence[int] = ()
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        raise NotImplementedError
+
+
+class _Native:
+    """A data set of kiln's own (C++), indexable from Python."""
+
+    def __init__(self, native: Any):
+        self._native = native
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    @property
+    def image_shape(self) -> tuple:
+        return self._native.image_shape
+
+    def __getitem__(self, index: int) -> tuple[Array, int]:
+        return self._native[index]
+
+
+class RandomImages(_Native):
+    """The reference experiment's data: N(0, 1) images, label of sample i is
+    i % num_labels."""
+
+    def __init__(self, num_samples: int = 1 << 20, num_labels: int = 1000, image_size: Any = 224,
+                 channels: int = 3, layout: str = "NCHW", seed: int = 0):
+        super().__init__(_kiln._random_images(num_samples, num_labels, image_size, channels,
+                                              getattr(Layout, layout), seed))
+
+
+class FashionMNIST(_Native):
+    """Fashion-MNIST (Debian's dataset-fashion-mnist), normalized with the
+    training split's mean and std; ``hflip`` adds random horizontal flips."""
+
+    classes = property(lambda self: _kiln._fashion_mnist_classes())
+
+    def __init__(self, split: str = "train", root: str | None = None, layout: str = "NCHW",
+                 hflip: bool = False, seed: int = 0):
+        super().__init__(_kiln._fashion_mnist(root or _kiln._fashion_mnist_dir(), split,
+                                              getattr(Layout, layout), hflip, seed))
+
+
+class ImageFolder(_Native):
+    """``root/<class>/<image>.{jpg,jpeg,png}``, decoded as Pillow decodes:
+    ``split`` "all", "train" (all but every 10th file of each class) or
+    "holdout" (those); ``augment``: random crops and flips."""
+
+    def __init__(self, root: str, split: str = "all", image_size: Any = 224, channels: int = 3,
+                 augment: bool = False, layout: str = "NCHW", seed: int = 0):
+        native, classes = _kiln._image_folder(str(root), split, image_size, channels, augment,
+                                              getattr(Layout, layout), seed)
+        super().__init__(native)
+        self.classes = classes
+
+
+class Batch(NamedTuple):
+    images: Array  # [B, ...image_shape] float32
+    labels: Array  # [B] int32
+    epoch: int
+    index: int  # the batch's number within its epoch
+
+
+class Loader:
+    """Batches of a data set, made ahead by ``workers`` threads (``prefetch``
+    batches at most). ``for batch in loader`` runs one epoch; ``next(loader)``
+    the next batch whatever its epoch. ``shuffle`` draws each epoch's order
+    from (seed, epoch)."""
+
+    def __init__(self, dataset: Any, batch_size: int = 32, shuffle: bool = False, seed: int = 0,
+                 drop_last: bool = True, workers: int = 2, prefetch: int = 4, start: int = 0,
+                 limit: int = 0):
+        native = dataset._native if isinstance(dataset, _Native) else _kiln._python_dataset(dataset)
+        self.dataset = dataset
+        self._loader = _kiln._Loader(native, batch_size, shuffle, seed, drop_last, workers,
+                                     prefetch, start, limit)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self._loader.batches_per_epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    @property
+    def wait_seconds(self) -> float:
+        """Seconds the consumer has waited for batches so far."""
+        return self._loader.wait_seconds
+
+    def __next__(self) -> Batch:
+        return Batch(*self._loader.next())
+
+    def __iter__(self) -> Iterator[Batch]:
+        """The rest of the current epoch."""
+        per = self.batches_per_epoch
+        left = per - self._loader.position % per
+        for _ in range(left):
+            yield next(self)
