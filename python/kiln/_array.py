@@ -325,6 +325,43 @@ def _to(self: Array, device: Any) -> Array:
 
 _kiln_to = Array.to
 
+def _bool(self: Array) -> bool:
+    return bool(self.item())
+
+
+def _float(self: Array) -> float:
+    return float(self.item())
+
+
+def _int(self: Array) -> int:
+    return int(self.item())
+
+
+def _sum(self: Array, axis: Any = None, keepdims: bool = False) -> Array:
+    return _kiln.sum(self, axis, keepdims)
+
+
+def _mean(self: Array, axis: Any = None, keepdims: bool = False) -> Array:
+    return _kiln.mean(self, axis, keepdims)
+
+
+def _max(self: Array, axis: Any = None, keepdims: bool = False) -> Array:
+    return _kiln.max(self, axis, keepdims)
+
+
+def _flatten(self: Array) -> Array:
+    return _kiln.reshape(self, [-1])
+
+
+def _tolist(self: Array) -> Any:
+    return np.asarray(self).tolist()
+
+
+def _numpy(self: Array) -> np.ndarray:
+    """A writable numpy copy."""
+    return np.array(self)
+
+
 Array.__getitem__ = _getitem
 Array.__array__ = _array_protocol
 Array.__array_priority__ = 100  # numpy defers `ndarray + Array` to Array.__radd__
@@ -332,22 +369,21 @@ Array.__dlpack__ = _dlpack
 Array.__dlpack_device__ = _dlpack_device
 Array.__repr__ = _repr
 Array.__iter__ = _iter
-Array.__bool__ = lambda self: bool(self.item())
-Array.__float__ = lambda self: float(self.item())
-Array.__int__ = lambda self: int(self.item())
+Array.__bool__ = _bool
+Array.__float__ = _float
+Array.__int__ = _int
 Array.__index__ = _index
-Array.T = property(lambda self: _transpose(self))
 Array.reshape = _reshape
 Array.transpose = _transpose
 Array.astype = _astype
 Array.to = _to
-Array.sum = lambda self, axis=None, keepdims=False: _kiln.sum(self, axis, keepdims)
-Array.mean = lambda self, axis=None, keepdims=False: _kiln.mean(self, axis, keepdims)
-Array.max = lambda self, axis=None, keepdims=False: _kiln.max(self, axis, keepdims)
+Array.sum = _sum
+Array.mean = _mean
+Array.max = _max
 Array.argmax = _argmax
-Array.flatten = lambda self: _kiln.reshape(self, [-1])
-Array.tolist = lambda self: np.asarray(self).tolist()
-Array.numpy = lambda self: np.array(self)
+Array.flatten = _flatten
+Array.tolist = _tolist
+Array.numpy = _numpy
 
 __all__: Sequence[str] = [
     "Array", "Device", "DType", "KilnError", "float32", "float64", "bfloat16", "float16",

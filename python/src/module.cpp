@@ -584,6 +584,9 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("nbytes", &Array::nbytes)
       .def_prop_ro("device", &Array::device)
       .def_prop_ro("is_materialized", &Array::is_materialized)
+      .def_prop_ro(
+          "T", [](const Array& a) { return kiln::transpose(a); }, NoGil(),
+          "The array with its axes reversed.")
       .def("eval", &Array::eval, NoGil(), "Runs whatever is pending to produce this array.")
       .def("item", &item, "The value of a one-element array as a Python number.")
       .def(

@@ -146,3 +146,15 @@ def test_errors_become_kiln_errors():
     assert issubclass(kiln.KilnError, RuntimeError)
     with pytest.raises(kiln.KilnError, match="item"):
         a.item()
+
+
+def test_the_package_ships_type_information():
+    import ast
+    import os
+
+    here = os.path.dirname(kiln.__file__)
+    assert os.path.exists(os.path.join(here, "py.typed"))
+    with open(os.path.join(here, "_kiln.pyi")) as f:
+        stub = ast.parse(f.read())
+    names = {n.name for n in stub.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    assert {"Array", "DType", "ViTConfig", "zeros", "matmul", "softmax"} <= names

@@ -1,0 +1,36 @@
+"""The examples a user copies (examples/), run as a user runs them."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _run(script, *args):
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), *args], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("mode,compile_model", [("pytorch", False), ("pytorch", True),
+                                                ("torch_xla", False), ("jax", False)])
+def test_reference_experiment(mode, compile_model):
+    args = ["--mode", mode, "--model", "vit-tiny", "--batch-size", "2", "--steps", "3",
+            "--warmup", "1"] + (["--compile-model"] if compile_model else [])
+    out = _run("reference_experiment.py", *args)
+    lines = out.splitlines()
+    # the reference script's header, byte for byte, and its last line
+    assert lines[:3] == [f"Mode: {mode} ", "Batch size: 2 ", f"Compile model: {compile_model}"]
+    assert float(re.fullmatch(r"average step time: ([0-9.e-]+)", lines[-1]).group(1)) > 0
+
+
+def test_mlp_fashion_mnist_learns():
+    out = _run("mlp_fashion_mnist.py", "--epochs", "1")
+    acc = float(re.search(r"test accuracy ([0-9.]+)%", out).group(1))
+    assert acc > 80, out  # one epoch; three reach 87% (README)
+    assert "compilations: 1 (train), 1 (predict)" in out
