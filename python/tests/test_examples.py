@@ -34,3 +34,23 @@ def test_mlp_fashion_mnist_learns():
     acc = float(re.search(r"test accuracy ([0-9.]+)%", out).group(1))
     assert acc > 80, out  # one epoch; three reach 87% (README)
     assert "compilations: 1 (train), 1 (predict)" in out
+
+
+def test_finetune(tmp_path):
+    import shutil
+
+    import kiln
+
+    images = os.path.join(ROOT, "tests", "fixtures", "decode", "images")
+    for name in sorted(os.listdir(images)):
+        cls = tmp_path / "data" / name.split("_")[0]  # jpeg / png
+        cls.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.join(images, name), cls / name)
+    out = _run("finetune.py", "--model", os.path.join(ROOT, "tests", "fixtures", "vit_golden"),
+               "--data", str(tmp_path / "data"), "--steps", "3", "--batch-size", "4",
+               "--image-size", "48", "--out", str(tmp_path / "out"))
+    assert "a new one for 2 labels (jpeg, png)" in out  # the folder's classes
+    assert "position embeddings resampled" in out
+    assert re.search(r"held-out accuracy [0-9.]+% \(\d+ images\)", out)
+    model, params = kiln.nn.ViTForImageClassification.from_pretrained(str(tmp_path / "out"))
+    assert model.config.id2label == ["jpeg", "png"] and model.config.image_size == 48

@@ -166,3 +166,30 @@ def test_lazy_records_until_read():
             kiln.mark_step(c)
         assert c.is_materialized
     assert kiln.lazy_cache_stats()["compiles"] == before + 1  # the same graph each step
+
+
+class Linear:
+    """A registered tree node: its arrays are children, its name is static."""
+
+    def __init__(self, w, b, name):
+        self.w, self.b, self.name = w, b, name
+
+
+kiln.tree.register(Linear, lambda m: ((m.w, m.b), m.name), lambda name, c: Linear(*c, name))
+
+
+def test_registered_classes_are_trees():
+    m = Linear(kiln.ones((2, 3)), kiln.zeros((3,)), "fc")
+    leaves, d = kiln.tree.flatten({"fc": m, "n": None})
+    assert len(leaves) == 2 and d.num_leaves == 2
+    paths = kiln.tree.flatten_with_path({"fc": m})[0]
+    assert paths == [("fc", 0), ("fc", 1)]
+    g = kiln.grad(lambda m, x: kiln.sum(x @ m.w + m.b))(m, kiln.ones((4, 2)))
+    assert isinstance(g, Linear) and g.name == "fc"
+    np.testing.assert_array_equal(np.asarray(g.w), np.full((2, 3), 4.0))
+    np.testing.assert_array_equal(np.asarray(g.b), np.full((3,), 4.0))
+    f = kiln.jit(lambda m: Linear(m.w * 2.0, m.b, m.name + "2"))
+    out = f(m)
+    assert out.name == "fc2" and np.asarray(out.w)[0, 0] == 2
+    f(Linear(m.w, m.b, "other"))  # the static part keys the cache
+    assert f.cache_stats()["compiles"] == 2
