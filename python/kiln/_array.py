@@ -101,6 +101,24 @@ def _from_numpy(x: np.ndarray, device: Device | None) -> Array:
     return _kiln._from_ndarray(x, device)
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def _python_values(x: Any, d: Any) -> np.ndarray:
+    """Python numbers and nested lists as numpy: in dtype ``d`` when given,
+    else as JAX takes them (float: float32, int: int32 when it fits, bool)."""
+    if d is not None:
+        return np.asarray(x, dtype=_TO_NUMPY[dtype(d)])
+    n = np.asarray(x)
+    if n.dtype == np.float64:
+        return n.astype(np.float32)
+    if n.dtype == np.int64:
+        if n.size and (n.min() < _INT32.min or n.max() > _INT32.max):
+            raise KilnError("[asarray] integers beyond int32's range: give dtype=kiln.int64")
+        return n.astype(np.int32)
+    return n
+
+
 def asarray(x: Any, dtype: Any = None, device: Any = None) -> Array:
     """``x`` as a kiln array: a kiln Array as it is (converted when dtype or
     device say so); a numpy array, or anything with ``__dlpack__``, copied in
@@ -114,12 +132,7 @@ def asarray(x: Any, dtype: Any = None, device: Any = None) -> Array:
     elif hasattr(x, "__dlpack__") and not isinstance(x, (builtins.list, tuple)):
         a = from_dlpack(x, device=dev)
     else:
-        n = np.asarray(x)
-        if n.dtype == np.float64:
-            n = n.astype(np.float32)
-        elif n.dtype == np.int64:
-            n = n.astype(np.int32)
-        a = _from_numpy(n, dev)
+        a = _from_numpy(_python_values(x, dtype), dev)
     if dtype is not None and a.dtype != globals()["dtype"](dtype):
         a = _kiln.astype(a, globals()["dtype"](dtype))
     if dev is not None and a.device != dev:
@@ -203,8 +216,11 @@ def _array_protocol(self: Array, dtype: Any = None, copy: bool | None = None) ->
 
 def _dlpack(self: Array, *, stream: Any = None, max_version: Any = None,
             dl_device: Any = None, copy: bool | None = None) -> Any:
+    if copy and self.device.type != "cuda":
+        return np.array(self).__dlpack__(max_version=max_version)  # a copy of its own
+    self.eval()  # what it is pending on runs, then
     if self.device.type == "cuda":
-        _kiln.synchronize(self.device)  # the consumer reads on its own stream
+        _kiln.synchronize(self.device)  # has finished before the consumer reads on its stream
     kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device),
                                 ("copy", copy)) if v is not None}
     return self._dlpack_view().__dlpack__(**kwargs)

@@ -171,9 +171,11 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         static = {}
+        n = len(args)
         for i in self._static:
-            if i >= len(args):
-                raise TypeError(f"jit: static_argnums names argument {i}, but {len(args)} were given")
+            if not -n <= i < n:
+                raise TypeError(f"jit: static_argnums names argument {i}, but {n} were given")
+            i %= n
             try:
                 hash(args[i])
             except TypeError as e:
@@ -187,12 +189,13 @@ class Jitted:
         entry = self._entries.get(key)
         if entry is None:
             donate, start = [], 0
+            donated = {i % n for i in self._donate if -n <= i < n}
             for i, a in enumerate(args):
                 if i not in static:
-                    n = tree.structure(a).num_leaves
-                    if i in self._donate:
-                        donate.extend(range(start, start + n))
-                    start += n
+                    k = tree.structure(a).num_leaves
+                    if i in donated:
+                        donate.extend(range(start, start + k))
+                    start += k
             entry = _Traced(self._fun, static, treedef, donate, self._capacity)
             self._entries[key] = entry
             if len(self._entries) > self._capacity:

@@ -12,6 +12,8 @@ prefetch, which iterates as PyTorch's DataLoader does (an epoch per loop).
 """
 from __future__ import annotations
 
+import atexit
+import weakref
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from . import _kiln
@@ -108,12 +110,20 @@ class Loader:
                  limit: int = 0):
         native = dataset._native if isinstance(dataset, _Native) else _kiln._python_dataset(dataset)
         self.dataset = dataset
+        self.limit = limit
         self._loader = _kiln._Loader(native, batch_size, shuffle, seed, drop_last, workers,
                                      prefetch, start, limit)
+        self._per = self._loader.batches_per_epoch
+        _open.add(self)
+
+    def close(self) -> None:
+        """Stops the worker threads (also done when the loader is freed, and
+        at interpreter exit)."""
+        self._loader = None
 
     @property
     def batches_per_epoch(self) -> int:
-        return self._loader.batches_per_epoch
+        return self._per
 
     def __len__(self) -> int:
         return self.batches_per_epoch
@@ -121,14 +131,34 @@ class Loader:
     @property
     def wait_seconds(self) -> float:
         """Seconds the consumer has waited for batches so far."""
-        return self._loader.wait_seconds
+        return 0.0 if self._loader is None else self._loader.wait_seconds
 
     def __next__(self) -> Batch:
+        if self._loader is None:
+            raise StopIteration
+        if self.limit and self._loader.position >= self.limit:
+            raise StopIteration
         return Batch(*self._loader.next())
 
     def __iter__(self) -> Iterator[Batch]:
-        """The rest of the current epoch."""
-        per = self.batches_per_epoch
+        """The rest of the current epoch (after a ``break``, the next loop
+        finishes the epoch it left), up to ``limit`` batches in all."""
+        if self._loader is None:
+            return
+        per = self._per
         left = per - self._loader.position % per
+        if self.limit:
+            left = min(left, self.limit - self._loader.position)
         for _ in range(left):
             yield next(self)
+
+
+# Loaders still open at exit are closed while Python can still run their
+# worker threads' calls into a Python data set.
+_open: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for loader in list(_open):
+        loader.close()

@@ -69,7 +69,6 @@ DType kiln_dtype(nb::dlpack::dtype t, const char* who) {
     if (code == Code::Int && t.bits == 32) return DType::i32;
     if (code == Code::Int && t.bits == 64) return DType::i64;
     if (code == Code::Bool && t.bits == 8) return DType::bool_;
-    if (code == Code::UInt && t.bits == 8) return DType::bool_;  // numpy's bool over old DLPack
   }
   static const char* names[] = {"int",    "uint",    "float", "opaque handle",
                                 "bfloat", "complex", "bool"};
@@ -192,30 +191,50 @@ Array operand(const Array& like, nb::handle x) {
   return kiln::full({}, v, dt, like.device());
 }
 
-template <typename F>
-auto binary(F f) {
-  return [f](const Array& a, nb::handle b) {
+// Whether a Python object can be an operand beside an array: an array, a
+// number, or something with the buffer or array protocol (numpy arrays).
+bool is_operand(nb::handle x) {
+  return nb::isinstance<Array>(x) || nb::isinstance<nb::bool_>(x) || nb::isinstance<nb::int_>(x) ||
+         nb::isinstance<nb::float_>(x) || nb::hasattr(x, "__array_interface__") ||
+         nb::hasattr(x, "__dlpack__");
+}
+
+// An operator: NotImplemented for other operands (so that `a == None` is
+// False, as Python's fallback makes it), else f(a, b) without the GIL.
+template <bool Reflected, typename F>
+auto operator_of(F f) {
+  return [f](const Array& a, nb::handle b) -> nb::object {
+    if (!is_operand(b)) return nb::borrow(Py_NotImplemented);
     Array other = operand(a, b);
-    nb::gil_scoped_release release;
-    return f(a, other);
+    Array out;
+    {
+      nb::gil_scoped_release release;
+      out = Reflected ? f(other, a) : f(a, other);
+    }
+    return nb::cast(std::move(out));
   };
 }
 template <typename F>
+auto binary(F f) {
+  return operator_of<false>(f);
+}
+template <typename F>
 auto rbinary(F f) {
-  return [f](const Array& a, nb::handle b) {
-    Array other = operand(a, b);
-    nb::gil_scoped_release release;
-    return f(other, a);
-  };
+  return operator_of<true>(f);
 }
 
 nb::object item(const Array& a) {
   if (a.size() != 1)
     kiln::fail("item", "array of shape " + kiln::str(a.shape()) + " has " +
                            std::to_string(a.size()) + " elements, expected 1");
-  if (a.dtype() == DType::bool_) return nb::bool_(a.item<bool>());
-  if (kiln::is_integral(a.dtype())) return nb::int_(a.item<int64_t>());
-  return nb::float_(a.item<double>());
+  // Read without the GIL: it may run what the array is pending on.
+  auto read = [&](auto zero) {
+    nb::gil_scoped_release release;
+    return a.item<decltype(zero)>();
+  };
+  if (a.dtype() == DType::bool_) return nb::bool_(read(false));
+  if (kiln::is_integral(a.dtype())) return nb::int_(read(int64_t{0}));
+  return nb::float_(read(0.0));
 }
 
 nb::tuple shape_tuple(const Shape& s) {
@@ -281,6 +300,9 @@ nb::dict compile_dict(const kiln::CompileStats& s) {
 struct PyJitted {
   std::shared_ptr<PyFn> fn;
   kiln::Jitted jitted;
+  // One call at a time: the compiled forms and their memory are the
+  // function's own (recursive: a traced function may call it again).
+  std::recursive_mutex mu;
   PyJitted(nb::callable f, kiln::JitOptions opt)
       : fn(std::make_shared<PyFn>(std::move(f))), jitted(traced_fn(fn), std::move(opt)) {}
 
@@ -569,7 +591,8 @@ NB_MODULE(_kiln, m) {
       .def_ro("index", &Device::index)
       .def("__str__", &Device::str)
       .def("__repr__", [](const Device& d) { return "Device('" + d.str() + "')"; })
-      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
+      .def(
+          "__eq__", [](const Device& a, const Device& b) { return a == b; }, "other"_a.none())
       .def("__hash__", [](const Device& d) { return static_cast<int>(d.type) * 1024 + d.index; });
   m.def("cuda_device_count", &kiln::cuda_device_count);
   m.def("cuda_unavailable_reason", &kiln::cuda_unavailable_reason);
@@ -609,25 +632,41 @@ NB_MODULE(_kiln, m) {
           "__neg__", [](const Array& a) { return kiln::neg(a); }, NoGil())
       .def(
           "__abs__", [](const Array& a) { return kiln::abs(a); }, NoGil())
-      .def("__add__", binary([](const Array& a, const Array& b) { return kiln::add(a, b); }))
-      .def("__radd__", rbinary([](const Array& a, const Array& b) { return kiln::add(a, b); }))
-      .def("__sub__", binary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }))
-      .def("__rsub__", rbinary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }))
-      .def("__mul__", binary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }))
-      .def("__rmul__", rbinary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }))
-      .def("__truediv__", binary([](const Array& a, const Array& b) { return kiln::divide(a, b); }))
+      .def("__add__", binary([](const Array& a, const Array& b) { return kiln::add(a, b); }),
+           "other"_a.none())
+      .def("__radd__", rbinary([](const Array& a, const Array& b) { return kiln::add(a, b); }),
+           "other"_a.none())
+      .def("__sub__", binary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }),
+           "other"_a.none())
+      .def("__rsub__", rbinary([](const Array& a, const Array& b) { return kiln::subtract(a, b); }),
+           "other"_a.none())
+      .def("__mul__", binary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }),
+           "other"_a.none())
+      .def("__rmul__", rbinary([](const Array& a, const Array& b) { return kiln::multiply(a, b); }),
+           "other"_a.none())
+      .def("__truediv__", binary([](const Array& a, const Array& b) { return kiln::divide(a, b); }),
+           "other"_a.none())
       .def("__rtruediv__",
-           rbinary([](const Array& a, const Array& b) { return kiln::divide(a, b); }))
-      .def("__matmul__", binary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }))
+           rbinary([](const Array& a, const Array& b) { return kiln::divide(a, b); }),
+           "other"_a.none())
+      .def("__matmul__", binary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }),
+           "other"_a.none())
       .def("__rmatmul__",
-           rbinary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }))
-      .def("__eq__", binary([](const Array& a, const Array& b) { return kiln::equal(a, b); }))
-      .def("__ne__", binary([](const Array& a, const Array& b) { return kiln::not_equal(a, b); }))
-      .def("__lt__", binary([](const Array& a, const Array& b) { return kiln::less(a, b); }))
-      .def("__le__", binary([](const Array& a, const Array& b) { return kiln::less_equal(a, b); }))
-      .def("__gt__", binary([](const Array& a, const Array& b) { return kiln::greater(a, b); }))
+           rbinary([](const Array& a, const Array& b) { return kiln::matmul(a, b); }),
+           "other"_a.none())
+      .def("__eq__", binary([](const Array& a, const Array& b) { return kiln::equal(a, b); }),
+           "other"_a.none())
+      .def("__ne__", binary([](const Array& a, const Array& b) { return kiln::not_equal(a, b); }),
+           "other"_a.none())
+      .def("__lt__", binary([](const Array& a, const Array& b) { return kiln::less(a, b); }),
+           "other"_a.none())
+      .def("__le__", binary([](const Array& a, const Array& b) { return kiln::less_equal(a, b); }),
+           "other"_a.none())
+      .def("__gt__", binary([](const Array& a, const Array& b) { return kiln::greater(a, b); }),
+           "other"_a.none())
       .def("__ge__",
-           binary([](const Array& a, const Array& b) { return kiln::greater_equal(a, b); }));
+           binary([](const Array& a, const Array& b) { return kiln::greater_equal(a, b); }),
+           "other"_a.none());
   // Arrays compare elementwise, so they are not hashable (as numpy's and JAX's).
   nb::setattr(array, "__hash__", nb::none());
 
@@ -774,7 +813,13 @@ NB_MODULE(_kiln, m) {
   m.def(
       "eval", [](const std::vector<Array>& xs) { kiln::eval(xs); }, "arrays"_a, NoGil());
   m.def(
-      "mark_step", [](const std::vector<Array>& xs) { kiln::mark_step(xs); }, "arrays"_a, NoGil());
+      "mark_step",
+      [](const std::vector<Array>& xs) {
+        static std::mutex mu;  // the lazy mode's executable cache is the process's
+        std::lock_guard lock(mu);
+        kiln::mark_step(xs);
+      },
+      "arrays"_a, NoGil());
   m.def("lazy_cache_stats", [] { return stats_dict(kiln::lazy_cache_stats()); });
   m.def("is_lazy", &kiln::is_lazy);
   nb::class_<Lazy>(m, "_LazyScope")
@@ -817,7 +862,11 @@ NB_MODULE(_kiln, m) {
           },
           "fn"_a, "donate"_a = std::vector<int>{}, "cache_capacity"_a = 8)
       .def(
-          "__call__", [](PyJitted& j, const std::vector<Array>& args) { return j.jitted(args); },
+          "__call__",
+          [](PyJitted& j, const std::vector<Array>& args) {
+            std::lock_guard lock(j.mu);
+            return j.jitted(args);
+          },
           "args"_a, NoGil())
       .def("cache_stats", [](const PyJitted& j) { return stats_dict(j.jitted.cache_stats()); })
       .def("last_compile", [](const PyJitted& j) { return compile_dict(j.jitted.last_compile()); });
@@ -828,7 +877,9 @@ NB_MODULE(_kiln, m) {
       .def(nb::init<uint32_t, uint32_t>(), "hi"_a, "lo"_a)
       .def_prop_ro("bits",
                    [](const kiln::random::Key& k) { return nb::make_tuple(k.k[0], k.k[1]); })
-      .def("__eq__", [](const kiln::random::Key& a, const kiln::random::Key& b) { return a == b; })
+      .def(
+          "__eq__", [](const kiln::random::Key& a, const kiln::random::Key& b) { return a == b; },
+          "other"_a.none())
       .def(
           "__hash__",
           [](const kiln::random::Key& k) { return (static_cast<uint64_t>(k.k[0]) << 32) | k.k[1]; })
@@ -941,7 +992,11 @@ NB_MODULE(_kiln, m) {
   m.def(
       "_load_pretrained",
       [](const std::string& src) {
-        kiln::io::Pretrained p = kiln::io::load_pretrained(src);
+        kiln::io::Pretrained p;
+        {
+          nb::gil_scoped_release release;
+          p = kiln::io::load_pretrained(src);
+        }
         return nb::make_tuple(p.config, p.params, p.has_classifier, p.notes, p.dir);
       },
       "src"_a);
@@ -949,9 +1004,15 @@ NB_MODULE(_kiln, m) {
       "_adapt_classifier",
       [](const std::string& src, std::vector<std::string> labels, const kiln::random::Key& key,
          std::optional<nb::object> image_size) {
-        kiln::io::Pretrained p = kiln::io::load_pretrained(src);
-        kiln::io::adapt_classifier(p, labels, key);
-        if (image_size) kiln::io::set_image_size(p, to_size2d(*image_size, "image_size"));
+        std::optional<kiln::nn::Size2d> size;
+        if (image_size) size = to_size2d(*image_size, "image_size");
+        kiln::io::Pretrained p;
+        {
+          nb::gil_scoped_release release;
+          p = kiln::io::load_pretrained(src);
+          kiln::io::adapt_classifier(p, labels, key);
+          if (size) kiln::io::set_image_size(p, *size);
+        }
         return nb::make_tuple(p.config, p.params, p.notes);
       },
       "src"_a, "labels"_a, "key"_a, "image_size"_a.none());
@@ -1105,9 +1166,13 @@ NB_MODULE(_kiln, m) {
       .def("next",
            [](PyLoader& l) {
              kiln::data::Batch b;
-             {
+             try {
                nb::gil_scoped_release release;
                b = l.loader->next();
+             } catch (const nb::python_error& e) {
+               // The loader keeps its worker's error and raises it again on
+               // every later call: each raise restores a copy of its own.
+               throw nb::python_error(e);
              }
              return nb::make_tuple(b.images, b.labels, b.epoch, b.index);
            })

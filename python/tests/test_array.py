@@ -39,9 +39,25 @@ def test_python_values_as_jax_takes_them():
     assert kiln.asarray(True).item() is True
 
 
+def test_python_values_with_a_dtype_are_exact():
+    assert np.asarray(kiln.asarray([0.1], dtype="float64"))[0] == 0.1
+    assert kiln.asarray(3_000_000_000, dtype="int64").item() == 3_000_000_000
+    with pytest.raises(kiln.KilnError, match="int32's range"):
+        kiln.asarray(3_000_000_000)
+
+
+def test_other_objects_compare_as_python_does():
+    a = kiln.ones((2,))
+    assert (a == None) is False and (a != "x") is True  # noqa: E711
+    with pytest.raises(TypeError):
+        a + "x"
+
+
 def test_unsupported_numpy_dtype_is_a_clear_error():
     with pytest.raises(kiln.KilnError, match="uint8"):
         kiln.asarray(np.zeros(3, np.uint8))
+    with pytest.raises(kiln.KilnError, match="uint8"):
+        kiln.from_dlpack(np.zeros(3, np.uint8))
     with pytest.raises(kiln.KilnError, match="not a kiln dtype"):
         kiln.zeros((2,), dtype="complex64")
 
@@ -88,6 +104,12 @@ def test_dlpack_both_ways_with_numpy():
     n = np.from_dlpack(a)
     assert np.shares_memory(n, np.asarray(a))
     np.testing.assert_array_equal(n, np.asarray(a))
+    c = np.from_dlpack(a, copy=True)  # a copy of its own
+    np.testing.assert_array_equal(c, np.asarray(a))
+    assert not np.shares_memory(c, np.asarray(a))
+    with kiln.lazy():
+        pending = kiln.ones((3,)) * 4.0
+        np.testing.assert_array_equal(np.from_dlpack(pending), [4, 4, 4])  # run first
     b = kiln.from_dlpack(np.arange(4, dtype=np.int64))
     assert b.dtype == kiln.int64
     np.testing.assert_array_equal(np.asarray(b), np.arange(4))

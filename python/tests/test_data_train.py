@@ -48,9 +48,12 @@ def test_python_dataset_errors_reach_the_caller():
                 raise ValueError("sample 5 is broken")
             return super().__getitem__(i)
 
+    loader = kiln.data.Loader(Broken(), batch_size=10, workers=2)
     with pytest.raises(ValueError, match="sample 5 is broken"):
-        for _ in kiln.data.Loader(Broken(), batch_size=10, workers=2):
+        for _ in loader:
             pass
+    with pytest.raises(ValueError, match="sample 5 is broken"):  # again, as often as asked
+        next(loader)
 
     class WrongSize(Numbers):
         def __getitem__(self, i):
@@ -58,6 +61,17 @@ def test_python_dataset_errors_reach_the_caller():
 
     with pytest.raises(kiln.KilnError, match=r"item 0: an image of 5 values, expected image_shape"):
         next(kiln.data.Loader(WrongSize(), batch_size=2, workers=0))
+
+
+def test_loader_limit_and_close():
+    loader = kiln.data.Loader(Numbers(), batch_size=5, limit=3)
+    assert len(list(loader)) == 3  # the limit ends the loop
+    with pytest.raises(StopIteration):
+        next(loader)
+    loader = kiln.data.Loader(Numbers(), batch_size=5)
+    next(loader)
+    loader.close()
+    assert list(loader) == []
 
 
 def test_kiln_datasets():

@@ -63,6 +63,16 @@ def test_compilation_counts():
     assert g.cache_stats()["compiles"] == 2
 
 
+def test_negative_argnums():
+    f = kiln.jit(lambda x, n: x * n, static_argnums=-1)
+    np.testing.assert_array_equal(np.asarray(f(kiln.ones((2,)), 3.0)), [3, 3])
+    g = kiln.jit(lambda x, y: x + y, donate_argnums=-1)
+    y = kiln.ones((2,)) * 1.0
+    g(kiln.ones((2,)), y)
+    with pytest.raises(kiln.KilnError, match="donated"):
+        y.item() if y.size == 1 else np.asarray(y)
+
+
 def test_trees_and_numbers(rng):
     @kiln.jit
     def f(tree, scale):

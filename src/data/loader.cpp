@@ -1,4 +1,6 @@
 // kiln data: the random-image data set and the threaded loader.
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -116,6 +118,8 @@ void Loader::worker_loop(int) {
       Batch b = make(serial);
       std::lock_guard<std::mutex> lock(mu_);
       done_.emplace(serial, std::move(b));
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being cancelled (a Python data set at interpreter exit)
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       failed_.emplace(serial, std::current_exception());
