@@ -9,6 +9,11 @@ cannot run it as written, each announced on stderr:
   model): bench/peers/flax_vit.py stands in, built from the same ViTConfig,
   returning an object with .logits as transformers' Flax model did.
 
+- --model vit-tiny|vit-small (a smaller ViT than the script's default
+  ViTConfig(), for a CPU): transformers' ViTConfig takes that preset's
+  hidden size, heads and MLP size unless the script gives them (kiln's
+  presets of the same names).
+
 Everything else (data loader, steps, timing formula, printed lines) is the
 script's own. Arguments after the runner's own go to the script:
 
@@ -88,11 +93,34 @@ def provide_flax_vit():
           "bench/peers/flax_vit.py stands in", file=sys.stderr)
 
 
+# kiln's presets (src/nn/vit.cpp): 12 layers, patch 16, 224x224 as ViTConfig()'s.
+PRESETS = {"vit-tiny": dict(hidden_size=192, num_attention_heads=3, intermediate_size=768),
+           "vit-small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536)}
+
+
+def shrink_model(name):
+    """transformers.ViTConfig() with preset `name`'s sizes where not given."""
+    import transformers
+
+    real, sizes = transformers.ViTConfig, PRESETS[name]
+
+    class ViTConfig(real):
+        def __init__(self, **kwargs):
+            for k, v in sizes.items():
+                kwargs.setdefault(k, v)
+            super().__init__(**kwargs)
+
+    transformers.ViTConfig = ViTConfig
+    print(f"run_reference: --model {name}: transformers' ViTConfig() takes {sizes}", file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--script", default=default_script(), help="reference_train.py (default: "
                    "$KILN_REFERENCE_SCRIPT, the GPU bundle's copy, or ../shared/reference/)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--model", default=None, choices=sorted(PRESETS),
+                   help="a smaller ViT than the script's ViTConfig() (default: the script's own)")
     args, rest = p.parse_known_args()
     if rest[:1] == ["--"]:
         rest = rest[1:]
@@ -103,6 +131,8 @@ def main():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         map_cuda_to_cpu()
     provide_flax_vit()  # the script imports jax, flax and transformers at its top anyway
+    if args.model:
+        shrink_model(args.model)
     sys.argv = [args.script, *rest]
     runpy.run_path(args.script, run_name="__main__")
 
