@@ -559,10 +559,8 @@ struct Lazy {
   std::unique_ptr<kiln::LazyScope> scope;
 };
 
-}  // namespace
-
-NB_MODULE(_kiln, m) {
-  m.doc() = "kiln's C++ engine (use the kiln package, which builds on this module)";
+// The bindings of the module's types: errors, dtypes, devices and arrays.
+void bind_arrays(nb::module_& m) {
   nb::exception<kiln::Error>(m, "KilnError", PyExc_RuntimeError);
 
   nb::enum_<DType>(m, "DType", "An array's element type.")
@@ -669,7 +667,10 @@ NB_MODULE(_kiln, m) {
            "other"_a.none());
   // Arrays compare elementwise, so they are not hashable (as numpy's and JAX's).
   nb::setattr(array, "__hash__", nb::none());
+}
 
+// The bindings of creation and elementwise ops.
+void bind_ops(nb::module_& m) {
   // ---- creation ----
   m.def("_from_ndarray", &from_ndarray, "x"_a, "device"_a = nb::none(), "bits_of"_a = nb::none(),
         "A new array holding a copy of x (numpy or DLPack), in x's dtype.");
@@ -728,7 +729,10 @@ NB_MODULE(_kiln, m) {
       },
       "condition"_a, "x"_a, "y"_a);
   m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil());
+}
 
+// The bindings of reductions, matmul, layout and the fused primitives.
+void bind_reductions_layout(nb::module_& m) {
   // ---- reductions ----
   m.def(
       "sum",
@@ -808,7 +812,10 @@ NB_MODULE(_kiln, m) {
       "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5, NoGil());
   m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil());
   m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil());
+}
 
+// The bindings of evaluation, the lazy mode, autodiff, jit.
+void bind_transforms(nb::module_& m) {
   // ---- evaluation and transformations ----
   m.def(
       "eval", [](const std::vector<Array>& xs) { kiln::eval(xs); }, "arrays"_a, NoGil());
@@ -870,7 +877,10 @@ NB_MODULE(_kiln, m) {
           "args"_a, NoGil())
       .def("cache_stats", [](const PyJitted& j) { return stats_dict(j.jitted.cache_stats()); })
       .def("last_compile", [](const PyJitted& j) { return compile_dict(j.jitted.last_compile()); });
+}
 
+// The bindings of random keys and draws.
+void bind_random(nb::module_& m) {
   // ---- random ----
   nb::class_<kiln::random::Key>(m, "Key", "A counter-based random key (Threefry-2x32).")
       .def(nb::init<uint64_t>(), "seed"_a)
@@ -897,7 +907,10 @@ NB_MODULE(_kiln, m) {
         nb::overload_cast<const kiln::random::Key&, const Shape&, double, Device>(
             &kiln::random::bernoulli),
         "key"_a, "shape"_a, "p"_a, "device"_a, NoGil());
+}
 
+// The bindings of the ViT and its config.
+void bind_nn_io(nb::module_& m) {
   // ---- nn ----
   using kiln::nn::ViTConfig;
   nb::enum_<kiln::nn::Layout>(m, "Layout")
@@ -987,7 +1000,10 @@ NB_MODULE(_kiln, m) {
       .def("loss", &ViTForImageClassification::loss, "logits"_a, "labels"_a,
            "label_smoothing"_a = 0.0, NoGil());
   m.def("_key_array", &kiln::random::key_array, "key"_a, "device"_a = Device::cpu());
+}
 
+// The bindings of pretrained models, save_pretrained and safetensors.
+void bind_io(nb::module_& m) {
   // ---- io ----
   m.def(
       "_load_pretrained",
@@ -1018,7 +1034,7 @@ NB_MODULE(_kiln, m) {
       "src"_a, "labels"_a, "key"_a, "image_size"_a.none());
   m.def(
       "_save_pretrained",
-      [](const std::string& dir, const ViTConfig& cfg, const kiln::Params& params) {
+      [](const std::string& dir, const kiln::nn::ViTConfig& cfg, const kiln::Params& params) {
         save_pretrained(dir, cfg, params, std::nullopt);
       },
       "dir"_a, "config"_a, "params"_a, NoGil());
@@ -1028,7 +1044,10 @@ NB_MODULE(_kiln, m) {
       NoGil());
   m.def("save_safetensors", &kiln::io::save_safetensors, "path"_a, "tensors"_a,
         "metadata"_a = std::map<std::string, std::string>{}, NoGil());
+}
 
+// The bindings of the optimizers' update rules, schedules, clipping.
+void bind_optim(nb::module_& m) {
   // ---- optim: the C++ optimizers' update rules over flat name maps ----
   nb::class_<kiln::optim::Optimizer>(m, "_Optimizer")
       .def_prop_ro("name", &kiln::optim::Optimizer::name)
@@ -1074,7 +1093,10 @@ NB_MODULE(_kiln, m) {
       "kind"_a, "warmup"_a, "total"_a, "n"_a);
   m.def("_clip_by_global_norm", &kiln::optim::clip_by_global_norm, "grads"_a, "max_norm"_a,
         NoGil());
+}
 
+// The bindings of data sets, the loader, training runs and the machine.
+void bind_data_train(nb::module_& m) {
   // ---- data ----
   using kiln::data::Dataset;
   nb::class_<Dataset>(m, "_Dataset")
@@ -1189,4 +1211,19 @@ NB_MODULE(_kiln, m) {
   m.def("set_num_threads", &kiln::set_num_threads, "n"_a);
   m.def("num_threads", &kiln::num_threads);
   m.def("cpu_gemm_library", &kiln::cpu_gemm_library);
+}
+
+}  // namespace
+
+NB_MODULE(_kiln, m) {
+  m.doc() = "kiln's C++ engine (use the kiln package, which builds on this module)";
+  bind_arrays(m);
+  bind_ops(m);
+  bind_reductions_layout(m);
+  bind_transforms(m);
+  bind_random(m);
+  bind_nn_io(m);
+  bind_io(m);
+  bind_optim(m);
+  bind_data_train(m);
 }
