@@ -143,14 +143,15 @@ class Loader:
     def __iter__(self) -> Iterator[Batch]:
         """The rest of the current epoch (after a ``break``, the next loop
         finishes the epoch it left), up to ``limit`` batches in all."""
-        if self._loader is None:
+        if self._loader is None or self._per == 0:
             return
-        per = self._per
-        left = per - self._loader.position % per
+        left = self._per - self._loader.position % self._per
         if self.limit:
             left = min(left, self.limit - self._loader.position)
         for _ in range(left):
-            yield next(self)
+            if self._loader is None:  # closed meanwhile
+                return
+            yield Batch(*self._loader.next())
 
 
 # Loaders still open at exit are closed while Python can still run their

@@ -20,9 +20,8 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
-
 #include <sstream>
+#include <unordered_map>
 
 #include "command_line.h"
 #include "kiln/data.h"
@@ -257,8 +256,10 @@ struct PyFn {
   nb::object fn;
   explicit PyFn(nb::object f) : fn(std::move(f)) {}
   ~PyFn() {
-    nb::gil_scoped_acquire gil;
-    fn.reset();
+    if (nb::detail::cleanup_guard guard{})
+      fn.reset();
+    else
+      fn.release();  // the interpreter has gone: there is nothing to give back
   }
 };
 
