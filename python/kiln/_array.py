@@ -157,14 +157,18 @@ def from_dlpack(x: Any, device: Any = None) -> Array:
 
 
 def zeros(shape: Any, dtype: Any = float32, device: Any = None) -> Array:
+    """An array of zeros (shape: an int or a tuple)."""
     return _kiln.zeros(_shape(shape), globals()["dtype"](dtype), _device(device) or Device("cpu"))
 
 
 def ones(shape: Any, dtype: Any = float32, device: Any = None) -> Array:
+    """An array of ones (shape: an int or a tuple)."""
     return _kiln.ones(_shape(shape), globals()["dtype"](dtype), _device(device) or Device("cpu"))
 
 
 def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None) -> Array:
+    """An array filled with fill_value; its dtype by default that of the
+    Python value (bool, int32 or float32)."""
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else (
             int32 if isinstance(fill_value, int) else float32)
@@ -183,14 +187,17 @@ def arange(start: int, stop: int | None = None, step: int = 1, dtype: Any = int3
 
 
 def zeros_like(a: Array, dtype: Any = None) -> Array:
+    """Zeros of a's shape, dtype (unless given) and device."""
     return zeros(a.shape, a.dtype if dtype is None else dtype, a.device)
 
 
 def ones_like(a: Array, dtype: Any = None) -> Array:
+    """Ones of a's shape, dtype (unless given) and device."""
     return ones(a.shape, a.dtype if dtype is None else dtype, a.device)
 
 
 def full_like(a: Array, fill_value: float, dtype: Any = None) -> Array:
+    """fill_value in a's shape, dtype (unless given) and device."""
     return full(a.shape, fill_value, a.dtype if dtype is None else dtype, a.device)
 
 

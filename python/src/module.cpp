@@ -29,6 +29,7 @@
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "kiln_docstrings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -593,10 +594,11 @@ void bind_arrays(nb::module_& m) {
       .def(
           "__eq__", [](const Device& a, const Device& b) { return a == b; }, "other"_a.none())
       .def("__hash__", [](const Device& d) { return static_cast<int>(d.type) * 1024 + d.index; });
-  m.def("cuda_device_count", &kiln::cuda_device_count);
-  m.def("cuda_unavailable_reason", &kiln::cuda_unavailable_reason);
-  m.def("device_name", &kiln::device_name, "device"_a);
-  m.def("synchronize", &kiln::synchronize, "device"_a, NoGil());
+  m.def("cuda_device_count", &kiln::cuda_device_count, kiln_doc("cuda_device_count"));
+  m.def("cuda_unavailable_reason", &kiln::cuda_unavailable_reason,
+        kiln_doc("cuda_unavailable_reason"));
+  m.def("device_name", &kiln::device_name, "device"_a, kiln_doc("device_name"));
+  m.def("synchronize", &kiln::synchronize, "device"_a, NoGil(), kiln_doc("synchronize"));
 
   nb::class_<Array> array(m, "Array", "An n-dimensional array on a device (kiln::Array).");
   array.def_prop_ro("shape", [](const Array& a) { return shape_tuple(a.shape()); })
@@ -677,17 +679,17 @@ void bind_ops(nb::module_& m) {
         "A new array holding a copy of x (numpy or DLPack), in x's dtype.");
   m.def("_exported", &is_exported, "a"_a, "Whether a numpy or DLPack view of a's memory is alive.");
   m.def("zeros", &kiln::zeros, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
-        NoGil());
-  m.def("ones", &kiln::ones, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
-        NoGil());
+        NoGil(), kiln_doc("zeros"));
+  m.def("ones", &kiln::ones, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(), NoGil(),
+        kiln_doc("ones"));
   m.def("full", &kiln::full, "shape"_a, "value"_a, "dtype"_a = DType::f32,
-        "device"_a = Device::cpu(), NoGil());
+        "device"_a = Device::cpu(), NoGil(), kiln_doc("full"));
   m.def("arange", nb::overload_cast<int64_t, int64_t, int64_t, DType, Device>(&kiln::arange),
         "start"_a, "stop"_a, "step"_a = 1, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
-        NoGil());
+        NoGil(), kiln_doc("arange"));
 
   // ---- elementwise ----
-#define KILN_UNARY(name) m.def(#name, &kiln::name, "x"_a, NoGil())
+#define KILN_UNARY(name) m.def(#name, &kiln::name, "x"_a, NoGil(), kiln_doc(#name))
   KILN_UNARY(neg);
   KILN_UNARY(exp);
   KILN_UNARY(log);
@@ -704,7 +706,7 @@ void bind_ops(nb::module_& m) {
 #undef KILN_UNARY
 #define KILN_BINARY(name)                                                                      \
   m.def(#name, binary([](const Array& a, const Array& b) { return kiln::name(a, b); }), "a"_a, \
-        "b"_a)
+        "b"_a, kiln_doc(#name))
   KILN_BINARY(add);
   KILN_BINARY(subtract);
   KILN_BINARY(multiply);
@@ -728,8 +730,8 @@ void bind_ops(nb::module_& m) {
         nb::gil_scoped_release release;
         return kiln::where(c, x, y);
       },
-      "condition"_a, "x"_a, "y"_a);
-  m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil());
+      "condition"_a, "x"_a, "y"_a, kiln_doc("where"));
+  m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil(), kiln_doc("astype"));
 }
 
 // The bindings of reductions, matmul, layout and the fused primitives.
@@ -742,7 +744,7 @@ void bind_reductions_layout(nb::module_& m) {
         nb::gil_scoped_release release;
         return kiln::sum(a, ax, keepdims);
       },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("sum"));
   m.def(
       "mean",
       [](const Array& a, nb::handle axis, bool keepdims) {
@@ -750,7 +752,7 @@ void bind_reductions_layout(nb::module_& m) {
         nb::gil_scoped_release release;
         return kiln::mean(a, ax, keepdims);
       },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("mean"));
   m.def(
       "max",
       [](const Array& a, nb::handle axis, bool keepdims) {
@@ -758,9 +760,10 @@ void bind_reductions_layout(nb::module_& m) {
         nb::gil_scoped_release release;
         return kiln::max(a, ax, keepdims);
       },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false);
-  m.def("argmax", &kiln::argmax, "x"_a, "axis"_a, "keepdims"_a = false, NoGil());
-  m.def("sum_to", &kiln::sum_to, "x"_a, "shape"_a, NoGil());
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("max"));
+  m.def("argmax", &kiln::argmax, "x"_a, "axis"_a, "keepdims"_a = false, NoGil(),
+        kiln_doc("argmax"));
+  m.def("sum_to", &kiln::sum_to, "x"_a, "shape"_a, NoGil(), kiln_doc("sum_to"));
 
   // ---- matmul ----
   m.def(
@@ -773,7 +776,7 @@ void bind_reductions_layout(nb::module_& m) {
         return kiln::matmul(a, b, o);
       },
       "a"_a, "b"_a, "transpose_a"_a = false, "transpose_b"_a = false, "out_dtype"_a = nb::none(),
-      NoGil());
+      NoGil(), kiln_doc("matmul"));
   m.def(
       "set_matmul_precision",
       [](const std::string& p) {
@@ -786,23 +789,28 @@ void bind_reductions_layout(nb::module_& m) {
                      "precision '" + p + "': expected fp32 (highest) or tf32 (high)");
       },
       "precision"_a);
-  m.def("matmul_precision",
-        [] { return kiln::matmul_precision() == kiln::MatmulPrecision::fp32 ? "fp32" : "tf32"; });
+  m.def(
+      "matmul_precision",
+      [] { return kiln::matmul_precision() == kiln::MatmulPrecision::fp32 ? "fp32" : "tf32"; },
+      kiln_doc("matmul_precision"));
 
   // ---- layout ----
-  m.def("reshape", &kiln::reshape, "x"_a, "shape"_a, NoGil());
+  m.def("reshape", &kiln::reshape, "x"_a, "shape"_a, NoGil(), kiln_doc("reshape"));
   m.def("transpose", nb::overload_cast<const Array&, std::vector<int>>(&kiln::transpose), "x"_a,
-        "axes"_a, NoGil());
-  m.def("swapaxes", &kiln::swapaxes, "x"_a, "axis1"_a, "axis2"_a, NoGil());
-  m.def("broadcast_to", &kiln::broadcast_to, "x"_a, "shape"_a, NoGil());
-  m.def("concatenate", &kiln::concatenate, "arrays"_a, "axis"_a = 0, NoGil());
-  m.def("slice", &kiln::slice, "x"_a, "start"_a, "stop"_a, "step"_a = Shape{}, NoGil());
-  m.def("take", &kiln::take, "x"_a, "indices"_a, "axis"_a, NoGil());
-  m.def("one_hot", &kiln::one_hot, "labels"_a, "depth"_a, "dtype"_a = DType::f32, NoGil());
+        "axes"_a, NoGil(), kiln_doc("transpose"));
+  m.def("swapaxes", &kiln::swapaxes, "x"_a, "axis1"_a, "axis2"_a, NoGil(), kiln_doc("swapaxes"));
+  m.def("broadcast_to", &kiln::broadcast_to, "x"_a, "shape"_a, NoGil(), kiln_doc("broadcast_to"));
+  m.def("concatenate", &kiln::concatenate, "arrays"_a, "axis"_a = 0, NoGil(),
+        kiln_doc("concatenate"));
+  m.def("slice", &kiln::slice, "x"_a, "start"_a, "stop"_a, "step"_a = Shape{}, NoGil(),
+        kiln_doc("slice"));
+  m.def("take", &kiln::take, "x"_a, "indices"_a, "axis"_a, NoGil(), kiln_doc("take"));
+  m.def("one_hot", &kiln::one_hot, "labels"_a, "depth"_a, "dtype"_a = DType::f32, NoGil(),
+        kiln_doc("one_hot"));
 
   // ---- fused neural-network primitives ----
-  m.def("softmax", &kiln::softmax, "x"_a, "axis"_a = -1, NoGil());
-  m.def("log_softmax", &kiln::log_softmax, "x"_a, "axis"_a = -1, NoGil());
+  m.def("softmax", &kiln::softmax, "x"_a, "axis"_a = -1, NoGil(), kiln_doc("softmax"));
+  m.def("log_softmax", &kiln::log_softmax, "x"_a, "axis"_a = -1, NoGil(), kiln_doc("log_softmax"));
   m.def(
       "layer_norm",
       [](const Array& x, std::optional<Array> w, std::optional<Array> b, double eps) {
@@ -811,15 +819,17 @@ void bind_reductions_layout(nb::module_& m) {
         return w ? kiln::layer_norm(x, *w, *b, eps) : kiln::layer_norm(x, eps);
       },
       "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5, NoGil());
-  m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil());
-  m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil());
+  m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil(),
+        kiln_doc("softmax_cross_entropy"));
+  m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil(), kiln_doc("attention"));
 }
 
 // The bindings of evaluation, the lazy mode, autodiff, jit.
 void bind_transforms(nb::module_& m) {
   // ---- evaluation and transformations ----
   m.def(
-      "eval", [](const std::vector<Array>& xs) { kiln::eval(xs); }, "arrays"_a, NoGil());
+      "eval", [](const std::vector<Array>& xs) { kiln::eval(xs); }, "arrays"_a, NoGil(),
+      kiln_doc("eval"));
   m.def(
       "mark_step",
       [](const std::vector<Array>& xs) {
@@ -827,9 +837,11 @@ void bind_transforms(nb::module_& m) {
         std::lock_guard lock(mu);
         kiln::mark_step(xs);
       },
-      "arrays"_a, NoGil());
-  m.def("lazy_cache_stats", [] { return stats_dict(kiln::lazy_cache_stats()); });
-  m.def("is_lazy", &kiln::is_lazy);
+      "arrays"_a, NoGil(), kiln_doc("mark_step"));
+  m.def(
+      "lazy_cache_stats", [] { return stats_dict(kiln::lazy_cache_stats()); },
+      kiln_doc("lazy_cache_stats"));
+  m.def("is_lazy", &kiln::is_lazy, kiln_doc("is_lazy"));
   nb::class_<Lazy>(m, "_LazyScope")
       .def(nb::init<>())
       .def("__enter__",
@@ -1042,9 +1054,9 @@ void bind_io(nb::module_& m) {
   m.def(
       "load_safetensors",
       [](const std::string& path) { return kiln::io::load_safetensors(path).tensors; }, "path"_a,
-      NoGil());
+      NoGil(), kiln_doc("load_safetensors"));
   m.def("save_safetensors", &kiln::io::save_safetensors, "path"_a, "tensors"_a,
-        "metadata"_a = std::map<std::string, std::string>{}, NoGil());
+        "metadata"_a = std::map<std::string, std::string>{}, NoGil(), kiln_doc("save_safetensors"));
 }
 
 // The bindings of the optimizers' update rules, schedules, clipping.
@@ -1081,7 +1093,7 @@ void bind_optim(nb::module_& m) {
             new (o) kiln::optim::AdamW({lr, b1, b2, eps, weight_decay, exempt});
           },
           "lr"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a, "exempt_from_decay"_a);
-  m.def("no_weight_decay", &kiln::optim::no_weight_decay, "name"_a);
+  m.def("no_weight_decay", &kiln::optim::no_weight_decay, "name"_a, kiln_doc("no_weight_decay"));
   m.def(
       "_schedule_factors",
       [](const std::string& kind, int64_t warmup, int64_t total, int64_t n) {
@@ -1209,9 +1221,9 @@ void bind_data_train(nb::module_& m) {
         "on_save"_a.none());
 
   // ---- the machine ----
-  m.def("set_num_threads", &kiln::set_num_threads, "n"_a);
-  m.def("num_threads", &kiln::num_threads);
-  m.def("cpu_gemm_library", &kiln::cpu_gemm_library);
+  m.def("set_num_threads", &kiln::set_num_threads, "n"_a, kiln_doc("set_num_threads"));
+  m.def("num_threads", &kiln::num_threads, kiln_doc("num_threads"));
+  m.def("cpu_gemm_library", &kiln::cpu_gemm_library, kiln_doc("cpu_gemm_library"));
 }
 
 }  // namespace

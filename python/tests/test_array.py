@@ -180,3 +180,12 @@ def test_the_package_ships_type_information():
         stub = ast.parse(f.read())
     names = {n.name for n in stub.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     assert {"Array", "DType", "ViTConfig", "zeros", "matmul", "softmax"} <= names
+
+
+def test_docstrings_come_from_the_cpp_comments():
+    assert "jnp.take(a, indices, axis)" in kiln.take.__doc__  # include/kiln/ops.h's comment
+    assert "never stored" in kiln.attention.__doc__
+    assert "axes may be negative" in kiln.sum.__doc__
+    for f in (kiln.zeros, kiln.asarray, kiln.grad, kiln.jit, kiln.nn.ViTForImageClassification,
+              kiln.optim.AdamW, kiln.data.Loader, kiln.train.run, kiln.random.normal):
+        assert f.__doc__ and f.__doc__.strip(), f
