@@ -70,3 +70,27 @@ def test_a_loaders_next_batch_releases_the_gil():
     loader = kiln.data.Loader(data, batch_size=64, workers=0)  # made on the calling thread
     next(loader)
     assert _share(lambda: [next(loader) for _ in range(3)]) > 0.3
+
+
+def test_threads_share_eager_ops_and_a_jitted_function():
+    x = kiln.asarray(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+    f = kiln.jit(lambda a: kiln.sum(kiln.tanh(a @ a), axis=0))
+    want_eager = np.asarray(kiln.exp(x * 0.1) @ x)
+    want_jit = np.asarray(f(x))
+    errors = []
+
+    def work():
+        try:
+            for _ in range(50):
+                np.testing.assert_allclose(np.asarray(kiln.exp(x * 0.1) @ x), want_eager, rtol=1e-6)
+                np.testing.assert_allclose(np.asarray(f(x)), want_jit, rtol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert f.cache_stats()["compiles"] == 1
