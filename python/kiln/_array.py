@@ -68,6 +68,9 @@ def dtype(d: Any) -> DType:
                     "int32, int64, bool)")
 
 
+_to_dtype = dtype  # for functions whose parameter is named dtype
+
+
 def _device(d: Any) -> Device | None:
     if d is None or isinstance(d, Device):
         return d
@@ -133,8 +136,8 @@ def asarray(x: Any, dtype: Any = None, device: Any = None) -> Array:
         a = from_dlpack(x, device=dev)
     else:
         a = _from_numpy(_python_values(x, dtype), dev)
-    if dtype is not None and a.dtype != globals()["dtype"](dtype):
-        a = _kiln.astype(a, globals()["dtype"](dtype))
+    if dtype is not None and a.dtype != _to_dtype(dtype):
+        a = _kiln.astype(a, _to_dtype(dtype))
     if dev is not None and a.device != dev:
         a = a.to(dev)
     return a
@@ -158,12 +161,12 @@ def from_dlpack(x: Any, device: Any = None) -> Array:
 
 def zeros(shape: Any, dtype: Any = float32, device: Any = None) -> Array:
     """An array of zeros (shape: an int or a tuple)."""
-    return _kiln.zeros(_shape(shape), globals()["dtype"](dtype), _device(device) or Device("cpu"))
+    return _kiln.zeros(_shape(shape), _to_dtype(dtype), _device(device) or Device("cpu"))
 
 
 def ones(shape: Any, dtype: Any = float32, device: Any = None) -> Array:
     """An array of ones (shape: an int or a tuple)."""
-    return _kiln.ones(_shape(shape), globals()["dtype"](dtype), _device(device) or Device("cpu"))
+    return _kiln.ones(_shape(shape), _to_dtype(dtype), _device(device) or Device("cpu"))
 
 
 def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None) -> Array:
@@ -172,7 +175,7 @@ def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None) -
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else (
             int32 if isinstance(fill_value, int) else float32)
-    return _kiln.full(_shape(shape), float(fill_value), globals()["dtype"](dtype),
+    return _kiln.full(_shape(shape), float(fill_value), _to_dtype(dtype),
                       _device(device) or Device("cpu"))
 
 
@@ -182,7 +185,7 @@ def arange(start: int, stop: int | None = None, step: int = 1, dtype: Any = int3
     exclusive; int32 unless dtype says otherwise."""
     if stop is None:
         start, stop = 0, start
-    return _kiln.arange(int(start), int(stop), int(step), globals()["dtype"](dtype),
+    return _kiln.arange(int(start), int(stop), int(step), _to_dtype(dtype),
                         _device(device) or Device("cpu"))
 
 
