@@ -172,4 +172,12 @@ std::string stage_checkpoint(const std::string& dir, const Checkpoint& ckpt);
 void commit_checkpoint(const std::string& staged, const std::string& dir);
 Checkpoint load_checkpoint(const std::string& dir);
 
+// Writes DIR as transformers' save_pretrained does, for
+// ViTForImageClassification.from_pretrained(DIR): config.json,
+// model.safetensors (f32) and, when given, preprocessor_config.json; staged
+// in DIR.tmp and renamed into place as a checkpoint is. Parameters that do
+// not fit the config are an error naming the tensor.
+void save_pretrained(const std::string& dir, const nn::ViTConfig& config, const Params& params,
+                     const std::optional<data::ImageProcessor>& processor = std::nullopt);
+
 }  // namespace kiln::io

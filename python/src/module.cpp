@@ -17,7 +17,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -389,28 +388,6 @@ void set_config_field(kiln::nn::ViTConfig& c, const std::string& k, nb::handle v
   }
 }
 
-// Writes DIR as transformers' save_pretrained does (config.json,
-// model.safetensors in f32, preprocessor_config.json when given), staged in
-// DIR.tmp and renamed into place as checkpoints are.
-void save_pretrained(const std::string& dir, const kiln::nn::ViTConfig& cfg,
-                     const kiln::Params& params,
-                     const std::optional<kiln::data::ImageProcessor>& processor) {
-  namespace fs = std::filesystem;
-  kiln::nn::ViTForImageClassification(cfg).check(params, "save_pretrained");
-  std::string tmp = dir + ".tmp";
-  std::error_code ec;
-  if (fs::path(dir).has_parent_path()) fs::create_directories(fs::path(dir).parent_path(), ec);
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec))
-    kiln::fail("save_pretrained", tmp + ": cannot create the directory (" + ec.message() + ")");
-  kiln::io::save_vit_config(tmp + "/config.json", cfg);
-  kiln::Params weights;
-  for (auto& [name, p] : params) weights.emplace(name, kiln::astype(p, DType::f32));
-  kiln::io::save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
-  if (processor) kiln::io::save_image_processor(tmp + "/preprocessor_config.json", *processor);
-  kiln::io::commit_checkpoint(tmp, dir);
-}
-
 // ---- data -------------------------------------------------------------------
 
 // A data set written in Python: an object with __len__, image_shape and
@@ -734,33 +711,25 @@ void bind_ops(nb::module_& m) {
   m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil(), kiln_doc("astype"));
 }
 
+// A reduction over `axis`: None (all axes), an int or a sequence of ints.
+template <Array (*Reduce)(const Array&, std::vector<int>, bool)>
+void def_reduction(nb::module_& m, const char* name) {
+  m.def(
+      name,
+      [](const Array& a, nb::handle axis, bool keepdims) {
+        auto ax = axes_of(axis);
+        nb::gil_scoped_release release;
+        return Reduce(a, ax, keepdims);
+      },
+      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc(name));
+}
+
 // The bindings of reductions, matmul, layout and the fused primitives.
 void bind_reductions_layout(nb::module_& m) {
   // ---- reductions ----
-  m.def(
-      "sum",
-      [](const Array& a, nb::handle axis, bool keepdims) {
-        auto ax = axes_of(axis);
-        nb::gil_scoped_release release;
-        return kiln::sum(a, ax, keepdims);
-      },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("sum"));
-  m.def(
-      "mean",
-      [](const Array& a, nb::handle axis, bool keepdims) {
-        auto ax = axes_of(axis);
-        nb::gil_scoped_release release;
-        return kiln::mean(a, ax, keepdims);
-      },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("mean"));
-  m.def(
-      "max",
-      [](const Array& a, nb::handle axis, bool keepdims) {
-        auto ax = axes_of(axis);
-        nb::gil_scoped_release release;
-        return kiln::max(a, ax, keepdims);
-      },
-      "x"_a, "axis"_a = nb::none(), "keepdims"_a = false, kiln_doc("max"));
+  def_reduction<kiln::sum>(m, "sum");
+  def_reduction<kiln::mean>(m, "mean");
+  def_reduction<kiln::max>(m, "max");
   m.def("argmax", &kiln::argmax, "x"_a, "axis"_a, "keepdims"_a = false, NoGil(),
         kiln_doc("argmax"));
   m.def("sum_to", &kiln::sum_to, "x"_a, "shape"_a, NoGil(), kiln_doc("sum_to"));
@@ -1048,7 +1017,7 @@ void bind_io(nb::module_& m) {
   m.def(
       "_save_pretrained",
       [](const std::string& dir, const kiln::nn::ViTConfig& cfg, const kiln::Params& params) {
-        save_pretrained(dir, cfg, params, std::nullopt);
+        kiln::io::save_pretrained(dir, cfg, params);
       },
       "dir"_a, "config"_a, "params"_a, NoGil());
   m.def(
@@ -1185,15 +1154,8 @@ void bind_data_train(nb::module_& m) {
           [](PyLoader* l, std::shared_ptr<Dataset> dataset, int64_t batch_size, bool shuffle,
              uint64_t seed, bool drop_last, int workers, int prefetch, int64_t start,
              int64_t limit) {
-            kiln::data::LoaderOptions o;
-            o.batch_size = batch_size;
-            o.shuffle = shuffle;
-            o.seed = seed;
-            o.drop_last = drop_last;
-            o.workers = workers;
-            o.prefetch = prefetch;
-            o.start = start;
-            o.limit = limit;
+            kiln::data::LoaderOptions o{batch_size, shuffle,  seed,  drop_last,
+                                        workers,    prefetch, start, limit};
             new (l) PyLoader{dataset, std::make_unique<kiln::data::Loader>(dataset, o)};
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "workers"_a,

@@ -36,31 +36,40 @@ std::string trimmed(const std::string& dir) {
   return d;
 }
 
-}  // namespace
-
-std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
-  std::string dir = trimmed(dir_in);
+// An empty DIR.tmp (its parents made, an old one removed) to stage DIR in.
+std::string staging_dir(const std::string& dir, const char* origin) {
   std::string tmp = dir + ".tmp";
   std::error_code ec;
   fs::create_directories(parent_of(dir), ec);
   fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec))
-    fail("checkpoint", tmp + ": cannot create the directory (" + ec.message() + ")");
-  save_vit_config(tmp + "/config.json", c.config);
-  if (c.processor) save_image_processor(tmp + "/preprocessor_config.json", *c.processor);
+    fail(origin, tmp + ": cannot create the directory (" + ec.message() + ")");
+  return tmp;
+}
+
+// What transformers' save_pretrained writes, into the existing folder `dir`:
+// config.json, model.safetensors (f32) and, when given, preprocessor_config.json.
+void write_model_files(const std::string& dir, const nn::ViTConfig& cfg, const Params& params,
+                       const std::optional<data::ImageProcessor>& processor) {
+  save_vit_config(dir + "/config.json", cfg);
+  if (processor) save_image_processor(dir + "/preprocessor_config.json", *processor);
+  Params weights;
+  for (auto& [name, p] : params) weights.emplace(name, astype(p, DType::f32));
+  save_safetensors(dir + "/model.safetensors", weights, {{"format", "pt"}});
+}
+
+}  // namespace
+
+std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
+  std::string dir = trimmed(dir_in);
+  std::string tmp = staging_dir(dir, "checkpoint");
+  write_model_files(tmp, c.config, c.params, c.processor);
   if (!c.ema.empty()) {
     std::error_code mk;
     if (!fs::create_directory(tmp + "/ema", mk))
       fail("checkpoint", tmp + "/ema: cannot create the directory (" + mk.message() + ")");
-    save_vit_config(tmp + "/ema/config.json", c.config);
-    Params ema;
-    for (auto& [name, p] : c.ema) ema.emplace(name, astype(p, DType::f32));
-    save_safetensors(tmp + "/ema/model.safetensors", ema, {{"format", "pt"}});
-    if (c.processor) save_image_processor(tmp + "/ema/preprocessor_config.json", *c.processor);
+    write_model_files(tmp + "/ema", c.config, c.ema, c.processor);
   }
-  Params weights;
-  for (auto& [name, p] : c.params) weights.emplace(name, astype(p, DType::f32));
-  save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
   save_safetensors(tmp + "/training_state.safetensors", c.state.buffers,
                    {{"format", kFormat}, {"optimizer", c.optimizer}});
   json t{{"format", kFormat},
@@ -94,6 +103,16 @@ void commit_checkpoint(const std::string& staged, const std::string& dir_in) {
 
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   commit_checkpoint(stage_checkpoint(dir, c), dir);
+}
+
+void save_pretrained(const std::string& dir_in, const nn::ViTConfig& config, const Params& params,
+                     const std::optional<data::ImageProcessor>& processor) {
+  nn::ViTForImageClassification(config).check(params, "save_pretrained");
+  std::string dir = trimmed(dir_in);
+  std::string tmp = staging_dir(dir, "save_pretrained");
+  write_model_files(tmp, config, params, processor);
+  sync_dir(tmp);
+  commit_checkpoint(tmp, dir);
 }
 
 Checkpoint load_checkpoint(const std::string& dir_in) {
