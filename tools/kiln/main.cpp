@@ -99,9 +99,12 @@ int run_info() {
   std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
   std::printf("f32 GEMM: %s on %s; %s\n", cpu_gemm_library().c_str(), cpu_gemm_isa().c_str(),
               cpu_gemm_library_reason().c_str());
-  std::printf("bf16 GEMM: %s\n", cpu_bf16_gemm_native()
-                                      ? "oneDNN, native"
-                                      : "none on this CPU: bf16 operands widened to f32");
+  const std::string bf16_unit = cpu_bf16_gemm_unit();
+  std::printf("bf16 GEMM: %s\n",
+              !cpu_bf16_gemm_native() ? "none on this CPU: bf16 operands widened to f32"
+              : bf16_unit == "AMX" || bf16_unit == "AVX512-BF16"
+                  ? ("oneDNN on " + bf16_unit).c_str()
+                  : ("oneDNN, converted to f32 on " + bf16_unit + " (no bf16 unit)").c_str());
   std::string devices = "cpu, ref";
   for (int i = 0; i < cuda_device_count(); ++i)
     devices += ", cuda:" + std::to_string(i) + " (" + device_name(Device::cuda(i)) + ")";
@@ -264,10 +267,10 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
         r.replays ? ("; " + std::to_string(r.replays) + " steps replayed as one graph").c_str() : "");
   if (r.peak_gflops > 0)
     std::printf(
-      "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
-      "measured by an fp32 %s FMA loop on all threads)\n",
-      100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9,
-      cpu_gemm_isa().c_str());
+        "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
+        "measured by %s on all threads)\n",
+        100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9,
+        tools::peak_description(cfg.precision == "bf16").c_str());
   if (r.ranks > 1)
     std::printf("gradient all-reduces: %llu of %.1f MB in the timed steps, %s in all, of which "
                 "%s (%.0f%%) not hidden behind the backward (per step: %s exposed)\n",
@@ -342,7 +345,9 @@ int run_train(const cli::TrainFlags& f) {
       // The FMA-loop peak is the CPU's: MFU is reported for the cpu device
       // only (on a GPU, bench/compare.py takes the measured matmul rate).
       .peak_gflops = parse_device(cfg.device) == Device::cpu()
-                         ? std::function<double()>(tools::measure_peak_gflops)
+                         ? std::function<double()>([bf16 = cfg.precision == "bf16"] {
+                             return tools::measure_peak_gflops(bf16);
+                           })
                          : std::function<double()>()};
   print_report(cfg, train::run(cfg, std::move(resumed), callbacks, std::move(init)));
   return 0;

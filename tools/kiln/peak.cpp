@@ -1,11 +1,16 @@
 // kiln train's peak FLOP rate: loops of independent FMA chains on all
-// threads, one copy per vector ISA (AVX-512, AVX2, SSE's multiply and add).
+// threads, one copy per vector ISA (AVX-512, AVX2, SSE's multiply and add),
+// and for bf16 the matrix unit's own loop (AMX tiles, AVX512-BF16 dot
+// products).
 #include "peak.h"
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -65,15 +70,116 @@ double mul_add_gflops_sse() {
 }
 #undef KILN_FMA_PEAK
 
-}  // namespace
+// AVX512-BF16: 12 independent chains of vdpbf16ps, each 16 lanes of two bf16
+// products summed into f32 (64 flops).
+__attribute__((target("avx512f,avx512bf16"))) double dot_gflops_avx512_bf16() {
+  constexpr int64_t kIters = 20'000'000;
+  constexpr int kChains = 12;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+      const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80),
+                     b = (__m512bh)_mm512_set1_epi16(0x3380);
+      __m512 acc[kChains];
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+      for (int64_t it = 0; it < kIters; ++it) {
+#pragma GCC unroll 12
+        for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      }
+      for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+      float lanes[16];
+      _mm512_storeu_ps(lanes, acc[0]);
+      for (float l : lanes) sink += l;
+    }
+    double secs = since(t0);
+    double flops = 64.0 * kChains * kIters * num_threads();
+    if (sink != 12345.0f) best = std::max(best, flops / secs / 1e9);
+  }
+  return best;
+}
 
-double measure_peak_gflops() {
-  // The ISA the GEMMs really run (cpu_gemm_isa: AVX2 on an AVX2-only CPU and
-  // where the libraries are capped), so that utilization stays below 100%.
-  std::string isa = cpu_gemm_isa();
+// AMX: tdpbf16ps on four accumulator tiles from four source tiles kept in
+// the tile registers (16x16 f32 += 16x32 bf16 · 32x16 bf16, 16384 flops
+// each), on every thread: the tile unit's rate, which no GEMM exceeds. Linux
+// gives a process the AMX state only when asked (arch_prctl); 0 if it will not.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) double tile_gflops_amx() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return 0;
+  constexpr int64_t kIters = 2'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+      TileConfig cfg;
+      for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.bytes_per_row[t] = 64;
+      _tile_loadconfig(&cfg);
+      alignas(64) uint16_t src[16 * 32];
+      std::fill(src, src + 16 * 32, uint16_t{0x3380});  // bf16 5.96e-8
+      alignas(64) float out[16 * 16];
+      _tile_loadd(4, src, 64);
+      _tile_loadd(5, src, 64);
+      _tile_loadd(6, src, 64);
+      _tile_loadd(7, src, 64);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t it = 0; it < kIters; ++it) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, out, 64);
+      sink += out[0];
+      _tile_release();
+    }
+    double secs = since(t0);
+    double flops = 4.0 * 2 * 16 * 16 * 32 * kIters * num_threads();
+    if (sink != 12345.0f) best = std::max(best, flops / secs / 1e9);
+  }
+  return best;
+}
+
+double fma_gflops(const std::string& isa) {
   if (isa == "AVX-512") return fma_gflops_avx512();
   if (isa == "AVX2") return fma_gflops_avx2();
   return mul_add_gflops_sse();
+}
+
+}  // namespace
+
+std::string peak_description(bool bf16) {
+  const std::string unit = bf16 ? cpu_bf16_gemm_unit() : cpu_gemm_isa();
+  if (unit == "AMX") return "an AMX bf16 tile loop";
+  if (unit == "AVX512-BF16") return "an AVX512-BF16 dot-product loop";
+  return "an fp32 " + unit + " FMA loop";
+}
+
+double measure_peak_gflops(bool bf16) {
+  // The unit the GEMMs really run on (AVX2 on an AVX2-only CPU and where the
+  // libraries are capped; for bf16 the unit oneDNN chose), so that
+  // utilization stays below 100%.
+  if (bf16) {
+    const std::string unit = cpu_bf16_gemm_unit();
+    if (unit == "AMX") {
+      if (double amx = tile_gflops_amx(); amx > 0) return amx;
+      return dot_gflops_avx512_bf16();  // not reached: oneDNN runs AMX only with the permission
+    }
+    if (unit == "AVX512-BF16") return dot_gflops_avx512_bf16();
+  }
+  return fma_gflops(cpu_gemm_isa());
 }
 
 }  // namespace kiln::tools

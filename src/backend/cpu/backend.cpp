@@ -73,5 +73,9 @@ std::string cpu_gemm_isa() {
 bool cpu_bf16_gemm_native() {
   return cpu::native_bf16_gemm();
 }
+std::string cpu_bf16_gemm_unit() {
+  const std::string unit = cpu::bf16_gemm_unit();
+  return unit.empty() ? cpu_gemm_isa() : unit;
+}
 
 }  // namespace kiln

@@ -21,6 +21,9 @@ void register_transfer(KernelTable& t);
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out);
 // Whether oneDNN runs bf16 matmuls on this CPU (probed once; matmul.cpp).
 bool native_bf16_gemm();
+// The matrix unit bf16 GEMMs run on: "AMX", "AVX512-BF16", or "" where they
+// run at the f32 rate (widened, or converted by oneDNN below AVX512-BF16).
+std::string bf16_gemm_unit();
 
 // y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs
 // (y may alias a or b).

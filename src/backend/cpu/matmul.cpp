@@ -367,6 +367,26 @@ bool native_bf16_gemm() {
   return native;
 }
 
+std::string bf16_gemm_unit() {
+  static const std::string unit = []() -> std::string {
+    if (!native_bf16_gemm()) return "";
+    // oneDNN names its kernel: brg:avx512_core_amx_bf16 (AMX tiles),
+    // brg:avx512_core_bf16 (AVX512-BF16 dot products), or gemm:jit (bf16
+    // converted to f32 and multiplied at the f32 rate, where ONEDNN_MAX_CPU_ISA
+    // stops at AVX512_CORE). Asked at a size where AMX pays (oneDNN keeps tiny
+    // GEMMs on AVX512-BF16 even on an AMX CPU).
+    try {
+      GemmShape s{1, 1, 1024, 1024, 1024, false, true, DType::bf16, DType::f32, {}};
+      const std::string impl = matmul_cache().get(s).pd.impl_info_str();
+      if (impl.find("amx") != std::string::npos) return "AMX";
+      if (impl.find("bf16") != std::string::npos) return "AVX512-BF16";
+    } catch (const dnnl::error&) {
+    }
+    return "";
+  }();
+  return unit;
+}
+
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out) {
   if (inputs.size() < 2 || out != DType::f32 || inputs[0] != inputs[1] ||
       (inputs[0] != DType::f32 && inputs[0] != DType::bf16))
