@@ -27,6 +27,17 @@ Graph rebuild_forwarded(const Graph& g, const std::vector<int>& forward) {
   });
 }
 
+// Whether every value of `from` is a value of `to` (so casting there and
+// back is the identity).
+bool widens_exactly(DType from, DType to) {
+  switch (from) {
+    case DType::bf16: return to == DType::bf16 || to == DType::f32 || to == DType::f64;
+    case DType::f32: return to == DType::f32 || to == DType::f64;
+    case DType::i32: return to == DType::i32 || to == DType::i64 || to == DType::f64;
+    default: return from == to;
+  }
+}
+
 }  // namespace
 
 Graph dead_code_elimination(const Graph& g) {
@@ -91,6 +102,26 @@ Graph simplify(const Graph& g) {
         same) {
       forward[i] = n.inputs[0];  // an identity
       continue;
+    }
+    if (op == Op::Cast) {
+      // narrow(widen(x)) = x, also through reshapes between them (bf16 mixed
+      // precision's VJPs: an op's bf16 gradient widened for the f32 side,
+      // then narrowed again for the next bf16 GEMM).
+      int widened = n.inputs[0];
+      while (!w.nodes[widened].is_input() && w.nodes[widened].prim->op() == Op::Reshape)
+        widened = w.nodes[widened].inputs[0];
+      const Node& wide = w.nodes[widened];
+      if (!wide.is_input() && wide.prim->op() == Op::Cast &&
+          w.nodes[wide.inputs[0]].dtype == n.dtype && widens_exactly(n.dtype, wide.dtype)) {
+        const int x = wide.inputs[0];
+        if (w.nodes[x].shape == n.shape) {
+          forward[i] = x;
+        } else {
+          n.inputs[0] = x;
+          n.prim = std::make_shared<Primitive>(Op::Reshape, ShapeAttrs{n.shape});
+        }
+        continue;
+      }
     }
     if (op == Op::Reshape && !src.is_input() && src.prim->op() == Op::Reshape) {
       n.inputs[0] = src.inputs[0];  // reshape(reshape(x)) = reshape(x)

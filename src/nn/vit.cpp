@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kiln/nn.h"
+#include "ops/dispatch.h"
 
 namespace kiln::nn {
 namespace {
@@ -407,6 +408,14 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const bool fused_attention =
       opt.fused_attention && !(opt.train && c.attention_probs_dropout_prob > 0);
+  // bf16 mixed precision runs the fused attention on bf16 q, k and v (its
+  // softmax in f32) where the backend has that kernel (the cpu's), and its
+  // bf16 output feeds the output projection without a cast; elsewhere
+  // (CUDA, so far) the attention stays f32.
+  const bool bf16_attention =
+      fused_attention && dt == DType::bf16 &&
+      backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},
+                       DType::bf16);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     std::string pre = layer_prefix(l);
     // Pruned heads narrow a layer's attention to heads * dh features.
@@ -425,7 +434,9 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
       };
       Array qkv = mm(hn, cat("weight"), {.transpose_b = true}, dt);
       if (c.qkv_bias) qkv = std::move(qkv) + cat("bias");
-      ctx = reshape(attention(reshape(qkv, {b, t, 3, heads, dh}), scale), {b, t, a});
+      Array packed = reshape(qkv, {b, t, 3, heads, dh});
+      if (bf16_attention) packed = astype(packed, DType::bf16);
+      ctx = reshape(attention(packed, scale), {b, t, a});
     } else {
       Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
       Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));

@@ -646,11 +646,6 @@ Array attention(const Array& qkv, double scale) {
   const Shape& s = qkv.shape();
   if (s.size() != 5 || s[2] != 3)
     fail("attention", "qkv must be [batch, tokens, 3, heads, head_dim], got " + str(s));
-  if (qkv.dtype() != DType::f32 && qkv.dtype() != DType::f64)
-    fail("attention",
-         std::string("needs f32 or f64 (the matmuls of bf16 mixed precision stay outside it), "
-                     "got ") +
-             name_of(qkv.dtype()));
   if (!std::isfinite(scale)) fail("attention", "scale must be finite");
   return make_array(Primitive(Op::Attention, AttentionAttrs{scale}), {qkv},
                     {s[0], s[1], s[3], s[4]}, qkv.dtype());

@@ -102,7 +102,15 @@ TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
   double floor = g.gradient_floor();
   for (auto& [name, grad] : r.grads) {
     EXPECT_EQ(grad.dtype(), DType::f32) << name;  // f32 master gradients
-    EXPECT_LT(relative_error(grad, g.expected.at("grad." + name), floor), 2e-2) << name;
+    // A key bias's exact gradient is zero (softmax ignores a shift of all of
+    // a query's scores): what is computed is rounding noise, measured against
+    // the floor. The bf16 attention rounds dS to bf16 before dK = dSᵀQ (as
+    // flash attention and autocast do), so its rows no longer sum to exactly
+    // zero: up to 3% of the floor on this fixture, where everything else is
+    // within 1.2%.
+    const bool zero = name.find("attention.attention.key.bias") != std::string::npos;
+    EXPECT_LT(relative_error(grad, g.expected.at("grad." + name), floor), zero ? 6e-2 : 2e-2)
+        << name;
   }
 }
 

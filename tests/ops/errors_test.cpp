@@ -56,9 +56,11 @@ TEST(Errors, NameTheOpAndBothShapes) {
             "[attention] qkv must be [batch, tokens, 3, heads, head_dim], got (2,5,4,8)");
   EXPECT_EQ(error_of([] { attention(zeros({2, 5, 2, 4, 8}), 0.125); }),
             "[attention] qkv must be [batch, tokens, 3, heads, head_dim], got (2,5,2,4,8)");
-  EXPECT_EQ(error_of([] { attention(zeros({2, 5, 3, 4, 8}, DType::bf16), 0.125); }),
-            "[attention] needs f32 or f64 (the matmuls of bf16 mixed precision stay outside "
-            "it), got bf16");
+  EXPECT_EQ(error_of([] {
+              attention(zeros({2, 5, 3, 4, 8}, DType::i32), 0.125);
+            }),
+            "[attention] expected a floating-point array (f32, f64, bf16), got i32 of shape "
+            "(2,5,3,4,8)");
 }
 
 TEST(Errors, BadValuesAreCaughtBeforeAnyKernelRuns) {

@@ -1221,6 +1221,43 @@ TEST(Attention, F32KernelsMatchF64) {
   });
 }
 
+// The bf16 attention kernels against f64 on the same bf16 values: the
+// products are exact and summed in f32, so what remains is the rounding of P
+// and dS to bf16 before their GEMMs and of the outputs (~2^-9 relative
+// each). On a CPU with a bf16 unit they run on oneMKL's bf16 GEMM; under
+// scripts/test-isa.sh's AVX2 caps, widened to f32. The ref backend (f64
+// loops over the bf16 values) agrees as well.
+TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
+  const std::vector<Shape> shapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},
+                                  {2, 50, 3, 4, 16},  {1, 7, 3, 1, 32},  {2, 21, 3, 2, 24}};
+  uint32_t seed = 300;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(str(s));
+    Array qkv = astype(random::normal(random::Key(seed++), s), DType::bf16);
+    Array dout = astype(random::normal(random::Key(seed++), {s[0], s[1], s[3], s[4]}), DType::bf16);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s[4]));
+    Array q64 = astype(qkv, DType::f64), d64 = astype(dout, DType::f64);
+    auto compare = [](const Array& got, const Array& want, const char* what) {
+      ASSERT_EQ(got.dtype(), DType::bf16) << what;
+      auto g = astype(got, DType::f64).to_vector<double>(), w = want.to_vector<double>();
+      ASSERT_EQ(g.size(), w.size());
+      double top = 0;
+      for (double x : w) top = std::max(top, std::fabs(x));
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], 1e-2 * std::max(1.0, top)) << what << " at flat index " << i;
+      EXPECT_GT(top, 0.1) << what;  // not vanishing values
+    };
+    const Array want = attention(q64, scale), want_grad = attention_grad(q64, d64, scale);
+    compare(attention(qkv, scale), want, "forward");
+    compare(attention_grad(qkv, dout, scale), want_grad, "backward");
+    if (s[1] <= 37) {  // the ref backend's loops are slow
+      compare(attention(qkv.to(Device::ref()), scale), want, "ref forward");
+      compare(attention_grad(qkv.to(Device::ref()), dout.to(Device::ref()), scale), want_grad,
+              "ref backward");
+    }
+  }
+}
+
 // ---- The CUDA backend against the cpu, case by case. GPU tests: their
 // names contain "Gpu", CTest labels them `gpu`, and they skip (saying why)
 // where no CUDA GPU is visible. The cpu is the reference: forward in f64 and

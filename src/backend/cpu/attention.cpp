@@ -128,35 +128,122 @@ void attention_grad_typed(const Array& qkv_a, const Array& dout_a, const Attenti
   });
 }
 
-template <typename F>
-void dispatch_f32_f64(DType dt, const char* op, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    default: fail(op, std::string("needs f32 or f64 inputs, got ") + name_of(dt));
-  }
+// ---- bf16: bf16 qkv, dout and outputs; the GEMMs multiply bf16 values and
+// sum in f32 (gemm_bf16: oneMKL's bf16 GEMM on AMX or AVX512-BF16, else
+// widened to f32), the scores, softmax and its gradient stay f32, and P and
+// dS are rounded to bf16 for the GEMMs that take them, as flash attention
+// and PyTorch's bf16 SDPA on the CPU do.
+using bits = uint16_t;  // bf16 storage
+
+void gemm16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bits* a,
+            int64_t lda, const bits* b, int64_t ldb, float* c, int64_t ldc) {
+  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, "attention");
+}
+
+void round_to_bf16(const float* x, int64_t n, bits* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16(x[i]).bits;
+}
+
+// Rows [t, d] of f32 into bf16 rows `ld` apart.
+void store_rows(const float* x, int64_t t, int64_t d, bits* y, int64_t ld) {
+  for (int64_t i = 0; i < t; ++i) round_to_bf16(x + i * d, d, y + i * ld);
+}
+
+void probabilities16(const bits* qkv, const Dims& g, int64_t bi, int64_t hi, float scale,
+                     float* p) {
+  const int64_t ld = 3 * g.e();
+  const bits* q = qkv + bi * g.t * ld + hi * g.d;
+  gemm16(false, true, g.t, g.t, g.d, scale, q, ld, q + g.e(), ld, p, g.t);
+  softmax_rows(p, g.t);
+}
+
+void attention_bf16(const Array& qkv_a, const AttentionAttrs& at, bits* out) {
+  const Dims g = dims_of(qkv_a);
+  const bits* qkv = static_cast<const bits*>(qkv_a.raw());
+  const int64_t ld = 3 * g.e();
+  parallel_for(g.b * g.h, 4 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<float> p(g.t * g.t), o(g.t * g.d);
+    std::vector<bits> p16(g.t * g.t);
+    for (int64_t job = j0; job < j1; ++job) {
+      int64_t bi = job / g.h, hi = job % g.h;
+      probabilities16(qkv, g, bi, hi, static_cast<float>(at.scale), p.data());
+      round_to_bf16(p.data(), g.t * g.t, p16.data());
+      const bits* v = qkv + bi * g.t * ld + 2 * g.e() + hi * g.d;
+      gemm16(false, false, g.t, g.d, g.t, 1.0f, p16.data(), g.t, v, ld, o.data(), g.d);
+      store_rows(o.data(), g.t, g.d, out + bi * g.t * g.e() + hi * g.d, g.e());
+    }
+  });
+}
+
+void attention_grad_bf16(const Array& qkv_a, const Array& dout_a, const AttentionAttrs& at,
+                         bits* dqkv) {
+  const Dims g = dims_of(qkv_a);
+  const bits* qkv = static_cast<const bits*>(qkv_a.raw());
+  const bits* dout = static_cast<const bits*>(dout_a.raw());
+  const int64_t ld = 3 * g.e();
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 10 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<float> p(g.t * g.t), dp(g.t * g.t), o(g.t * g.d);
+    std::vector<bits> p16(g.t * g.t);
+    for (int64_t job = j0; job < j1; ++job) {
+      int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t base = bi * g.t * ld + hi * g.d;
+      const bits *q = qkv + base, *k = q + g.e(), *v = q + 2 * g.e();
+      bits *dq = dqkv + base, *dk = dq + g.e(), *dv = dq + 2 * g.e();
+      const bits* d_o = dout + bi * g.t * g.e() + hi * g.d;
+      probabilities16(qkv, g, bi, hi, scale, p.data());
+      round_to_bf16(p.data(), g.t * g.t, p16.data());
+      gemm16(true, false, g.t, g.d, g.t, 1.0f, p16.data(), g.t, d_o, g.e(), o.data(), g.d);
+      store_rows(o.data(), g.t, g.d, dv, ld);
+      gemm16(false, true, g.t, g.t, g.d, 1.0f, d_o, g.e(), v, ld, dp.data(), g.t);
+      for (int64_t i = 0; i < g.t; ++i) {
+        const float* pr = p.data() + i * g.t;
+        float* dr = dp.data() + i * g.t;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < g.t; ++j) dot += pr[j] * dr[j];
+#pragma omp simd
+        for (int64_t j = 0; j < g.t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+      }
+      round_to_bf16(dp.data(), g.t * g.t, p16.data());  // dS, in P's buffer
+      gemm16(false, false, g.t, g.d, g.t, scale, p16.data(), g.t, k, ld, o.data(), g.d);
+      store_rows(o.data(), g.t, g.d, dq, ld);
+      gemm16(true, false, g.t, g.d, g.t, scale, p16.data(), g.t, q, ld, o.data(), g.d);
+      store_rows(o.data(), g.t, g.d, dk, ld);
+    }
+  });
 }
 
 void attention_kernel(const KernelContext&, const Primitive& p,
                       const std::vector<Array>& in, ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
-  dispatch_f32_f64(in[0].dtype(), p.name(), [&](auto t) {
-    using T = decltype(t);
-    T* y = static_cast<T*>(alloc_output(out));
-    if (numel(out.shape) == 0) return;
-    attention_typed<T>(in[0], p.attrs<AttentionAttrs>(), y);
-  });
+  gemm_bf16_native();     // (its choice is made once, outside it)
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const AttentionAttrs& at = p.attrs<AttentionAttrs>();
+  switch (in[0].dtype()) {
+    case DType::f32: return attention_typed<float>(in[0], at, static_cast<float*>(y));
+    case DType::f64: return attention_typed<double>(in[0], at, static_cast<double*>(y));
+    case DType::bf16: return attention_bf16(in[0], at, static_cast<bits*>(y));
+    default:
+      fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
+  }
 }
 
 void attention_grad_kernel(const KernelContext&, const Primitive& p,
                            const std::vector<Array>& in, ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
-  dispatch_f32_f64(in[0].dtype(), p.name(), [&](auto t) {
-    using T = decltype(t);
-    T* y = static_cast<T*>(alloc_output(out));
-    if (numel(out.shape) == 0) return;
-    attention_grad_typed<T>(in[0], in[1], p.attrs<AttentionAttrs>(), y);
-  });
+  gemm_bf16_native();
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const AttentionAttrs& at = p.attrs<AttentionAttrs>();
+  switch (in[0].dtype()) {
+    case DType::f32: return attention_grad_typed<float>(in[0], in[1], at, static_cast<float*>(y));
+    case DType::f64: return attention_grad_typed<double>(in[0], in[1], at, static_cast<double*>(y));
+    case DType::bf16: return attention_grad_bf16(in[0], in[1], at, static_cast<bits*>(y));
+    default:
+      fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "backend/cpu/kernels.h"
 #include "kiln/error.h"
 
 #ifdef KILN_HAVE_MKL
@@ -261,6 +262,53 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
            const char* who) {
   if (!omp_in_parallel()) check_sgemm_library();
   sgemm_on(sgemm_library(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, who);
+}
+
+bool gemm_bf16_native() {
+  // oneDNN's choice of bf16 unit stands for the CPU and its caps
+  // (ONEDNN_MAX_CPU_ISA; scripts/test-isa.sh caps oneMKL alike).
+  static const bool native = have_onemkl() && !bf16_gemm_unit().empty();
+  return native;
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               const char* who) {
+#ifdef KILN_HAVE_MKL
+  const int64_t largest = std::max({m, n, k, lda, ldb, ldc});
+  if (gemm_bf16_native() && largest <= INT32_MAX) {
+    cblas_gemm_bf16bf16f32(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                           tb ? CblasTrans : CblasNoTrans, static_cast<MKL_INT>(m),
+                           static_cast<MKL_INT>(n), static_cast<MKL_INT>(k), alpha,
+                           reinterpret_cast<const MKL_BF16*>(a), static_cast<MKL_INT>(lda),
+                           reinterpret_cast<const MKL_BF16*>(b), static_cast<MKL_INT>(ldb), beta, c,
+                           static_cast<MKL_INT>(ldc));
+    return;
+  }
+#endif
+  // op(A) is [m, k]: stored [m, k] (rows of lda), or [k, m] when transposed.
+  // Widened into contiguous buffers of the stored shape.
+  auto widen = [](std::vector<float>& buf, const uint16_t* x, int64_t rows, int64_t cols,
+                  int64_t ld) {
+    buf.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* src = x + r * ld;
+      float* dst = buf.data() + r * cols;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        dst[j] = f;
+      }
+    }
+  };
+  thread_local std::vector<float> wa, wb;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  widen(wa, a, a_rows, a_cols, lda);
+  widen(wb, b, b_rows, b_cols, ldb);
+  sgemm(ta, tb, m, n, k, alpha, wa.data(), a_cols, wb.data(), b_cols, beta, c, ldc, who);
 }
 
 std::string sgemm_library_reason() {

@@ -28,6 +28,19 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            const char* who);
 
+// The same for bf16 A and B (raw bf16 bits) with f32 C, the products of the
+// bf16 values summed in f32: oneMKL's cblas_gemm_bf16bf16f32 where oneMKL is
+// built in and the CPU has a bf16 unit that the caps allow (AMX or
+// AVX512-BF16: cpu_bf16_gemm_unit()), else A and B widened to f32 (exactly)
+// in per-thread buffers and run on sgemm. For kernels that run small GEMMs
+// per thread (attention): inside a parallel region it runs on the calling
+// thread alone.
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               const char* who);
+// Whether gemm_bf16 runs on oneMKL's bf16 GEMM (else: widened to f32).
+bool gemm_bf16_native();
+
 // The library sgemm runs on now, and whether oneMKL is built in.
 SgemmLibrary sgemm_library();
 bool have_onemkl();

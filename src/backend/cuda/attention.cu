@@ -23,7 +23,8 @@
 //        per key tile and accumulates dQ.
 //      attention_dkv: rows are keys, columns queries: recomputes Sᵀ and dPᵀ
 //        per query tile, P from the stored m and 1/l, and accumulates dK, dV.
-// f32 and f64, as the cpu kernel (bf16 attention is rejected by the op).
+// f32 and f64 (the cpu kernel has bf16 too; here supports() answers false for
+// bf16, and the ViT's bf16 mixed precision keeps its attention f32).
 #include <cmath>
 #include <limits>
 #include <mutex>

@@ -253,6 +253,8 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
   if (p.op() == Op::MatmulEpilogue)
     return std::holds_alternative<EpilogueAttrs>(p.attrs_variant()) &&
            supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
+  if (p.op() == Op::Attention || p.op() == Op::AttentionGrad)  // f32 and f64 (attention.cu)
+    return !inputs.empty() && (inputs[0] == DType::f32 || inputs[0] == DType::f64);
   return supports_fused(p);
 }
 

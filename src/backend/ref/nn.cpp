@@ -196,8 +196,8 @@ struct Qkv {
 };
 
 void require_attention_dtype(const Primitive& p, DType dt) {
-  if (dt != DType::f32 && dt != DType::f64)
-    fail(p.name(), std::string("needs f32 or f64 inputs, got ") + name_of(dt));
+  if (dt != DType::f32 && dt != DType::f64 && dt != DType::bf16)
+    fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
 }
 
 // P [T, T] = softmax over each row of scale · Q Kᵀ, for batch b and head h.
