@@ -1,7 +1,8 @@
 // kiln compiler: the pass pipeline — which passes run, in what order, with
 // the graph verified after each under KILN_DEBUG — and its options. The
 // passes live in files by family: simplify.cpp, fuse_elementwise.cpp,
-// fuse_epilogues.cpp, fuse_attention.cpp, remat.cpp, memory_plan.cpp.
+// fuse_epilogues.cpp, fuse_attention.cpp, fuse_casts.cpp, remat.cpp,
+// memory_plan.cpp.
 #include "compiler/passes.h"
 
 #include <cstdio>
@@ -38,6 +39,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.fuse && opt.epilogue) step("fuse_epilogue", fuse_matmul_epilogue);
   if (opt.fuse) step("fuse", fuse_elementwise);
   if (opt.fuse && opt.reduce) step("fuse_reductions", fuse_reductions);
+  if (opt.fuse && opt.cast) step("fuse_casts", fuse_casts);
   return out;
 }
 
@@ -53,7 +55,8 @@ PassOptions PassOptions::from_env() {
       {"no_remat", &PassOptions::remat},
       {"no_plan", &PassOptions::plan},
       {"no_inplace", &PassOptions::inplace},
-      {"no_attention", &PassOptions::attention}};
+      {"no_attention", &PassOptions::attention},
+      {"no_cast", &PassOptions::cast}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

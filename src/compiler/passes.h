@@ -35,6 +35,17 @@ Graph fuse_matmul_epilogue(const Graph& g);
 // fuse_elementwise.
 Graph fuse_reductions(const Graph& g);
 
+// Folds casts between f32 and bf16 into the kernels beside them (bf16 mixed
+// precision): a cast to bf16 of an f32 value that only it reads makes the
+// producer write bf16 — a FusedElementwise, an elementwise op (which becomes
+// a one-instruction FusedElementwise) or a LayerNorm — and a fused program or
+// elementwise op that reads a cast to f32 of a bf16 value reads the bf16
+// value itself, widening it as it loads it. Only where the backend runs the
+// result (backend_supports with the new dtypes). The programs still compute
+// in f32 and round once to bf16 as they store, so no value changes. Run
+// after the fusing passes.
+Graph fuse_casts(const Graph& g);
+
 // Folds the residual stream's gradient into LayerNorm's backward: an f32
 // Add(r, LayerNormGrad(...)) (either order, same shapes) whose LayerNormGrad
 // is read by that Add only becomes one LayerNormGrad{residual} that adds r
@@ -70,10 +81,11 @@ Graph rematerialize(const Graph& g, int gap = 64);
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
 // Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,
-// no_norm,no_remat,no_plan,no_inplace turns some off (for bisecting a bug).
+// no_norm,no_remat,no_plan,no_inplace,no_attention,no_cast turns some off (for
+// bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
-       norm = true, remat = true, plan = true, inplace = true, attention = true;
+       norm = true, remat = true, plan = true, inplace = true, attention = true, cast = true;
   static PassOptions from_env();
 };
 

@@ -179,6 +179,61 @@ TEST(Passes, WideningCastPairsFold) {
   EXPECT_EQ(jit(f)(args)[0].to_vector<float>(), f(args)[0].to_vector<float>());
 }
 
+// bf16 mixed precision's casts fold into their neighbours (fuse_casts): a
+// LayerNorm, a fused chain and an elementwise op alone write bf16 where a
+// cast to bf16 alone read them, and a program reads a bf16 GEMM result where
+// it read its cast to f32. Values are unchanged: f32 math, one rounding.
+TEST(Passes, CastsFoldIntoTheKernelsBesideThem) {
+  auto f = [](const std::vector<Array>& x) {
+    Array ln = astype(layer_norm(x[0], x[1], x[2], 1e-5), DType::bf16);
+    Array chain = astype(gelu(x[0] * 2.0 + x[2]), DType::bf16);
+    Array alone = astype(exp(x[0]), DType::bf16);
+    Array w = astype(x[3], DType::bf16);
+    Array mm = matmul(ln, w, {false, false, DType::bf16});
+    Array reader = astype(mm, DType::f32) * x[0] + 1.0;
+    return std::vector<Array>{chain, alone, reader};
+  };
+  Graph traced_graph = trace(f, {{6, 8}, {8}, {8}, {8, 8}});
+  Graph g = compiler::optimize(traced_graph, {});
+  // Left: the weight's cast (an input's) only.
+  EXPECT_EQ(count_ops(traced_graph, Op::Cast), 5);
+  EXPECT_EQ(count_ops(g, Op::Cast), 1);
+  int bf16_programs = 0, bf16_reads = 0;
+  for (const auto& n : g.nodes) {
+    if (n.is_input()) continue;
+    if (n.prim->op() == Op::LayerNorm) {
+      EXPECT_EQ(n.dtype, DType::bf16);
+    }
+    if (n.prim->op() != Op::FusedElementwise) continue;
+    bf16_programs += n.dtype == DType::bf16;
+    for (int k : n.inputs) bf16_reads += g.nodes[k].dtype == DType::bf16;
+  }
+  EXPECT_EQ(bf16_programs, 2);  // the chain and exp alone
+  EXPECT_EQ(bf16_reads, 1);     // the matmul's reader
+  // The same values as eager mode, on the cpu and on the ref backend.
+  std::vector<Array> args = random_args({{6, 8}, {8}, {8}, {8, 8}}, 40);
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    SCOPED_TRACE(d.str());
+    std::vector<Array> on;
+    for (const Array& a : args) on.push_back(a.to(d));
+    auto eager = f(on), compiled = jit(f)(on);
+    for (size_t i = 0; i < eager.size(); ++i) {
+      EXPECT_EQ(compiled[i].dtype(), eager[i].dtype()) << "output " << i;
+      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
+                astype(eager[i], DType::f32).to_vector<float>())
+          << "output " << i;
+    }
+  }
+  // KILN_COMPILE=no_cast leaves them, and so does a backend whose kernels do
+  // not read or write bf16 there (CUDA's fused kernels and LayerNorm).
+  compiler::PassOptions off;
+  off.cast = false;
+  EXPECT_EQ(count_ops(compiler::optimize(traced_graph, off), Op::Cast), 5);
+  Graph on_cuda = traced_graph;
+  for (auto& n : on_cuda.nodes) n.device = Device{DeviceType::cuda, 3};
+  EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::Cast), 5);
+}
+
 TEST(Passes, LeaveNumericsUnchanged) {
   auto f = [](const std::vector<Array>& x) {
     Array h = transpose(transpose(x[0], {1, 0}), {1, 0});

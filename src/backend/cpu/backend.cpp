@@ -1,5 +1,7 @@
 // kiln cpu backend: its kernel table and what it supports, registered by
 // register_builtin_backends (src/backend/registry.cpp).
+#include <algorithm>
+
 #include "backend/collectives.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
@@ -18,17 +20,25 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
       if (!op_has(ins.op, kFusable)) return false;
     return true;
   };
+  // Fused programs read f32 or bf16 (widened as they are read) and compute
+  // in f32; FusedElementwise may round its result to bf16 as it stores it.
+  auto f32_or_bf16 = [](DType d) { return d == DType::f32 || d == DType::bf16; };
+  const bool program_dtypes = std::all_of(inputs.begin(), inputs.end(), f32_or_bf16);
   const Attrs& a = p.attrs_variant();
   switch (p.op()) {
     case Op::MatmulEpilogue:
       return std::holds_alternative<EpilogueAttrs>(a) &&
              supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
     case Op::FusedElementwise:
-      return std::holds_alternative<FusedAttrs>(a) && fusable(p.attrs<FusedAttrs>());
+      return std::holds_alternative<FusedAttrs>(a) && fusable(p.attrs<FusedAttrs>()) &&
+             program_dtypes && f32_or_bf16(out);
     case Op::FusedReduce:
       return std::holds_alternative<FusedReduceAttrs>(a) &&
              fusable(p.attrs<FusedReduceAttrs>().body) &&
-             fusable(p.attrs<FusedReduceAttrs>().epilogue);
+             fusable(p.attrs<FusedReduceAttrs>().epilogue) && program_dtypes && out == DType::f32;
+    case Op::LayerNorm:  // the input's dtype, or bf16 from f32
+      return !inputs.empty() &&
+             (out == inputs[0] || (inputs[0] == DType::f32 && out == DType::bf16));
     default: return true;
   }
 }

@@ -21,6 +21,17 @@ inline void map2(float* y, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
 }
 
+inline float widen1(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline void widen(const uint16_t* x, int64_t n, float* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = widen1(x[i]);
+}
+
 }  // namespace
 
 void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n) {
@@ -41,7 +52,8 @@ namespace {
 // (scratch holds one chunk per register).
 struct BodyEval {
   const FusedAttrs& body;
-  std::vector<const float*> src;
+  std::vector<const float*> src;       // f32 inputs
+  std::vector<const uint16_t*> src16;  // bf16 inputs (widened as they are read)
   std::vector<int64_t> row;
   int ni, nregs;
   int given = -1;  // an input register whose chunk the caller passes to run()
@@ -56,13 +68,19 @@ struct BodyEval {
     for (int k = 0; k < ni; ++k) {
       if (k == given) {
         src.push_back(nullptr);
+        src16.push_back(nullptr);
         row.push_back(0);
         continue;
       }
       if (first >= in.size() || count == 0) fail("FusedReduce", "too few inputs for its programs");
       const Array& a = in[first++];
       --count;
-      src.push_back(a.data<float>());
+      if (a.dtype() != DType::f32 && a.dtype() != DType::bf16)
+        fail("FusedElementwise",
+             std::string("reads f32 or bf16 inputs, got ") + name_of(a.dtype()));
+      const bool narrow = a.dtype() == DType::bf16;
+      src.push_back(narrow ? nullptr : a.data<float>());
+      src16.push_back(narrow ? static_cast<const uint16_t*>(a.raw()) : nullptr);
       row.push_back(a.size());
     }
   }
@@ -75,6 +93,18 @@ struct BodyEval {
       float* buf = scratch + k * kChunk;
       if (k == given) {
         reg[k] = chunk;
+        continue;
+      }
+      if (src16[k]) {  // bf16: widened into the register's buffer
+        const uint16_t* x = src16[k];
+        switch (body.reads[k]) {
+          case FusedRead::Whole: widen(x + base, n, buf); break;
+          case FusedRead::Scalar: std::fill_n(buf, n, widen1(x[0])); break;
+          case FusedRead::Row:
+            for (int64_t i = 0; i < n; ++i) buf[i] = widen1(x[(base + i) % row[k]]);
+            break;
+        }
+        reg[k] = buf;
         continue;
       }
       switch (body.reads[k]) {
@@ -100,17 +130,28 @@ struct BodyEval {
   }
 };
 
+// The program computes in f32; a bf16 output rounds its last register as it
+// is stored (what a Cast after the unfused ops would give).
 void fused_kernel(const KernelContext&, const Primitive& p,
                   const std::vector<Array>& in, ArrayNode& out) {
   BodyEval body(p.attrs<FusedAttrs>(), in);
   const int64_t total = numel(out.shape);
-  float* y = static_cast<float*>(alloc_output(out));
+  if (out.dtype != DType::f32 && out.dtype != DType::bf16)
+    fail("FusedElementwise", std::string("writes f32 or bf16, not ") + name_of(out.dtype));
+  const bool narrow = out.dtype == DType::bf16;
+  void* y = alloc_output(out);
   parallel_for((total + kChunk - 1) / kChunk, kChunk * body.nregs, [&](int64_t c0, int64_t c1) {
     std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
     std::vector<const float*> reg(body.nregs);
     for (int64_t c = c0; c < c1; ++c) {
-      int64_t base = c * kChunk;
-      body.run(base, std::min(kChunk, total - base), scratch.data(), reg, y + base);
+      const int64_t base = c * kChunk, n = std::min(kChunk, total - base);
+      if (!narrow) {
+        body.run(base, n, scratch.data(), reg, static_cast<float*>(y) + base);
+        continue;
+      }
+      const float* v = body.run(base, n, scratch.data(), reg);
+      uint16_t* dst = static_cast<uint16_t*>(y) + base;
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16(v[i]).bits;
     }
   });
 }

@@ -94,29 +94,43 @@ void layer_norm_kernel(const KernelContext&, const Primitive& p,
   double eps = p.attrs<NormAttrs>().eps;
   int64_t c = in[0].shape().back(), rows = c ? in[0].size() / c : 0;
   bool affine = in.size() == 3;
+  // The output has the input's dtype, or is bf16 for an f32 input (the
+  // compiler folds a following cast into it: bf16 mixed precision's next
+  // GEMM operand), each value rounded once from the f32 result.
+  if (out.dtype != in[0].dtype() && !(in[0].dtype() == DType::f32 && out.dtype == DType::bf16))
+    fail(p.name(), std::string("writes ") + name_of(in[0].dtype()) + " for a " +
+                       name_of(in[0].dtype()) + " input, or bf16 for f32, not " +
+                       name_of(out.dtype));
   dispatch_float(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
     const T* x = in[0].data<T>();
     const T* g = affine ? in[1].data<T>() : nullptr;
     const T* b = affine ? in[2].data<T>() : nullptr;
-    T* y = static_cast<T*>(alloc_output(out));
-    parallel_for(rows, c * 4, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xs = x + r * c;
-        T* ys = y + r * c;
-        A mean, rstd;
-        row_stats(xs, c, eps, mean, rstd);
-        if (affine) {
+    void* y = alloc_output(out);
+    auto rows_into = [&](auto* yt) {
+      using O = std::remove_pointer_t<decltype(yt)>;
+      parallel_for(rows, c * 4, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* xs = x + r * c;
+          O* ys = yt + r * c;
+          A mean, rstd;
+          row_stats(xs, c, eps, mean, rstd);
+          if (affine) {
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k)
-            ys[k] = st<T>((ld(xs[k]) - mean) * rstd * ld(g[k]) + ld(b[k]));
-        } else {
+            for (int64_t k = 0; k < c; ++k)
+              ys[k] = st<O>((ld(xs[k]) - mean) * rstd * ld(g[k]) + ld(b[k]));
+          } else {
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k) ys[k] = st<T>((ld(xs[k]) - mean) * rstd);
+            for (int64_t k = 0; k < c; ++k) ys[k] = st<O>((ld(xs[k]) - mean) * rstd);
+          }
         }
-      }
-    });
+      });
+    };
+    if (out.dtype == DType::bf16 && !std::is_same_v<T, bf16>)
+      rows_into(static_cast<bf16*>(y));
+    else
+      rows_into(static_cast<T*>(y));
   });
 }
 

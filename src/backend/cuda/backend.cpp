@@ -255,6 +255,14 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
            supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
   if (p.op() == Op::Attention || p.op() == Op::AttentionGrad)  // f32 and f64 (attention.cu)
     return !inputs.empty() && (inputs[0] == DType::f32 || inputs[0] == DType::f64);
+  if (p.op() == Op::LayerNorm)  // no bf16 output from f32 (yet)
+    return !inputs.empty() && out == inputs[0];
+  if (p.op() == Op::FusedElementwise || p.op() == Op::FusedReduce) {
+    // The generated kernels read and write f32 only.
+    for (DType d : inputs)
+      if (d != DType::f32) return false;
+    if (out != DType::f32) return false;
+  }
   return supports_fused(p);
 }
 

@@ -3,9 +3,10 @@
 // FusedReduce (a body program summed over a group of axes, then its optional
 // epilogue program over the sums). Every register is a whole f64 array of
 // the program's shape; each instruction is one loop over it. Each
-// instruction's result and each sum is rounded to the output's dtype (f32),
-// as the unfused op would store it, so fusing changes no bit: jit on ref
-// gives eager ref's values. Also round_to.
+// instruction's result and each sum is rounded to the output's dtype (f32;
+// for a bf16 FusedElementwise, f32 and then bf16 as it is stored), as the
+// unfused ops would store it, so fusing changes no bit: jit on ref gives
+// eager ref's values. Inputs may be bf16 (load widens them). Also round_to.
 #include <cstdint>
 
 #include "backend/ref/ref_common.h"
@@ -63,7 +64,10 @@ void fused_kernel(const KernelContext&, const Primitive& p,
   const int64_t n = numel(out.shape);
   std::vector<Values> reg;
   for (size_t k = 0; k < in.size(); ++k) reg.push_back(expand(load(in[k]), f.reads[k], n));
-  store(out, run_program(f, std::move(reg), n, out.dtype));
+  // A bf16 output (a cast the compiler folded in) computes in f32 and rounds
+  // the result once, as it is stored.
+  const DType compute = out.dtype == DType::bf16 ? DType::f32 : out.dtype;
+  store(out, run_program(f, std::move(reg), n, compute));
 }
 
 // Inputs: the body's (one per body read), then the epilogue's other input

@@ -1,0 +1,92 @@
+// kiln compiler: casts folded into the kernels beside them — bf16 mixed
+// precision's casts between f32 ops and bf16 GEMM operands cost a pass over
+// memory each unless the producer writes bf16 or the consumer reads it.
+#include <algorithm>
+
+#include "compiler/fusion.h"
+#include "compiler/passes.h"
+#include "compiler/rewrite.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+namespace {
+
+bool is_cast_to(const Node& n, DType to) {
+  return !n.is_input() && n.prim->op() == Op::Cast && n.dtype == to;
+}
+
+// The primitive (and operands, old ids) that op i becomes when it reads
+// bf16 values in place of their f32 casts and writes `out`; null when op i
+// is not a fused program or elementwise op, or its backend cannot.
+struct Folded {
+  std::shared_ptr<const Primitive> prim;
+  std::vector<int> inputs;
+};
+
+Folded fold(const Graph& g, int i, DType out) {
+  const Node& n = g.nodes[i];
+  Folded f;
+  const Op op = n.prim->op();
+  if (op == Op::FusedElementwise || op == Op::FusedReduce) {
+    f.prim = n.prim;
+    f.inputs = n.inputs;
+  } else if (op == Op::LayerNorm) {
+    f.prim = n.prim;
+    f.inputs = n.inputs;
+  } else {
+    FusedAttrs program;
+    if (!as_program(g, i, program)) return {};
+    f.prim = std::make_shared<Primitive>(Op::FusedElementwise, std::move(program));
+    f.inputs = program_inputs(g, i);
+  }
+  // Programs read a bf16 value where they read its f32 cast (exact: a cast
+  // to f32 widens). LayerNorm's input stays as it is.
+  bool changed = out != n.dtype;
+  if (op != Op::LayerNorm)
+    for (int& k : f.inputs)
+      if (is_cast_to(g.nodes[k], DType::f32) &&
+          g.nodes[g.nodes[k].inputs[0]].dtype == DType::bf16) {
+        k = g.nodes[k].inputs[0];
+        changed = true;
+      }
+  if (!changed) return {};
+  std::vector<DType> dtypes;
+  for (int k : f.inputs) dtypes.push_back(g.nodes[k].dtype);
+  if (!backend_supports(n.device, *f.prim, dtypes, out)) return {};
+  return f;
+}
+
+}  // namespace
+
+Graph fuse_casts(const Graph& g) {
+  const Uses uses(g);
+  const int n = static_cast<int>(g.nodes.size());
+  // narrowed[y]: y (f32, read by a cast to bf16 alone) writes bf16 itself.
+  std::vector<bool> narrowed(n, false);
+  for (int i = 0; i < n; ++i) {
+    const Node& c = g.nodes[i];
+    if (!is_cast_to(c, DType::bf16)) continue;
+    const int y = c.inputs[0];
+    const Node& p = g.nodes[y];
+    if (p.is_input() || p.dtype != DType::f32 || !uses.read_once(y)) continue;
+    if (fold(g, y, DType::bf16).prim) narrowed[y] = true;
+  }
+  Graph out = rewrite(g, [&](Rewriter& rw, int i) {
+    const Node& node = g.nodes[i];
+    if (is_cast_to(node, DType::bf16) && narrowed[node.inputs[0]]) {
+      rw.map(i, rw[node.inputs[0]]);  // its producer wrote bf16
+      return;
+    }
+    Folded f = fold(g, i, narrowed[i] ? DType::bf16 : node.dtype);
+    if (!f.prim) {
+      rw.keep(i);
+      return;
+    }
+    std::vector<int> ins;
+    for (int k : f.inputs) ins.push_back(rw[k]);
+    rw.map(i, rw.add(f.prim, std::move(ins), node.shape, narrowed[i] ? DType::bf16 : node.dtype));
+  });
+  return dead_code_elimination(out);  // the casts no one reads now
+}
+
+}  // namespace kiln::compiler
