@@ -7,6 +7,7 @@
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
 #include "ops/dispatch.h"
+#include "ops/op_facts.h"
 
 namespace kiln::compiler {
 namespace {
@@ -25,30 +26,42 @@ struct Folded {
 
 Folded fold(const Graph& g, int i, DType out) {
   const Node& n = g.nodes[i];
-  Folded f;
+  Folded f{n.prim, n.inputs};
   const Op op = n.prim->op();
-  if (op == Op::FusedElementwise || op == Op::FusedReduce) {
-    f.prim = n.prim;
-    f.inputs = n.inputs;
-  } else if (op == Op::LayerNorm) {
-    f.prim = n.prim;
-    f.inputs = n.inputs;
-  } else {
+  // The operands that may be read as bf16 in place of their f32 cast: all of
+  // a program's; LayerNorm's backward's dy; none of the others'.
+  auto widening_read = [&](size_t j) {
+    if (op == Op::LayerNormGrad || op == Op::LayerNormParamGrad)
+      return j == layer_norm_dy_slot(*n.prim, n.inputs.size());
+    return op == Op::FusedElementwise || op == Op::FusedReduce || op_has(op, kFusable);
+  };
+  if (op == Op::MatmulEpilogue && out != n.dtype) {
+    EpilogueAttrs e = n.prim->attrs<EpilogueAttrs>();
+    e.mm.out = out;
+    f.prim = std::make_shared<Primitive>(Op::MatmulEpilogue, std::move(e));
+  } else if (op == Op::Matmul) {
+    if (out == n.dtype || g.nodes[n.inputs[0]].dtype != DType::bf16) return {};
+    MatmulAttrs m = n.prim->attrs<MatmulAttrs>();
+    m.out = out;  // from bf16 operands: f32 sums rounded once
+    f.prim = std::make_shared<Primitive>(Op::Matmul, m);
+  } else if (op != Op::FusedElementwise && op != Op::FusedReduce && op != Op::LayerNorm &&
+             op != Op::LayerNormGrad && op != Op::LayerNormParamGrad && op != Op::MatmulEpilogue) {
     FusedAttrs program;
     if (!as_program(g, i, program)) return {};
     f.prim = std::make_shared<Primitive>(Op::FusedElementwise, std::move(program));
     f.inputs = program_inputs(g, i);
   }
-  // Programs read a bf16 value where they read its f32 cast (exact: a cast
-  // to f32 widens). LayerNorm's input stays as it is.
+  // Read a bf16 value where the op read its f32 cast (exact: a cast to f32
+  // widens).
   bool changed = out != n.dtype;
-  if (op != Op::LayerNorm)
-    for (int& k : f.inputs)
-      if (is_cast_to(g.nodes[k], DType::f32) &&
-          g.nodes[g.nodes[k].inputs[0]].dtype == DType::bf16) {
-        k = g.nodes[k].inputs[0];
-        changed = true;
-      }
+  for (size_t j = 0; j < f.inputs.size(); ++j) {
+    int& k = f.inputs[j];
+    if (widening_read(j) && is_cast_to(g.nodes[k], DType::f32) &&
+        g.nodes[g.nodes[k].inputs[0]].dtype == DType::bf16) {
+      k = g.nodes[k].inputs[0];
+      changed = true;
+    }
+  }
   if (!changed) return {};
   std::vector<DType> dtypes;
   for (int k : f.inputs) dtypes.push_back(g.nodes[k].dtype);
@@ -61,20 +74,33 @@ Folded fold(const Graph& g, int i, DType out) {
 Graph fuse_casts(const Graph& g) {
   const Uses uses(g);
   const int n = static_cast<int>(g.nodes.size());
-  // narrowed[y]: y (f32, read by a cast to bf16 alone) writes bf16 itself.
-  std::vector<bool> narrowed(n, false);
+  // narrowed[y]: y (f32, read by a cast to bf16 alone, directly or through
+  // reshapes that only it reads) writes bf16 itself, and so do the reshapes.
+  std::vector<bool> narrowed(n, false), casts_away(n, false);
   for (int i = 0; i < n; ++i) {
     const Node& c = g.nodes[i];
     if (!is_cast_to(c, DType::bf16)) continue;
-    const int y = c.inputs[0];
+    std::vector<int> chain;  // the reshapes between the producer and the cast
+    int y = c.inputs[0];
+    while (!g.nodes[y].is_input() && g.nodes[y].prim->op() == Op::Reshape && uses.read_once(y)) {
+      chain.push_back(y);
+      y = g.nodes[y].inputs[0];
+    }
     const Node& p = g.nodes[y];
     if (p.is_input() || p.dtype != DType::f32 || !uses.read_once(y)) continue;
-    if (fold(g, y, DType::bf16).prim) narrowed[y] = true;
+    if (!fold(g, y, DType::bf16).prim) continue;
+    narrowed[y] = true;
+    for (int r : chain) narrowed[r] = true;
+    casts_away[i] = true;
   }
   Graph out = rewrite(g, [&](Rewriter& rw, int i) {
     const Node& node = g.nodes[i];
-    if (is_cast_to(node, DType::bf16) && narrowed[node.inputs[0]]) {
+    if (casts_away[i]) {
       rw.map(i, rw[node.inputs[0]]);  // its producer wrote bf16
+      return;
+    }
+    if (narrowed[i] && node.prim->op() == Op::Reshape) {
+      rw.map(i, rw.add(node.prim, {rw[node.inputs[0]]}, node.shape, DType::bf16));
       return;
     }
     Folded f = fold(g, i, narrowed[i] ? DType::bf16 : node.dtype);

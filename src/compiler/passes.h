@@ -36,14 +36,15 @@ Graph fuse_matmul_epilogue(const Graph& g);
 Graph fuse_reductions(const Graph& g);
 
 // Folds casts between f32 and bf16 into the kernels beside them (bf16 mixed
-// precision): a cast to bf16 of an f32 value that only it reads makes the
-// producer write bf16 — a FusedElementwise, an elementwise op (which becomes
-// a one-instruction FusedElementwise) or a LayerNorm — and a fused program or
-// elementwise op that reads a cast to f32 of a bf16 value reads the bf16
-// value itself, widening it as it loads it. Only where the backend runs the
-// result (backend_supports with the new dtypes). The programs still compute
-// in f32 and round once to bf16 as they store, so no value changes. Run
-// after the fusing passes.
+// precision): a cast to bf16 of an f32 value that only it reads (directly or
+// through reshapes only they read) makes the producer write bf16 — a
+// FusedElementwise, an elementwise op (which becomes a one-instruction
+// FusedElementwise), a LayerNorm, or a Matmul or MatmulEpilogue of bf16
+// operands — and a fused program,
+// an elementwise op or LayerNorm's backward (its dy) that reads a cast to f32
+// of a bf16 value reads the bf16 value itself, widening it as it loads it. Only where the backend
+// runs the result (backend_supports with the new dtypes). The programs still compute in f32 and
+// round once to bf16 as they store, so no value changes. Run after the fusing passes.
 Graph fuse_casts(const Graph& g);
 
 // Folds the residual stream's gradient into LayerNorm's backward: an f32

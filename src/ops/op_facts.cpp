@@ -4,6 +4,14 @@
 
 namespace kiln {
 
+size_t layer_norm_dy_slot(const Primitive& prim, size_t inputs) {
+  if (prim.op() == Op::LayerNormParamGrad) return 1;
+  if (prim.op() != Op::LayerNormGrad || inputs == 0) return SIZE_MAX;
+  const bool residual =
+      std::holds_alternative<NormAttrs>(prim.attrs_variant()) && prim.attrs<NormAttrs>().residual;
+  return inputs - (residual ? 2 : 1);
+}
+
 bool in_place_safe(const Primitive& prim, size_t j) {
   if (!op_has(prim.op(), kInPlace)) return false;
   if (prim.op() != Op::FusedReduce) return true;

@@ -146,6 +146,10 @@ inline VjpReads vjp_reads(Op op) {
   return op_facts(op).vjp;
 }
 
+// The operand slot of dy in LayerNormGrad (x, [gamma,] dy, [residual]) or
+// LayerNormParamGrad (x, dy) with `inputs` operands; SIZE_MAX for other ops.
+size_t layer_norm_dy_slot(const Primitive& prim, size_t inputs);
+
 // Whether `prim`'s kernel may write its output over its input j (of the
 // output's shape and dtype): kInPlace, and for FusedReduce only an epilogue
 // operand read whole (the epilogue reads each chunk before it stores the

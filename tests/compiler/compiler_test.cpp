@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "../gpu_device.h"
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "compiler/memory_plan.h"
@@ -12,7 +13,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/optim.h"
-#include "../gpu_device.h"
+#include "ops/op_facts.h"
 
 namespace kiln {
 namespace {
@@ -232,6 +233,50 @@ TEST(Passes, CastsFoldIntoTheKernelsBesideThem) {
   Graph on_cuda = traced_graph;
   for (auto& n : on_cuda.nodes) n.device = Device{DeviceType::cuda, 3};
   EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::Cast), 5);
+}
+
+// The same through reshapes, into GEMMs (a MatmulEpilogue's and a Matmul's
+// result rounded as stored) and into LayerNorm's backward (dy read as bf16).
+TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
+  auto f = [](const std::vector<Array>& x) {
+    Array a = astype(x[0], DType::bf16), w = astype(x[1], DType::bf16);
+    Array y = matmul(a, w, {false, false, DType::f32}) + x[2];  // a MatmulEpilogue
+    Array q = astype(reshape(y, {2, 3, 8}), DType::bf16);       // written bf16, reshaped
+    Array m = astype(matmul(a, astype(x[3], DType::bf16), {false, false, DType::f32}),
+                     DType::bf16);  // a Matmul written bf16
+    Array dy = astype(matmul(a, w, {false, false, DType::bf16}), DType::f32);
+    Array dx = layer_norm_grad(x[4], x[2], dy, 1e-5);
+    Array dgb = layer_norm_param_grad(x[4], dy, 1e-5);
+    return std::vector<Array>{q, m, dx, dgb};
+  };
+  const std::vector<Shape> shapes{{6, 8}, {8, 8}, {8}, {8, 8}, {6, 8}};
+  Graph traced_graph = trace(f, shapes);
+  Graph g = compiler::optimize(traced_graph, {});
+  EXPECT_EQ(count_ops(traced_graph, Op::Cast), 6);
+  EXPECT_EQ(count_ops(g, Op::Cast), 3);  // x[0], x[1] and x[3]: inputs
+  for (const auto& n : g.nodes) {
+    if (n.is_input()) continue;
+    const Op op = n.prim->op();
+    if (op == Op::MatmulEpilogue || op == Op::Matmul) {
+      EXPECT_EQ(n.dtype, DType::bf16) << n.prim->str();
+    }
+    if (op == Op::LayerNormGrad || op == Op::LayerNormParamGrad) {
+      EXPECT_EQ(g.nodes[n.inputs[layer_norm_dy_slot(*n.prim, n.inputs.size())]].dtype, DType::bf16);
+    }
+  }
+  std::vector<Array> args = random_args(shapes, 50);
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    SCOPED_TRACE(d.str());
+    std::vector<Array> on;
+    for (const Array& a : args) on.push_back(a.to(d));
+    auto eager = f(on), compiled = jit(f)(on);
+    for (size_t i = 0; i < eager.size(); ++i) {
+      EXPECT_EQ(compiled[i].dtype(), eager[i].dtype()) << "output " << i;
+      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
+                astype(eager[i], DType::f32).to_vector<float>())
+          << "output " << i;
+    }
+  }
 }
 
 TEST(Passes, LeaveNumericsUnchanged) {

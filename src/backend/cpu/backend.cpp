@@ -6,6 +6,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "kiln/ops.h"
+#include "ops/op_facts.h"
 
 namespace kiln {
 namespace cpu {
@@ -39,6 +40,15 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
     case Op::LayerNorm:  // the input's dtype, or bf16 from f32
       return !inputs.empty() &&
              (out == inputs[0] || (inputs[0] == DType::f32 && out == DType::bf16));
+    case Op::LayerNormGrad:
+    case Op::LayerNormParamGrad: {  // dy may be bf16 for f32 x (nn.cpp's with_dy)
+      const size_t dy = layer_norm_dy_slot(p, inputs.size());
+      for (size_t j = 0; j < inputs.size(); ++j)
+        if (inputs[j] != inputs[0] &&
+            !(j == dy && inputs[0] == DType::f32 && inputs[j] == DType::bf16))
+          return false;
+      return true;
+    }
     default: return true;
   }
 }

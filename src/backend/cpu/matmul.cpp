@@ -311,13 +311,19 @@ void apply_epilogue(float* c, int64_t rows, int64_t cols, const std::vector<Epil
 // cache), without a separate kernel or intermediate buffer. (Interleaving the
 // pass with the GEMM per row panel was measured and gained nothing:
 // bench/results/2026-11-30-cpu-analysis-s6.md.)
+void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, const void* b_data,
+                  void* c, const std::vector<const void*>& operands);
+
 void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
                             const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<EpilogueAttrs>();
   const Array &a = in[0], &b = in[1];
   GemmShape s = gemm_shape(attrs.mm, a, b);
-  if (s.in == DType::f64 || s.k == 0 || out.dtype != DType::f32)
-    fail("MatmulEpilogue", "needs f32 or bf16 operands with k > 0 and an f32 result");
+  const bool narrow = out.dtype == DType::bf16;
+  if (s.in == DType::f64 || s.k == 0 || s.out != out.dtype ||
+      !(out.dtype == DType::f32 || (narrow && s.in == DType::bf16)))
+    fail("MatmulEpilogue",
+         "needs f32 or bf16 operands with k > 0 and an f32 result (or bf16, from bf16)");
   std::vector<const void*> operands;
   for (const auto& st : attrs.steps)
     if (st.operand >= 0) {
@@ -329,10 +335,31 @@ void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
   if (numel(out.shape) == 0) return;
   const void *a_data = a.raw(), *b_data = b.raw();
   std::optional<WidenedBf16> wa, wb;
+  // Widened bf16 with a bf16 result: the f32 epilogue into a buffer, then
+  // rounded once into the output.
+  std::optional<Buffer> wide_c;
+  void* bf16_out = nullptr;
   if (s.in == DType::bf16 && !native_bf16_gemm()) {
     a_data = wa.emplace(a).data(), b_data = wb.emplace(b).data();
     s.in = DType::f32;
+    if (narrow) {
+      bf16_out = c;
+      c = wide_c.emplace(&cpu_allocator(), numel(out.shape) * sizeof(float), Device::cpu()).data();
+      s.out = DType::f32;
+    }
   }
+  run_epilogue(s, attrs, a_data, b_data, c, operands);
+  if (bf16_out) {
+    const float* src = static_cast<const float*>(c);
+    bf16* dst = static_cast<bf16*>(bf16_out);
+    parallel_for(numel(out.shape), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = bf16(src[i]);
+    });
+  }
+}
+
+void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, const void* b_data,
+                  void* c, const std::vector<const void*>& operands) {
   if (s.in == DType::f32 && s.batch_a == 1 && s.batch_b == 1) {
     std::vector<EpilogueStep> rest = attrs.steps;
     std::vector<const float*> ops;
@@ -388,8 +415,12 @@ std::string bf16_gemm_unit() {
 }
 
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out) {
-  if (inputs.size() < 2 || out != DType::f32 || inputs[0] != inputs[1] ||
+  if (inputs.size() < 2 || inputs[0] != inputs[1] ||
       (inputs[0] != DType::f32 && inputs[0] != DType::bf16))
+    return false;
+  // f32 results; bf16 ones from bf16 operands (a cast the compiler folded in).
+  if (out != attrs.mm.out ||
+      !(out == DType::f32 || (out == DType::bf16 && inputs[0] == DType::bf16)))
     return false;
   for (size_t i = 2; i < inputs.size(); ++i)
     if (inputs[i] != DType::f32) return false;

@@ -134,6 +134,20 @@ void layer_norm_kernel(const KernelContext&, const Primitive& p,
   });
 }
 
+// Runs f on dy's data: of the input's type T, or bf16 for an f32 input (the
+// compiler folds a widening cast into LayerNorm's backward: bf16 mixed
+// precision's GEMMs give dy in bf16), widened as it is read.
+template <typename T, typename F>
+void with_dy(const Array& dy, const Primitive& p, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dy.dtype() == DType::bf16) return f(dy.data<bf16>());
+  }
+  if (dy.dtype() != dtype_of<T>::value)
+    fail(p.name(), std::string("dy is ") + name_of(dy.dtype()) + ", expected " +
+                       name_of(dtype_of<T>::value) + (std::is_same_v<T, float> ? " or bf16" : ""));
+  f(dy.data<T>());
+}
+
 // dx = rstd * (dŷ - mean(dŷ) - x̂ * mean(dŷ * x̂)), with dŷ = dy * gamma.
 // With NormAttrs::residual, the last input r is added: dx + r.
 void layer_norm_grad_kernel(const KernelContext&, const Primitive& p,
@@ -150,42 +164,43 @@ void layer_norm_grad_kernel(const KernelContext&, const Primitive& p,
     using A = acc_t<T>;
     const T* xs0 = x.data<T>();
     const T* g = affine ? in[1].data<T>() : nullptr;
-    const T* dys0 = dy.data<T>();
     const T* res0 = residual ? in.back().data<T>() : nullptr;
     T* dx0 = static_cast<T*>(alloc_output(out));
-    parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
-      std::vector<A> dyh(c);
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xs = xs0 + r * c;
-        const T* dys = dys0 + r * c;
-        T* dx = dx0 + r * c;
-        A mean, rstd;
-        row_stats(xs, c, eps, mean, rstd);
-        if (affine) {
+    with_dy<T>(dy, p, [&](const auto* dys0) {
+      parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
+        std::vector<A> dyh(c);
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* xs = xs0 + r * c;
+          const auto* dys = dys0 + r * c;
+          T* dx = dx0 + r * c;
+          A mean, rstd;
+          row_stats(xs, c, eps, mean, rstd);
+          if (affine) {
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]) * ld(g[k]);
-        } else {
+            for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]) * ld(g[k]);
+          } else {
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]);
-        }
-        A s1 = 0, s2 = 0;
+            for (int64_t k = 0; k < c; ++k) dyh[k] = ld(dys[k]);
+          }
+          A s1 = 0, s2 = 0;
 #pragma omp simd reduction(+ : s1, s2)
-        for (int64_t k = 0; k < c; ++k) {
-          s1 += dyh[k];
-          s2 += dyh[k] * (ld(xs[k]) - mean);
-        }
-        s2 *= rstd;
-        s1 /= A(c);
-        s2 /= A(c);
+          for (int64_t k = 0; k < c; ++k) {
+            s1 += dyh[k];
+            s2 += dyh[k] * (ld(xs[k]) - mean);
+          }
+          s2 *= rstd;
+          s1 /= A(c);
+          s2 /= A(c);
 #pragma omp simd
-        for (int64_t k = 0; k < c; ++k)
-          dx[k] = st<T>(rstd * (dyh[k] - s1 - (ld(xs[k]) - mean) * rstd * s2));
-        if (res0) {  // added to the stored dx while the row is in cache: as the unfused Add
-          const T* rs = res0 + r * c;
+          for (int64_t k = 0; k < c; ++k)
+            dx[k] = st<T>(rstd * (dyh[k] - s1 - (ld(xs[k]) - mean) * rstd * s2));
+          if (res0) {  // added to the stored dx while the row is in cache: as the unfused Add
+            const T* rs = res0 + r * c;
 #pragma omp simd
-          for (int64_t k = 0; k < c; ++k) dx[k] = st<T>(ld(rs[k]) + ld(dx[k]));
+            for (int64_t k = 0; k < c; ++k) dx[k] = st<T>(ld(rs[k]) + ld(dx[k]));
+          }
         }
-      }
+      });
     });
   });
 }
@@ -204,49 +219,50 @@ void layer_norm_param_grad_kernel(const KernelContext&, const Primitive& p,
     using T = decltype(t);
     using A = acc_t<T>;
     const T* xs = x.data<T>();
-    const T* dys = dy.data<T>();
     T* y = static_cast<T*>(alloc_output(out));
-    constexpr int64_t kRows = 128, kFlush = 8;
-    const int64_t blocks = (rows + kRows - 1) / kRows;
-    std::vector<double> part(blocks * 2 * c, 0.0);
-    parallel_for(blocks, kRows * c * 6, [&](int64_t b0, int64_t b1) {
-      std::vector<A> fg(c), fb(c);
-      for (int64_t b = b0; b < b1; ++b) {
-        double* pg = part.data() + b * 2 * c;
-        double* pb = pg + c;
-        const int64_t end = std::min(rows, (b + 1) * kRows);
-        for (int64_t r0 = b * kRows; r0 < end; r0 += kFlush) {
-          std::fill(fg.begin(), fg.end(), A(0));
-          std::fill(fb.begin(), fb.end(), A(0));
-          for (int64_t r = r0; r < std::min(end, r0 + kFlush); ++r) {
-            const T* xr = xs + r * c;
-            const T* dr = dys + r * c;
-            A mean, rstd;
-            row_stats(xr, c, eps, mean, rstd);
+    with_dy<T>(dy, p, [&](const auto* dys) {
+      constexpr int64_t kRows = 128, kFlush = 8;
+      const int64_t blocks = (rows + kRows - 1) / kRows;
+      std::vector<double> part(blocks * 2 * c, 0.0);
+      parallel_for(blocks, kRows * c * 6, [&](int64_t b0, int64_t b1) {
+        std::vector<A> fg(c), fb(c);
+        for (int64_t b = b0; b < b1; ++b) {
+          double* pg = part.data() + b * 2 * c;
+          double* pb = pg + c;
+          const int64_t end = std::min(rows, (b + 1) * kRows);
+          for (int64_t r0 = b * kRows; r0 < end; r0 += kFlush) {
+            std::fill(fg.begin(), fg.end(), A(0));
+            std::fill(fb.begin(), fb.end(), A(0));
+            for (int64_t r = r0; r < std::min(end, r0 + kFlush); ++r) {
+              const T* xr = xs + r * c;
+              const auto* dr = dys + r * c;
+              A mean, rstd;
+              row_stats(xr, c, eps, mean, rstd);
+#pragma omp simd
+              for (int64_t k = 0; k < c; ++k) {
+                A d = ld(dr[k]);
+                fg[k] += d * ((ld(xr[k]) - mean) * rstd);
+                fb[k] += d;
+              }
+            }
 #pragma omp simd
             for (int64_t k = 0; k < c; ++k) {
-              A d = ld(dr[k]);
-              fg[k] += d * ((ld(xr[k]) - mean) * rstd);
-              fb[k] += d;
+              pg[k] += static_cast<double>(fg[k]);
+              pb[k] += static_cast<double>(fb[k]);
             }
           }
-#pragma omp simd
-          for (int64_t k = 0; k < c; ++k) {
-            pg[k] += static_cast<double>(fg[k]);
-            pb[k] += static_cast<double>(fb[k]);
-          }
         }
+      });
+      for (int64_t k = 0; k < c; ++k) {
+        double g = 0, bsum = 0;
+        for (int64_t b = 0; b < blocks; ++b) {
+          g += part[b * 2 * c + k];
+          bsum += part[b * 2 * c + c + k];
+        }
+        y[k] = st<T>(static_cast<A>(g));
+        y[c + k] = st<T>(static_cast<A>(bsum));
       }
     });
-    for (int64_t k = 0; k < c; ++k) {
-      double g = 0, bsum = 0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        g += part[b * 2 * c + k];
-        bsum += part[b * 2 * c + c + k];
-      }
-      y[k] = st<T>(static_cast<A>(g));
-      y[c + k] = st<T>(static_cast<A>(bsum));
-    }
   });
 }
 

@@ -257,6 +257,10 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
     return !inputs.empty() && (inputs[0] == DType::f32 || inputs[0] == DType::f64);
   if (p.op() == Op::LayerNorm)  // no bf16 output from f32 (yet)
     return !inputs.empty() && out == inputs[0];
+  if (p.op() == Op::LayerNormGrad || p.op() == Op::LayerNormParamGrad) {  // one dtype
+    for (DType d : inputs)
+      if (d != inputs[0]) return false;
+  }
   if (p.op() == Op::FusedElementwise || p.op() == Op::FusedReduce) {
     // The generated kernels read and write f32 only.
     for (DType d : inputs)

@@ -2,8 +2,9 @@
 // [batch, M, K] x [batch, K, N] (transposes as index swaps; a batch of one,
 // or a rank-2 operand, is shared by every batch), then the epilogue's steps
 // through scalar<op> on each result before it is stored. The epilogue rounds
-// the product and each step's result to the output's dtype, as the unfused
-// Matmul and elementwise ops store them: fusing changes no bit.
+// the product and each step's result to the output's dtype (f32 for a bf16
+// output, which is then rounded once as it is stored), as the unfused Matmul,
+// elementwise ops and cast store them: fusing changes no bit.
 #include <algorithm>
 #include <cstdint>
 
@@ -60,7 +61,11 @@ void matmul_kernel(const KernelContext&, const Primitive& p,
                    const std::vector<Array>& in, ArrayNode& out) {
   check_float(p, in[0], in[1]);
   const Gemm g = gemm_of(p.attrs<MatmulAttrs>(), in[0], in[1]);
-  store(out, gemm(g, load(in[0]), load(in[1])));
+  std::vector<double> c = gemm(g, load(in[0]), load(in[1]));
+  // A bf16 result is rounded from the f32 one, as the other backends
+  // accumulate in f32 (and as Matmul-then-cast gives).
+  if (out.dtype == DType::bf16) round_to(c, DType::f32);
+  store(out, c);
 }
 
 // Each step applies its op to the running value (the left operand) and, for a
@@ -72,7 +77,10 @@ void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
   check_float(p, in[0], in[1]);
   const Gemm g = gemm_of(attrs.mm, in[0], in[1]);
   std::vector<double> c = gemm(g, load(in[0]), load(in[1]));
-  round_to(c, attrs.mm.out);
+  // A bf16 result (a cast the compiler folded in) is the f32 epilogue's,
+  // rounded once as it is stored.
+  const DType compute = out.dtype == DType::bf16 ? DType::f32 : out.dtype;
+  round_to(c, compute);
   std::vector<std::vector<double>> operands;
   for (size_t i = 2; i < in.size(); ++i) operands.push_back(load(in[i]));
   for (const auto& st : attrs.steps) {
@@ -96,7 +104,7 @@ void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
         }
       }
     });
-    round_to(c, out.dtype);
+    round_to(c, compute);
   }
   store(out, c);
 }
