@@ -73,7 +73,10 @@ Graph fuse_attention(const Graph& g);
 // recomputed just before that late read instead of being kept: its buffer no
 // longer spans the forward-backward boundary (in a ViT with bf16 mixed
 // precision: the bf16 casts of the activations that the weight gradients
-// read). Costs one pass over memory per late read. Run after CSE, which would merge the copies back.
+// read). Costs one pass over memory per late read. A cast of parameters
+// (graph inputs, or their reshapes and concatenations) is kept instead: a
+// weight is cast to bf16 once per step. Run after CSE, which would merge the
+// copies back.
 Graph rematerialize(const Graph& g, int gap = 64);
 
 // Schedules each output computed elementwise from a donated input (a

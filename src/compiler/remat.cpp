@@ -17,6 +17,21 @@ namespace kiln::compiler {
 // in the backward cost vit-small 1.5% of its jit step on AVX2 (0.08 s of
 // kernel time per step), which made jit slower than eager there, for 0.39 GiB
 // less peak memory (bench/results/2026-12-01-avx2-modes-cpu/).
+namespace {
+
+// Whether value v is a graph input, or a reshape or concatenation of them.
+bool of_parameters(const Graph& g, int v) {
+  const Node& n = g.nodes[v];
+  if (n.is_input()) return true;
+  const Op op = n.prim->op();
+  if (op != Op::Concatenate && op != Op::Reshape) return false;
+  for (int k : n.inputs)
+    if (!of_parameters(g, k)) return false;
+  return true;
+}
+
+}  // namespace
+
 Graph rematerialize(const Graph& g, int gap) {
   const int n = static_cast<int>(g.nodes.size());
   const Uses uses(g);
@@ -25,6 +40,11 @@ Graph rematerialize(const Graph& g, int gap) {
   for (int v = 0; v < n; ++v) {
     const Node& node = g.nodes[v];
     if (node.is_input() || uses.is_output[v] || !op_has(node.prim->op(), kCheapRecompute)) continue;
+    // A cast of a parameter (the graph's input, directly or through
+    // concatenations of inputs: the ViT's q, k, v weights) is made once per
+    // step and kept: the backward's GEMMs read the same bf16 weight as the
+    // forward's, which costs weight-sized memory, not activation-sized.
+    if (node.prim->op() == Op::Cast && of_parameters(g, node.inputs[0])) continue;
     for (int c = uses.first_use[v] + gap; c < n; ++c) {  // the reads far after the first
       const auto& ins = g.nodes[c].inputs;
       if (std::find(ins.begin(), ins.end(), v) == ins.end()) continue;

@@ -669,6 +669,34 @@ TEST(Passes, RematerializationRecomputesCheapValuesReadLate) {
   expect_compiled_bit_identical(f, shapes, 40);
 }
 
+// Casts are cheap to recompute, and rematerialize recomputes other cheap ops
+// of inputs read late (relu(x) above), but a parameter's cast (an input's,
+// or a concatenation of inputs', as the ViT's q, k, v weights) is made once
+// and kept for the backward: a weight is cast to bf16 once per step. (The
+// 80 elementwise steps after the first bf16 matmul also check that an
+// epilogue stops at oneDNN's 32 post-ops: beyond them it failed to compile.)
+TEST(Passes, ParameterCastsAreMadeOncePerStep) {
+  auto f = [](const std::vector<Array>& x) {
+    Array w = astype(x[1], DType::bf16);
+    Array z = matmul(astype(x[0], DType::bf16), w, {false, true, DType::f32});
+    for (int i = 0; i < 40; ++i) z = exp(z * 0.01);
+    Array late = matmul(astype(z, DType::bf16), w, {false, false, DType::f32}) + relu(x[1]);
+    return std::vector<Array>{late, relu(x[1])};
+  };
+  std::vector<Shape> shapes{{8, 8}, {8, 8}};
+  Graph g = compiler::common_subexpression_elimination(trace(f, shapes));
+  Graph r = compiler::rematerialize(g);
+  auto count_of_input = [](const Graph& h, Op op, int slot) {
+    int n = 0;
+    for (const auto& node : h.nodes)
+      if (node.prim && node.prim->op() == op && h.nodes[node.inputs[0]].input_slot == slot) ++n;
+    return n;
+  };
+  EXPECT_EQ(count_of_input(g, Op::Cast, 1), 1);
+  EXPECT_EQ(count_of_input(r, Op::Cast, 1), 1);  // the weight's cast: kept, not recomputed
+  expect_compiled_bit_identical(f, shapes, 41);
+}
+
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
   setenv("KILN_COMPILE", "no_cse,no_dce,no_norm,no_remat", 1);
   auto o = compiler::PassOptions::from_env();

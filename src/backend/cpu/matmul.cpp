@@ -424,6 +424,10 @@ bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inp
     return false;
   for (size_t i = 2; i < inputs.size(); ++i)
     if (inputs[i] != DType::f32) return false;
+  // oneDNN takes at most 32 post-ops (post_ops_t::post_ops_limit); a longer
+  // chain ends its epilogue there and the rest runs as fused elementwise ops.
+  constexpr size_t kMaxPostOps = 32;
+  if (attrs.steps.size() > kMaxPostOps) return false;
   for (const auto& st : attrs.steps)
     if (!post_op_for(st.op) || post_op_for(st.op)->binary != (st.operand >= 0)) return false;
   return true;
