@@ -29,12 +29,25 @@ template <typename T>
 inline acc_t<T> ld(const T& v) {
   return static_cast<acc_t<T>>(v);
 }
+// f32 -> bf16 bits, rounded to nearest even, NaN kept quiet: bf16(float)'s
+// result, written without a branch so that loops over it vectorize.
+inline uint16_t narrow_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
 template <typename T, typename A>
 inline T st(A v) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return bf16(static_cast<float>(v));
-  else
+  if constexpr (std::is_same_v<T, bf16>) {
+    bf16 r;
+    r.bits = narrow_bf16(static_cast<float>(v));
+    return r;
+  } else {
     return static_cast<T>(v);
+  }
 }
 
 template <typename F>
