@@ -65,6 +65,32 @@ void BM_kiln_matmul(benchmark::State& state, Gemm g, DType dt) {
   set_flops(state, 2.0 * g.m * g.n * g.k);
 }
 
+// kiln's bf16 matmul with a bf16 result, as PyTorch's bf16 matmul gives
+// (bench/bf16_gemm.sh runs it beside torch's on the same shapes).
+void BM_kiln_matmul_bf16_out(benchmark::State& state, Gemm g) {
+  Array a = astype(random::normal(random::Key(1), shape_a(g)), DType::bf16);
+  Array b = astype(random::normal(random::Key(2), shape_b(g)), DType::bf16);
+  MatmulOptions opt{g.ta, g.tb, DType::bf16};
+  for (auto _ : state) {
+    Array c = matmul(a, b, opt);
+    benchmark::DoNotOptimize(c.raw());
+  }
+  set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
+// The same GEMM on gemm_bf16 (oneMKL's cblas_gemm_bf16bf16f32 where kiln has
+// oneMKL and the CPU a bf16 unit; f32 result): the other library on offer.
+void BM_gemm_bf16(benchmark::State& state, Gemm g) {
+  std::vector<uint16_t> a(g.m * g.k, 0x3f00), b(g.k * g.n, 0x3e80);
+  std::vector<float> c(g.m * g.n);
+  for (auto _ : state) {
+    cpu::gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.ta ? g.m : g.k, b.data(),
+                   g.tb ? g.k : g.n, 0.0f, c.data(), g.n, "bench");
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * g.m * g.n * g.k);
+}
+
 // kiln's f32 matmul on a chosen sgemm library (oneMKL where built in, or
 // oneDNN's dnnl_sgemm; src/backend/cpu/sgemm.h).
 void BM_kiln_matmul_on(benchmark::State& state, Gemm g, cpu::SgemmLibrary lib) {
@@ -325,6 +351,18 @@ int register_all() {
                                    BM_kiln_matmul_on, g, cpu::SgemmLibrary::onednn)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+  }
+  for (const auto& g : kGemmsSmall) {
+    std::string n = g.name;
+    benchmark::RegisterBenchmark(("matmul_bf16_vit_small/" + n + "/kiln").c_str(),
+                                 BM_kiln_matmul_bf16_out, g)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(
+        ("matmul_bf16_vit_small/" + n + (cpu::gemm_bf16_native() ? "/onemkl" : "/widened")).c_str(),
+        BM_gemm_bf16, g)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   for (const auto& g : kAttnGemms) {
     std::string n = g.name;
