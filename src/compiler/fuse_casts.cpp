@@ -24,10 +24,34 @@ struct Folded {
   std::vector<int> inputs;
 };
 
+// The bf16 value that value k widens, directly or through reshapes (which a
+// whole read ignores), or -1.
+int widened_bf16(const Graph& g, int k) {
+  while (!g.nodes[k].is_input() && g.nodes[k].prim->op() == Op::Reshape) k = g.nodes[k].inputs[0];
+  const Node& c = g.nodes[k];
+  if (!is_cast_to(c, DType::f32) || g.nodes[c.inputs[0]].dtype != DType::bf16) return -1;
+  return c.inputs[0];
+}
+
 Folded fold(const Graph& g, int i, DType out) {
   const Node& n = g.nodes[i];
   Folded f{n.prim, n.inputs};
   const Op op = n.prim->op();
+  if (op == Op::Sum) {
+    // A sum over contiguous axes of a widened bf16 value: a FusedReduce whose
+    // body reads the bf16 value (the Sum kernel's order, so the same bits).
+    const auto& ra = n.prim->attrs<ReduceAttrs>();
+    bool contiguous = !ra.axes.empty() && n.dtype == DType::f32 && out == n.dtype;
+    for (size_t j = 1; j < ra.axes.size(); ++j) contiguous &= ra.axes[j] == ra.axes[j - 1] + 1;
+    const int x = contiguous ? widened_bf16(g, n.inputs[0]) : -1;
+    if (x < 0) return {};
+    f.prim = std::make_shared<Primitive>(
+        Op::FusedReduce,
+        FusedReduceAttrs{FusedAttrs{{FusedRead::Whole}, {}}, g.nodes[n.inputs[0]].shape, ra});
+    f.inputs = {x};
+    if (!backend_supports(n.device, *f.prim, {DType::bf16}, out)) return {};
+    return f;
+  }
   // The operands that may be read as bf16 in place of their f32 cast: all of
   // a program's; LayerNorm's backward's dy; none of the others'.
   auto widening_read = [&](size_t j) {

@@ -42,7 +42,9 @@ Graph fuse_reductions(const Graph& g);
 // FusedElementwise), a LayerNorm, or a Matmul or MatmulEpilogue of bf16
 // operands — and a fused program,
 // an elementwise op or LayerNorm's backward (its dy) that reads a cast to f32
-// of a bf16 value reads the bf16 value itself, widening it as it loads it. Only where the backend
+// of a bf16 value reads the bf16 value itself, widening it as it loads it,
+// and so does a Sum over contiguous axes of one (through reshapes), as a
+// FusedReduce. Only where the backend
 // runs the result (backend_supports with the new dtypes). The programs still compute in f32 and
 // round once to bf16 as they store, so no value changes. Run after the fusing passes.
 Graph fuse_casts(const Graph& g);

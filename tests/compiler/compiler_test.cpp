@@ -247,7 +247,8 @@ TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
     Array dy = astype(matmul(a, w, {false, false, DType::bf16}), DType::f32);
     Array dx = layer_norm_grad(x[4], x[2], dy, 1e-5);
     Array dgb = layer_norm_param_grad(x[4], dy, 1e-5);
-    return std::vector<Array>{q, m, dx, dgb};
+    Array bias_grad = sum(reshape(dy, {2, 3, 8}), {0, 1});  // a FusedReduce of the bf16 dy
+    return std::vector<Array>{q, m, dx, dgb, bias_grad};
   };
   const std::vector<Shape> shapes{{6, 8}, {8, 8}, {8}, {8, 8}, {6, 8}};
   Graph traced_graph = trace(f, shapes);
@@ -263,7 +264,12 @@ TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
     if (op == Op::LayerNormGrad || op == Op::LayerNormParamGrad) {
       EXPECT_EQ(g.nodes[n.inputs[layer_norm_dy_slot(*n.prim, n.inputs.size())]].dtype, DType::bf16);
     }
+    if (op == Op::FusedReduce) {
+      EXPECT_EQ(g.nodes[n.inputs[0]].dtype, DType::bf16);
+    }
   }
+  EXPECT_EQ(count_ops(g, Op::Sum), 0);
+  EXPECT_EQ(count_ops(g, Op::FusedReduce), 1);
   std::vector<Array> args = random_args(shapes, 50);
   for (Device d : {Device::cpu(), Device::ref()}) {
     SCOPED_TRACE(d.str());

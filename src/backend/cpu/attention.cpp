@@ -141,7 +141,8 @@ void gemm16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 }
 
 void round_to_bf16(const float* x, int64_t n, bits* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16(x[i]).bits;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = narrow_bf16(x[i]);
 }
 
 // Rows [t, d] of f32 into bf16 rows `ld` apart.

@@ -39,6 +39,14 @@ inline uint16_t narrow_bf16(float f) {
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
+// bf16 bits -> f32 (exact).
+inline float widen_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 template <typename T, typename A>
 inline T st(A v) {
   if constexpr (std::is_same_v<T, bf16>) {

@@ -21,15 +21,9 @@ inline void map2(float* y, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
 }
 
-inline float widen1(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 inline void widen(const uint16_t* x, int64_t n, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = widen1(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = widen_bf16(x[i]);
 }
 
 }  // namespace
@@ -99,9 +93,9 @@ struct BodyEval {
         const uint16_t* x = src16[k];
         switch (body.reads[k]) {
           case FusedRead::Whole: widen(x + base, n, buf); break;
-          case FusedRead::Scalar: std::fill_n(buf, n, widen1(x[0])); break;
+          case FusedRead::Scalar: std::fill_n(buf, n, widen_bf16(x[0])); break;
           case FusedRead::Row:
-            for (int64_t i = 0; i < n; ++i) buf[i] = widen1(x[(base + i) % row[k]]);
+            for (int64_t i = 0; i < n; ++i) buf[i] = widen_bf16(x[(base + i) % row[k]]);
             break;
         }
         reg[k] = buf;
@@ -151,7 +145,8 @@ void fused_kernel(const KernelContext&, const Primitive& p,
       }
       const float* v = body.run(base, n, scratch.data(), reg);
       uint16_t* dst = static_cast<uint16_t*>(y) + base;
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16(v[i]).bits;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dst[i] = narrow_bf16(v[i]);
     }
   });
 }

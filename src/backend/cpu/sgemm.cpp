@@ -295,12 +295,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
       const uint16_t* src = x + r * ld;
       float* dst = buf.data() + r * cols;
 #pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) {
-        const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        dst[j] = f;
-      }
+      for (int64_t j = 0; j < cols; ++j) dst[j] = widen_bf16(src[j]);
     }
   };
   thread_local std::vector<float> wa, wb;
