@@ -101,6 +101,7 @@ Graph fuse_casts(const Graph& g) {
   // narrowed[y]: y (f32, read by a cast to bf16 alone, directly or through
   // reshapes that only it reads) writes bf16 itself, and so do the reshapes.
   std::vector<bool> narrowed(n, false), casts_away(n, false);
+  std::vector<Folded> as_bf16(n);  // a narrowed producer's new primitive
   for (int i = 0; i < n; ++i) {
     const Node& c = g.nodes[i];
     if (!is_cast_to(c, DType::bf16)) continue;
@@ -112,7 +113,8 @@ Graph fuse_casts(const Graph& g) {
     }
     const Node& p = g.nodes[y];
     if (p.is_input() || p.dtype != DType::f32 || !uses.read_once(y)) continue;
-    if (!fold(g, y, DType::bf16).prim) continue;
+    as_bf16[y] = fold(g, y, DType::bf16);
+    if (!as_bf16[y].prim) continue;
     narrowed[y] = true;
     for (int r : chain) narrowed[r] = true;
     casts_away[i] = true;
@@ -127,7 +129,7 @@ Graph fuse_casts(const Graph& g) {
       rw.map(i, rw.add(node.prim, {rw[node.inputs[0]]}, node.shape, DType::bf16));
       return;
     }
-    Folded f = fold(g, i, narrowed[i] ? DType::bf16 : node.dtype);
+    Folded f = narrowed[i] ? std::move(as_bf16[i]) : fold(g, i, node.dtype);
     if (!f.prim) {
       rw.keep(i);
       return;

@@ -180,6 +180,25 @@ TEST(Passes, WideningCastPairsFold) {
   EXPECT_EQ(jit(f)(args)[0].to_vector<float>(), f(args)[0].to_vector<float>());
 }
 
+// Compiled and eager give the same dtypes and bits, on the cpu and on the ref
+// backend, for arguments of `shapes` drawn from `seed`.
+void expect_jit_equals_eager_on_cpu_and_ref(const VectorFn& f, const std::vector<Shape>& shapes,
+                                            uint32_t seed) {
+  std::vector<Array> args = random_args(shapes, seed);
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    SCOPED_TRACE(d.str());
+    std::vector<Array> on;
+    for (const Array& a : args) on.push_back(a.to(d));
+    auto eager = f(on), compiled = jit(f)(on);
+    for (size_t i = 0; i < eager.size(); ++i) {
+      EXPECT_EQ(compiled[i].dtype(), eager[i].dtype()) << "output " << i;
+      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
+                astype(eager[i], DType::f32).to_vector<float>())
+          << "output " << i;
+    }
+  }
+}
+
 // bf16 mixed precision's casts fold into their neighbours (fuse_casts): a
 // LayerNorm, a fused chain and an elementwise op alone write bf16 where a
 // cast to bf16 alone read them, and a program reads a bf16 GEMM result where
@@ -211,20 +230,7 @@ TEST(Passes, CastsFoldIntoTheKernelsBesideThem) {
   }
   EXPECT_EQ(bf16_programs, 2);  // the chain and exp alone
   EXPECT_EQ(bf16_reads, 1);     // the matmul's reader
-  // The same values as eager mode, on the cpu and on the ref backend.
-  std::vector<Array> args = random_args({{6, 8}, {8}, {8}, {8, 8}}, 40);
-  for (Device d : {Device::cpu(), Device::ref()}) {
-    SCOPED_TRACE(d.str());
-    std::vector<Array> on;
-    for (const Array& a : args) on.push_back(a.to(d));
-    auto eager = f(on), compiled = jit(f)(on);
-    for (size_t i = 0; i < eager.size(); ++i) {
-      EXPECT_EQ(compiled[i].dtype(), eager[i].dtype()) << "output " << i;
-      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
-                astype(eager[i], DType::f32).to_vector<float>())
-          << "output " << i;
-    }
-  }
+  expect_jit_equals_eager_on_cpu_and_ref(f, {{6, 8}, {8}, {8}, {8, 8}}, 40);
   // KILN_COMPILE=no_cast leaves them, and so does a backend whose kernels do
   // not read or write bf16 there (CUDA's fused kernels and LayerNorm).
   compiler::PassOptions off;
@@ -270,19 +276,7 @@ TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
   }
   EXPECT_EQ(count_ops(g, Op::Sum), 0);
   EXPECT_EQ(count_ops(g, Op::FusedReduce), 1);
-  std::vector<Array> args = random_args(shapes, 50);
-  for (Device d : {Device::cpu(), Device::ref()}) {
-    SCOPED_TRACE(d.str());
-    std::vector<Array> on;
-    for (const Array& a : args) on.push_back(a.to(d));
-    auto eager = f(on), compiled = jit(f)(on);
-    for (size_t i = 0; i < eager.size(); ++i) {
-      EXPECT_EQ(compiled[i].dtype(), eager[i].dtype()) << "output " << i;
-      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
-                astype(eager[i], DType::f32).to_vector<float>())
-          << "output " << i;
-    }
-  }
+  expect_jit_equals_eager_on_cpu_and_ref(f, shapes, 50);
 }
 
 TEST(Passes, LeaveNumericsUnchanged) {

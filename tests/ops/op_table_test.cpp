@@ -1191,14 +1191,18 @@ TEST(Matmul, F32LibrariesMatchF64) {
   });
 }
 
+// qkv shapes for the attention kernels against f64: ViT's head dim and token
+// count and around them (odd token counts, one token, head dims 16, 24, 32).
+const std::vector<Shape> kAttentionShapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},
+                                          {2, 50, 3, 4, 16},  {1, 7, 3, 1, 32},  {2, 21, 3, 2, 24}};
+
 // The f32 attention kernels (forward and backward, on each sgemm library)
 // against the f64 ones (plain loops) at ViT's head dim and token count and
 // around them: odd token counts, one token, head dims of 16, 24 and 32. The
 // op table's cases are tiny; this is where the f32 backward is checked at
 // sizes that split into several GEMM blocks.
 TEST(Attention, F32KernelsMatchF64) {
-  const std::vector<Shape> shapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},
-                                  {2, 50, 3, 4, 16},  {1, 7, 3, 1, 32},  {2, 21, 3, 2, 24}};
+  const std::vector<Shape>& shapes = kAttentionShapes;
   for_each_sgemm_library([&] {
     uint32_t seed = 100;
     for (const Shape& s : shapes) {
@@ -1228,8 +1232,7 @@ TEST(Attention, F32KernelsMatchF64) {
 // scripts/test-isa.sh's AVX2 caps, widened to f32. The ref backend (f64
 // loops over the bf16 values) agrees as well.
 TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
-  const std::vector<Shape> shapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},
-                                  {2, 50, 3, 4, 16},  {1, 7, 3, 1, 32},  {2, 21, 3, 2, 24}};
+  const std::vector<Shape>& shapes = kAttentionShapes;
   uint32_t seed = 300;
   for (const Shape& s : shapes) {
     SCOPED_TRACE(str(s));

@@ -55,6 +55,20 @@ void softmax_rows(T* s, int64_t t) {
   }
 }
 
+// dS = P ⊙ (dP - rowsum(dP ⊙ P)), row by row in place of dP [t, t].
+template <typename T>
+void softmax_grad_rows(const T* p, T* dp, int64_t t) {
+  for (int64_t i = 0; i < t; ++i) {
+    const T* pr = p + i * t;
+    T* dr = dp + i * t;
+    T dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < t; ++j) dot += pr[j] * dr[j];
+#pragma omp simd
+    for (int64_t j = 0; j < t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+  }
+}
+
 struct Dims {
   int64_t b, t, h, d;
   int64_t e() const { return h * d; }
@@ -113,15 +127,7 @@ void attention_grad_typed(const Array& qkv_a, const Array& dout_a, const Attenti
       probabilities(qkv, g, bi, hi, scale, p.data());
       gemm(true, false, g.t, g.d, g.t, T(1), p.data(), g.t, d_o, g.e(), dv, ld);
       gemm(false, true, g.t, g.t, g.d, T(1), d_o, g.e(), v, ld, dp.data(), g.t);
-      for (int64_t i = 0; i < g.t; ++i) {
-        const T* pr = p.data() + i * g.t;
-        T* dr = dp.data() + i * g.t;
-        T dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < g.t; ++j) dot += pr[j] * dr[j];
-#pragma omp simd
-        for (int64_t j = 0; j < g.t; ++j) dr[j] = pr[j] * (dr[j] - dot);
-      }
+      softmax_grad_rows(p.data(), dp.data(), g.t);
       gemm(false, false, g.t, g.d, g.t, scale, dp.data(), g.t, k, ld, dq, ld);
       gemm(true, false, g.t, g.d, g.t, scale, dp.data(), g.t, q, ld, dk, ld);
     }
@@ -197,15 +203,7 @@ void attention_grad_bf16(const Array& qkv_a, const Array& dout_a, const Attentio
       gemm16(true, false, g.t, g.d, g.t, 1.0f, p16.data(), g.t, d_o, g.e(), o.data(), g.d);
       store_rows(o.data(), g.t, g.d, dv, ld);
       gemm16(false, true, g.t, g.t, g.d, 1.0f, d_o, g.e(), v, ld, dp.data(), g.t);
-      for (int64_t i = 0; i < g.t; ++i) {
-        const float* pr = p.data() + i * g.t;
-        float* dr = dp.data() + i * g.t;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < g.t; ++j) dot += pr[j] * dr[j];
-#pragma omp simd
-        for (int64_t j = 0; j < g.t; ++j) dr[j] = pr[j] * (dr[j] - dot);
-      }
+      softmax_grad_rows(p.data(), dp.data(), g.t);
       round_to_bf16(dp.data(), g.t * g.t, p16.data());  // dS, in P's buffer
       gemm16(false, false, g.t, g.d, g.t, scale, p16.data(), g.t, k, ld, o.data(), g.d);
       store_rows(o.data(), g.t, g.d, dq, ld);

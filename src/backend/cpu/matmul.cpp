@@ -191,6 +191,15 @@ struct WidenedBf16 {
   const void* data() const { return buffer.data(); }
 };
 
+// The bf16 rounding of n f32 values (a widened GEMM's result) into y.
+void narrow_into(const float* x, int64_t n, void* y) {
+  uint16_t* dst = static_cast<uint16_t*>(y);
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) dst[i] = narrow_bf16(x[i]);
+  });
+}
+
 void gemm_f64(const GemmShape& s, const double* a, const double* b, double* c) {
   int64_t batch = std::max(s.batch_a, s.batch_b);
   parallel_for(batch * s.m, s.n * s.k, [&](int64_t begin, int64_t end) {
@@ -262,11 +271,7 @@ void matmul_kernel(const KernelContext&, const Primitive& p,
     Buffer wc(&cpu_allocator(), n * sizeof(float), Device::cpu());
     s.out = DType::f32;
     gemm_f32(s, wa.data(), wb.data(), wc.data());
-    const float* src = static_cast<const float*>(wc.data());
-    bf16* dst = static_cast<bf16*>(c);
-    parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) dst[i] = bf16(src[i]);
-    });
+    narrow_into(static_cast<const float*>(wc.data()), n, c);
     return;
   }
   if (s.in == DType::f32) return gemm_f32(s, a.raw(), b.raw(), c);
@@ -349,13 +354,7 @@ void matmul_epilogue_kernel(const KernelContext&, const Primitive& p,
     }
   }
   run_epilogue(s, attrs, a_data, b_data, c, operands);
-  if (bf16_out) {
-    const float* src = static_cast<const float*>(c);
-    bf16* dst = static_cast<bf16*>(bf16_out);
-    parallel_for(numel(out.shape), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) dst[i] = bf16(src[i]);
-    });
-  }
+  if (bf16_out) narrow_into(static_cast<const float*>(c), numel(out.shape), bf16_out);
 }
 
 void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, const void* b_data,
