@@ -409,9 +409,9 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
   const bool fused_attention =
       opt.fused_attention && !(opt.train && c.attention_probs_dropout_prob > 0);
   // bf16 mixed precision runs the fused attention on bf16 q, k and v (its
-  // softmax in f32) where the backend has that kernel (the cpu's), and its
-  // bf16 output feeds the output projection without a cast; elsewhere
-  // (CUDA, so far) the attention stays f32.
+  // softmax in f32) where the backend has that kernel (cpu and cuda), and its
+  // bf16 output feeds the output projection without a cast; elsewhere the
+  // attention stays f32.
   const bool bf16_attention =
       fused_attention && dt == DType::bf16 &&
       backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},

@@ -1225,24 +1225,25 @@ TEST(Attention, F32KernelsMatchF64) {
   });
 }
 
-// The bf16 attention kernels against f64 on the same bf16 values: the
-// products are exact and summed in f32, so what remains is the rounding of P
-// and dS to bf16 before their GEMMs and of the outputs (~2^-9 relative
-// each). On a CPU with a bf16 unit they run on oneMKL's bf16 GEMM; under
-// scripts/test-isa.sh's AVX2 caps, widened to f32. The ref backend (f64
-// loops over the bf16 values) agrees as well.
-TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
-  const std::vector<Shape>& shapes = kAttentionShapes;
+// The bf16 attention kernels of `dev` against f64 on the same bf16 values
+// (shapes with at most `max_tokens` tokens): the products are exact and
+// summed in f32, so what remains is the rounding of P and dS to bf16 before
+// their GEMMs (on the cpu; the cuda kernels keep them f32) and of the
+// outputs (~2^-9 relative each).
+void expect_bf16_attention_matches_f64(Device dev, int64_t max_tokens) {
   uint32_t seed = 300;
-  for (const Shape& s : shapes) {
-    SCOPED_TRACE(str(s));
+  for (const Shape& s : kAttentionShapes) {
+    if (s[1] > max_tokens) continue;
+    SCOPED_TRACE(str(s) + " on " + dev.str());
     Array qkv = astype(random::normal(random::Key(seed++), s), DType::bf16);
     Array dout = astype(random::normal(random::Key(seed++), {s[0], s[1], s[3], s[4]}), DType::bf16);
     const double scale = 1.0 / std::sqrt(static_cast<double>(s[4]));
     Array q64 = astype(qkv, DType::f64), d64 = astype(dout, DType::f64);
-    auto compare = [](const Array& got, const Array& want, const char* what) {
+    auto compare = [&](const Array& got, const Array& want, const char* what) {
       ASSERT_EQ(got.dtype(), DType::bf16) << what;
-      auto g = astype(got, DType::f64).to_vector<double>(), w = want.to_vector<double>();
+      ASSERT_EQ(got.device(), dev) << what;
+      auto g = astype(got.to(Device::cpu()), DType::f64).to_vector<double>();
+      auto w = want.to_vector<double>();
       ASSERT_EQ(g.size(), w.size());
       double top = 0;
       for (double x : w) top = std::max(top, std::fabs(x));
@@ -1250,15 +1251,26 @@ TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
         ASSERT_NEAR(g[i], w[i], 1e-2 * std::max(1.0, top)) << what << " at flat index " << i;
       EXPECT_GT(top, 0.1) << what;  // not vanishing values
     };
-    const Array want = attention(q64, scale), want_grad = attention_grad(q64, d64, scale);
-    compare(attention(qkv, scale), want, "forward");
-    compare(attention_grad(qkv, dout, scale), want_grad, "backward");
-    if (s[1] <= 37) {  // the ref backend's loops are slow
-      compare(attention(qkv.to(Device::ref()), scale), want, "ref forward");
-      compare(attention_grad(qkv.to(Device::ref()), dout.to(Device::ref()), scale), want_grad,
-              "ref backward");
-    }
+    compare(attention(qkv.to(dev), scale), attention(q64, scale), "forward");
+    compare(attention_grad(qkv.to(dev), dout.to(dev), scale), attention_grad(q64, d64, scale),
+            "backward");
   }
+}
+
+// The cpu's bf16 attention: on a CPU with a bf16 unit its GEMMs run on
+// oneMKL's bf16 GEMM; under scripts/test-isa.sh's AVX2 caps, widened to f32.
+// The ref backend (f64 loops over the bf16 values) agrees as well.
+TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
+  expect_bf16_attention_matches_f64(Device::cpu(), std::numeric_limits<int64_t>::max());
+  expect_bf16_attention_matches_f64(Device::ref(), 37);  // the ref backend's loops are slow
+}
+
+// The cuda backend's bf16 attention (bf16 loads and stores, f32 arithmetic)
+// likewise, at ViT's token count too.
+TEST(Attention, GpuBf16KernelsMatchF64OnTheRoundedInputs) {
+  KILN_REQUIRE_GPU();
+  expect_bf16_attention_matches_f64(test_gpu(),
+                                    gpu_tests_on_ref() ? 37 : std::numeric_limits<int64_t>::max());
 }
 
 // ---- The CUDA backend against the cpu, case by case. GPU tests: their

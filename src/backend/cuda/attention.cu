@@ -23,8 +23,11 @@
 //        per key tile and accumulates dQ.
 //      attention_dkv: rows are keys, columns queries: recomputes Sᵀ and dPᵀ
 //        per query tile, P from the stored m and 1/l, and accumulates dK, dV.
-// f32 and f64 (the cpu kernel has bf16 too; here supports() answers false for
-// bf16, and the ViT's bf16 mixed precision keeps its attention f32).
+// f32, f64 and bf16. bf16 is a storage type here: tiles are widened to f32
+// as they are loaded into shared memory, everything is computed in f32 (the
+// scores, softmax and statistics, P and dS, unrounded), and the outputs are
+// rounded to bf16 as they are stored; half the global memory traffic of f32,
+// the same arithmetic (bf16 tensor-core tiles are the next step).
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -63,15 +66,17 @@ struct Tiling {
   static_assert(DM % 8 == 0 && R % 4 == 0 && C % 4 == 0, "load_t's and tile_acc's steps");
 };
 
-// What one launch reads and writes. qkv [B, T, 3, H, D]; dout [B, T, H, D];
-// out [B, T, H, D] (forward) or dqkv [B, T, 3, H, D]; stats: per query row
-// (index (b·H + h)·T + t) the softmax's max m (0 where it is -inf), 1/l and
+// What one launch reads and writes, in storage type S (computed in T =
+// acc_t<S>). qkv [B, T, 3, H, D]; dout [B, T, H, D]; out [B, T, H, D]
+// (forward) or dqkv [B, T, 3, H, D]; stats: per query row (index
+// (b·H + h)·T + t) the softmax's max m (0 where it is -inf), 1/l and
 // rowsum(P ⊙ dP), `rows` = B·H·T apart.
-template <typename T>
+template <typename S>
 struct AttnArgs {
-  const T* qkv;
-  const T* dout;
-  T* out;
+  using T = acc_t<S>;
+  const S* qkv;
+  const S* dout;
+  S* out;
   T* stats;
   int64_t rows;
   int tokens, heads, dim;
@@ -159,12 +164,13 @@ __device__ __forceinline__ T group_sum(T v) {
 }
 
 // Tile X (n valid rows `stride` apart in global memory, `dim` valid dims;
-// zero elsewhere) into xt [K::DM][S] transposed: xt[d·S + r] = X[r][d] for
-// r < ROWS. A warp loads 4 rows × 8 consecutive dims (32-byte pieces of
-// rows in f32) and, with S = 4 mod 32, stores them to 32 distinct banks.
-template <class K, int ROWS>
-__device__ __forceinline__ void load_t(const typename K::T* __restrict__ g, int64_t stride, int n,
-                                       int dim, typename K::T* xt, int S) {
+// zero elsewhere; stored as G, widened to K::T) into xt [K::DM][S]
+// transposed: xt[d·S + r] = X[r][d] for r < ROWS. A warp loads 4 rows × 8
+// consecutive dims (32-byte pieces of rows in f32) and, with S = 4 mod 32,
+// stores them to 32 distinct banks.
+template <class K, int ROWS, typename G>
+__device__ __forceinline__ void load_t(const G* __restrict__ g, int64_t stride, int n, int dim,
+                                       typename K::T* xt, int S) {
   using T = typename K::T;
   constexpr int kPieces = K::DM / 8;
   for (int idx = threadIdx.x; idx < K::DM * ROWS; idx += K::NT) {
@@ -172,7 +178,7 @@ __device__ __forceinline__ void load_t(const typename K::T* __restrict__ g, int6
     const int d = (piece % kPieces) * 8 + (idx & 7);
     const int r = (piece / kPieces) * 4 + ((idx >> 3) & 3);
     T v = T(0);
-    if (r < n && d < dim) v = g[static_cast<int64_t>(r) * stride + d];
+    if (r < n && d < dim) v = convert<T>(g[static_cast<int64_t>(r) * stride + d]);
     xt[d * S + r] = v;
   }
 }
@@ -270,9 +276,10 @@ __device__ __forceinline__ T online_step(T (&s)[K::CK], T& m) {
 
 // Attention: out[b, t, h, :] = Σ_j softmax_j(scale · q_t · k_j) v_j. Rows are
 // queries, columns keys. Shared: qt [DM][SR], kt, vt [DM][SC], pt [C][SR].
-template <class K>
-__global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<typename K::T> a) {
+template <class K, typename S>
+__global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<S> a) {
   using T = typename K::T;
+  static_assert(std::is_same_v<T, acc_t<S>>);
   constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
                 SR = K::SR, SC = K::SC;
   T* qt = dyn_smem<T>();
@@ -283,7 +290,7 @@ __global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<typename K::T> a
   const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
   const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
   const int q0 = static_cast<int>(blockIdx.y) * R;
-  const T* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
+  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
   const int cg = static_cast<int>(threadIdx.x) % CG;
   const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
 
@@ -322,20 +329,21 @@ __global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<typename K::T> a
     const T inv = T(1) / group_sum<CG>(l[i]);
     const int t = q0 + r0 + i;
     if (t >= Tn) continue;
-    T* y = a.out + (static_cast<int64_t>(b) * Tn + t) * e + static_cast<int64_t>(h) * D;
+    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * e + static_cast<int64_t>(h) * D;
 #pragma unroll
     for (int k = 0; k < DPT; ++k) {
       const int d = cg + CG * k;
-      if (d < D) y[d] = o[i][k] * inv;
+      if (d < D) y[d] = convert<S>(o[i][k] * inv);
     }
   }
 }
 
 // AttentionGrad, dQ and the row statistics: rows are queries, columns keys.
 // Shared: qt, ot (dO) [DM][SR], kt, vt [DM][SC], st (dS) [C][SR].
-template <class K>
-__global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<typename K::T> a) {
+template <class K, typename S>
+__global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<S> a) {
   using T = typename K::T;
+  static_assert(std::is_same_v<T, acc_t<S>>);
   constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
                 SR = K::SR, SC = K::SC;
   T* qt = dyn_smem<T>();
@@ -347,8 +355,8 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<typename K::T> a)
   const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
   const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
   const int q0 = static_cast<int>(blockIdx.y) * R;
-  const T* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
-  const T* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
+  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
+  const S* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
   const int cg = static_cast<int>(threadIdx.x) % CG;
   const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
 
@@ -420,11 +428,11 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<typename K::T> a)
   for (int i = 0; i < RQ; ++i) {
     const int t = q0 + r0 + i;
     if (t >= Tn) continue;
-    T* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
+    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
 #pragma unroll
     for (int k = 0; k < DPT; ++k) {
       const int d = cg + CG * k;
-      if (d < D) y[d] = dq[i][k] * a.scale;
+      if (d < D) y[d] = convert<S>(dq[i][k] * a.scale);
     }
   }
 }
@@ -432,9 +440,10 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<typename K::T> a)
 // AttentionGrad, dK and dV: rows are keys, columns queries (Sᵀ = K Qᵀ and
 // dPᵀ = V dOᵀ per query tile, P from attention_dq's statistics). Shared: kt,
 // vt [DM][SR], qt, ot (dO) [DM][SC], pt (P), st (dS) [C][SR].
-template <class K>
-__global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<typename K::T> a) {
+template <class K, typename S>
+__global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<S> a) {
   using T = typename K::T;
+  static_assert(std::is_same_v<T, acc_t<S>>);
   constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
                 SR = K::SR, SC = K::SC;
   T* kt = dyn_smem<T>();
@@ -447,8 +456,8 @@ __global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<typename K::T> a
   const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
   const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
   const int k0 = static_cast<int>(blockIdx.y) * R;
-  const T* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
-  const T* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
+  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
+  const S* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
   const T* stats = a.stats + static_cast<int64_t>(blockIdx.x) * Tn;
   const int cg = static_cast<int>(threadIdx.x) % CG;
   const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
@@ -496,13 +505,13 @@ __global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<typename K::T> a
   for (int i = 0; i < RQ; ++i) {
     const int t = k0 + r0 + i;
     if (t >= Tn) continue;
-    T* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
+    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
 #pragma unroll
     for (int k = 0; k < DPT; ++k) {
       const int d = cg + CG * k;
       if (d < D) {
-        y[e + d] = dk[i][k] * a.scale;
-        y[2 * e + d] = dv[i][k];
+        y[e + d] = convert<S>(dk[i][k] * a.scale);
+        y[2 * e + d] = convert<S>(dv[i][k]);
       }
     }
   }
@@ -546,9 +555,9 @@ void visit_tiling(int64_t d, const char* who, F&& f) {
 // Launches kernel fn (`name`) of op `who` over grid (B·H, tiles) with
 // `smem` bytes of dynamic shared memory, raising the kernel's limit on this
 // device once where it needs more than the default 48 KiB.
-template <typename T>
-void launch(void (*fn)(AttnArgs<T>), const KernelContext& ctx, cudaStream_t s, int64_t bh,
-            int64_t tiles, int threads, size_t smem, const AttnArgs<T>& args, const char* who,
+template <typename S>
+void launch(void (*fn)(AttnArgs<S>), const KernelContext& ctx, cudaStream_t s, int64_t bh,
+            int64_t tiles, int threads, size_t smem, const AttnArgs<S>& args, const char* who,
             const char* name) {
   if (bh > 0x7fffffffLL || tiles > 65535)
     fail(who, "too many heads or tokens for one launch (B·H = " + std::to_string(bh) + ", " +
@@ -579,15 +588,17 @@ void visit_attention_dtype(DType dt, const char* op, F&& f) {
   switch (dt) {
     case DType::f32: return f(float{});
     case DType::f64: return f(double{});
-    default: fail(op, std::string("needs f32 or f64 inputs, got ") + name_of(dt));
+    case DType::bf16: return f(__nv_bfloat16{});
+    default: fail(op, std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
   }
 }
 
-template <typename T>
-AttnArgs<T> args_of(const Array& qkv, const Primitive& p) {
+template <typename S>
+AttnArgs<S> args_of(const Array& qkv, const Primitive& p) {
+  using T = acc_t<S>;
   const Shape& sh = qkv.shape();
-  AttnArgs<T> a{};
-  a.qkv = ptr<T>(qkv);
+  AttnArgs<S> a{};
+  a.qkv = ptr<S>(qkv);
   a.rows = sh[0] * sh[1] * sh[3];
   a.tokens = static_cast<int>(sh[1]);
   a.heads = static_cast<int>(sh[3]);
@@ -601,16 +612,17 @@ void attention_kernel(const KernelContext& ctx, const Primitive& p, const std::v
   cudaStream_t s = begin(ctx);
   const Shape& sh = in[0].shape();
   visit_attention_dtype(in[0].dtype(), p.name(), [&](auto t) {
-    using T = decltype(t);
-    T* y = out_ptr<T>(out);
+    using S = decltype(t);
+    using T = acc_t<S>;
+    S* y = out_ptr<S>(out);
     if (numel(out.shape) == 0) return;
     visit_tiling<T>(sh[4], p.name(), [&](auto tiling) {
       using K = decltype(tiling);
-      AttnArgs<T> a = args_of<T>(in[0], p);
+      AttnArgs<S> a = args_of<S>(in[0], p);
       a.out = y;
       const size_t smem = sizeof(T) * (K::DM * K::SR + 2 * K::DM * K::SC + K::C * K::SR);
-      launch<T>(attention_fwd<K>, ctx, s, sh[0] * sh[3], (sh[1] + K::R - 1) / K::R, K::NT, smem, a,
-                p.name(), "attention_fwd");
+      launch<S>(attention_fwd<K, S>, ctx, s, sh[0] * sh[3], (sh[1] + K::R - 1) / K::R, K::NT, smem,
+                a, p.name(), "attention_fwd");
     });
   });
 }
@@ -620,13 +632,14 @@ void attention_grad_kernel(const KernelContext& ctx, const Primitive& p,
   cudaStream_t s = begin(ctx);
   const Shape& sh = in[0].shape();
   visit_attention_dtype(in[0].dtype(), p.name(), [&](auto t) {
-    using T = decltype(t);
-    T* y = out_ptr<T>(out);
+    using S = decltype(t);
+    using T = acc_t<S>;
+    S* y = out_ptr<S>(out);
     if (numel(out.shape) == 0) return;
     visit_tiling<T>(sh[4], p.name(), [&](auto tiling) {
       using K = decltype(tiling);
-      AttnArgs<T> a = args_of<T>(in[0], p);
-      a.dout = ptr<T>(in[1]);
+      AttnArgs<S> a = args_of<S>(in[0], p);
+      a.dout = ptr<S>(in[1]);
       a.out = y;
       const size_t stat_bytes = 3 * static_cast<size_t>(a.rows) * sizeof(T);
       a.stats = static_cast<T*>(ctx.scratch->allocate(stat_bytes));
@@ -641,8 +654,9 @@ void attention_grad_kernel(const KernelContext& ctx, const Primitive& p,
       const size_t dq_smem = sizeof(T) * (2 * K::DM * K::SR + 2 * K::DM * K::SC + K::C * K::SR);
       const size_t dkv_smem =
           sizeof(T) * (2 * K::DM * K::SR + 2 * K::DM * K::SC + 2 * K::C * K::SR);
-      launch<T>(attention_dq<K>, ctx, s, bh, tiles, K::NT, dq_smem, a, p.name(), "attention_dq");
-      launch<T>(attention_dkv<K>, ctx, s, bh, tiles, K::NT, dkv_smem, a, p.name(), "attention_dkv");
+      launch<S>(attention_dq<K, S>, ctx, s, bh, tiles, K::NT, dq_smem, a, p.name(), "attention_dq");
+      launch<S>(attention_dkv<K, S>, ctx, s, bh, tiles, K::NT, dkv_smem, a, p.name(),
+                "attention_dkv");
     });
   });
 }

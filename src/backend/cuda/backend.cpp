@@ -253,8 +253,9 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
   if (p.op() == Op::MatmulEpilogue)
     return std::holds_alternative<EpilogueAttrs>(p.attrs_variant()) &&
            supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
-  if (p.op() == Op::Attention || p.op() == Op::AttentionGrad)  // f32 and f64 (attention.cu)
-    return !inputs.empty() && (inputs[0] == DType::f32 || inputs[0] == DType::f64);
+  if (p.op() == Op::Attention || p.op() == Op::AttentionGrad)  // f32, f64, bf16 (attention.cu)
+    return !inputs.empty() &&
+           (inputs[0] == DType::f32 || inputs[0] == DType::f64 || inputs[0] == DType::bf16);
   if (p.op() == Op::LayerNorm)  // no bf16 output from f32 (yet)
     return !inputs.empty() && out == inputs[0];
   if (p.op() == Op::LayerNormGrad || p.op() == Op::LayerNormParamGrad) {  // one dtype
