@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -83,16 +84,34 @@ constexpr OpKind op_kind(Op op) {
 }
 
 // ---- typed attributes ----
+// Each attribute type names its members once, with KILN_FIELDS(m1, m2, ...):
+// that gives it fields() (a tuple of references to the members, in order)
+// and field_names ("m1, m2, ..."), from which Primitive's hash and printing
+// are generic (ops/primitive.cpp), as its defaulted == is. fields()
+// decomposes *this with a structured binding, so a member added to the type
+// but not to its KILN_FIELDS fails to compile: no member can be left out of
+// the jit cache's key.
+#define KILN_FIELDS(...)                                   \
+  static constexpr const char* field_names = #__VA_ARGS__; \
+  auto fields() const {                                    \
+    const auto& [__VA_ARGS__] = *this;                     \
+    return std::tie(__VA_ARGS__);                          \
+  }
+
 struct NoAttrs {
+  auto fields() const { return std::tuple<>(); }
+  static constexpr const char* field_names = "";
   bool operator==(const NoAttrs&) const = default;
 };
 struct CastAttrs {
   DType to;
+  KILN_FIELDS(to)
   bool operator==(const CastAttrs&) const = default;
 };
 struct ReduceAttrs {
   std::vector<int> axes;  // sorted, unique, non-negative
   bool keepdims;
+  KILN_FIELDS(axes, keepdims)
   bool operator==(const ReduceAttrs&) const = default;
 };
 struct MatmulAttrs {
@@ -105,33 +124,40 @@ struct MatmulAttrs {
   // cores; the CPU backends have no TF32 and ignore it (their f32 GEMM is at
   // least as precise).
   bool tf32 = false;
+  KILN_FIELDS(transpose_a, transpose_b, out, tf32)
   bool operator==(const MatmulAttrs&) const = default;
 };
 struct ShapeAttrs {  // Reshape, BroadcastTo
   Shape shape;
+  KILN_FIELDS(shape)
   bool operator==(const ShapeAttrs&) const = default;
 };
 struct PermAttrs {  // Transpose
   std::vector<int> perm;
+  KILN_FIELDS(perm)
   bool operator==(const PermAttrs&) const = default;
 };
 struct AxisAttrs {  // Concatenate, Softmax, LogSoftmax, Take
   int axis;
+  KILN_FIELDS(axis)
   bool operator==(const AxisAttrs&) const = default;
 };
 struct SliceAttrs {  // Slice; SliceGrad scatters back into `full`
   Shape start, stop, step;
   Shape full;
+  KILN_FIELDS(start, stop, step, full)
   bool operator==(const SliceAttrs&) const = default;
 };
 struct ScatterAttrs {  // ScatterAdd(indices, updates) into zeros(shape) along axis
   int axis;
   Shape shape;
+  KILN_FIELDS(axis, shape)
   bool operator==(const ScatterAttrs&) const = default;
 };
 struct OneHotAttrs {
   int64_t depth;
   DType dtype;
+  KILN_FIELDS(depth, dtype)
   bool operator==(const OneHotAttrs&) const = default;
 };
 struct NormAttrs {  // LayerNorm over the last axis
@@ -139,12 +165,14 @@ struct NormAttrs {  // LayerNorm over the last axis
   // LayerNormGrad only: its last input is added to the result (the residual
   // stream's gradient; made by the compiler's fuse_layer_norm_residual).
   bool residual = false;
+  KILN_FIELDS(eps, residual)
   bool operator==(const NormAttrs&) const = default;
 };
 // Softmax attention over a packed [B, T, 3, H, D] query/key/value array
 // (see ops.h: attention); `scale` multiplies the scores before the softmax.
 struct AttentionAttrs {
   double scale;
+  KILN_FIELDS(scale)
   bool operator==(const AttentionAttrs&) const = default;
 };
 enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli };
@@ -158,6 +186,7 @@ struct RandomAttrs {
   // holds the key's bits instead of `key` (a key passed to a compiled function).
   bool fold = false;
   uint32_t fold_data = 0;
+  KILN_FIELDS(key, kind, a, b, shape, dtype, fold, fold_data)
   bool operator==(const RandomAttrs&) const = default;
 };
 
@@ -169,12 +198,14 @@ struct RandomAttrs {
 struct FusedInstr {
   Op op;
   int a, b;  // registers; b = -1 for unary ops
+  KILN_FIELDS(op, a, b)
   bool operator==(const FusedInstr&) const = default;
 };
 enum class FusedRead : uint8_t { Whole, Scalar, Row };
 struct FusedAttrs {
   std::vector<FusedRead> reads;  // one per input
   std::vector<FusedInstr> program;
+  KILN_FIELDS(reads, program)
   bool operator==(const FusedAttrs&) const = default;
 };
 
@@ -187,11 +218,13 @@ struct EpilogueStep {
   Op op;
   int operand;  // -1 for a unary op
   FusedRead read;
+  KILN_FIELDS(op, operand, read)
   bool operator==(const EpilogueStep&) const = default;
 };
 struct EpilogueAttrs {
   MatmulAttrs mm;
   std::vector<EpilogueStep> steps;
+  KILN_FIELDS(mm, steps)
   bool operator==(const EpilogueAttrs&) const = default;
 };
 
@@ -208,6 +241,7 @@ struct FusedReduceAttrs {
   ReduceAttrs reduce;
   FusedAttrs epilogue = {};
   int epilogue_sum = -1;
+  KILN_FIELDS(body, shape, reduce, epilogue, epilogue_sum)
   bool operator==(const FusedReduceAttrs&) const = default;
 };
 
@@ -215,6 +249,7 @@ struct FusedReduceAttrs {
 // backend run it; host-visible pairs copy memory).
 struct DeviceAttrs {
   Device to;
+  KILN_FIELDS(to)
   bool operator==(const DeviceAttrs&) const = default;
 };
 // Fill: element i of the output is start + i * step (full: step 0; arange),
@@ -222,6 +257,7 @@ struct DeviceAttrs {
 // the array's device, never recorded.
 struct FillAttrs {
   double start = 0, step = 0;
+  KILN_FIELDS(start, step)
   bool operator==(const FillAttrs&) const = default;
 };
 
@@ -236,6 +272,7 @@ struct CollectiveAttrs {
   int bucket = 0;
   int64_t offset = 0;  // AllReduceWait
   bool mean = true;    // AllReduceWait
+  KILN_FIELDS(bucket, offset, mean)
   bool operator==(const CollectiveAttrs&) const = default;
 };
 

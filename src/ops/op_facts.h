@@ -39,8 +39,9 @@ enum OpFlag : uint32_t {
 };
 
 // Which values a primitive's VJP rule reads (beyond shapes and dtypes): its
-// inputs (bit i for input i) and its output. Eager differentiation keeps
-// exactly these alive.
+// inputs (bit i for input i) and its output; nothing for a primitive without
+// a rule. Eager differentiation keeps exactly these alive. Checked against
+// the rules themselves (tests/ops/op_table_test.cpp: VjpReads).
 struct VjpReads {
   uint32_t inputs = ~0u;
   bool output = true;
@@ -59,7 +60,7 @@ inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           I = kInPlace, R = kCheapRecompute,
                           N = kIntegers;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
-    kBoth{3, false}, kBothOut{3, true}, kIn0Out{1, true}, kAll{~0u, true};
+    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true};
 }  // namespace facts_detail
 
 // clang-format off
@@ -78,12 +79,12 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::GeluTanh,                  F | I,        kIn0},
     {Op::Relu,                      F | I | R | N, kIn0},
     {Op::Abs,                       F | I | R | N, kIn0},
-    {Op::GeluGrad,                  F | I,        kAll},   // not differentiable
-    {Op::GeluTanhGrad,              F | I,        kAll},   // not differentiable
+    {Op::GeluGrad,                  F | I,        kNone},   // no VJP rule
+    {Op::GeluTanhGrad,              F | I,        kNone},   // no VJP rule
     {Op::Add,                       F | I | C,    kNone},
     {Op::Sub,                       F | I,        kNone},
     {Op::Mul,                       F | I | C,    kBoth},
-    {Op::Div,                       F | I,        kBothOut},
+    {Op::Div,                       F | I,        kIn1Out},  // y and the output
     {Op::Maximum,                   F | I | C,    kBoth},
     {Op::Minimum,                   F | I | C,    kBoth},
     {Op::Equal,                     S | C,        kNone},
@@ -111,15 +112,15 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Softmax,                   0,            kOut},
     {Op::LogSoftmax,                0,            kOut},
     {Op::LayerNorm,                 0,            kBoth},  // x and gamma, not beta
-    {Op::LayerNormGrad,             0,            kAll},
+    {Op::LayerNormGrad,             0,            kNone},   // no VJP rule
     {Op::SoftmaxCrossEntropy,       0,            kBoth},
-    {Op::SoftmaxCrossEntropyGrad,   0,            kAll},
+    {Op::SoftmaxCrossEntropyGrad,   0,            kNone},   // no VJP rule
     {Op::Attention,                 0,            kIn0},
-    {Op::AttentionGrad,             0,            kAll},
-    {Op::LayerNormParamGrad,        0,            kAll},
-    {Op::FusedElementwise,          P | I,        kAll},
-    {Op::MatmulEpilogue,            0,            kAll},
-    {Op::FusedReduce,               I,            kAll},   // some operands: in_place_safe
+    {Op::AttentionGrad,             0,            kNone},   // no VJP rule
+    {Op::LayerNormParamGrad,        0,            kNone},   // no VJP rule
+    {Op::FusedElementwise,          P | I,        kNone},   // no VJP rule
+    {Op::MatmulEpilogue,            0,            kNone},   // no VJP rule
+    {Op::FusedReduce,               I,            kNone},   // some operands: in_place_safe
     {Op::Random,                    0,            kNone},
     {Op::Copy,                      0,            kNone},
     {Op::Fill,                      0,            kNone},

@@ -9,11 +9,12 @@
 #include <random>
 #include <set>
 
+#include "../gpu_device.h"
 #include "backend/cpu/sgemm.h"
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "ops/dispatch.h"
-#include "../gpu_device.h"
+#include "ops/vjp.h"
 #include "reference.h"
 
 namespace kiln::testing {
@@ -1417,6 +1418,118 @@ TEST(GpuBackend, FillAndRandomMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(AllPrimitives, OpTable, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// ---- The VJP-read facts (op_facts.h) checked against the rules: every
+// primitive that the cases' functions build is traced lazily, its VJP rule is
+// run lazily on it, and the values the cotangents' graphs reach — which of its
+// inputs, and its output — must be exactly what vjp_reads declares: eager
+// differentiation keeps those values alive and frees the others.
+
+// Which of `targets` the graphs of `roots` reach (a target is not looked
+// through: the output's own inputs are not read through it).
+std::vector<bool> reached(const std::vector<Array>& roots,
+                          const std::vector<const ArrayNode*>& targets) {
+  std::vector<bool> hit(targets.size(), false);
+  std::set<const ArrayNode*> seen;
+  std::vector<const ArrayNode*> stack;
+  for (const Array& r : roots)
+    if (r.node()) stack.push_back(r.node());
+  while (!stack.empty()) {
+    const ArrayNode* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    bool target = false;
+    for (size_t t = 0; t < targets.size(); ++t)
+      if (targets[t] == n) hit[t] = target = true;
+    if (target) continue;
+    for (const Array& in : n->inputs)
+      if (in.node()) stack.push_back(in.node());
+  }
+  return hit;
+}
+
+// The primitives of the graph behind `root` (each node once).
+std::vector<std::shared_ptr<ArrayNode>> graph_nodes(const Array& root) {
+  std::vector<std::shared_ptr<ArrayNode>> out, stack{root.node_ptr()};
+  std::set<const ArrayNode*> seen;
+  while (!stack.empty()) {
+    auto n = stack.back();
+    stack.pop_back();
+    if (!n || !seen.insert(n.get()).second) continue;
+    if (n->primitive) out.push_back(n);
+    for (const Array& in : n->inputs) stack.push_back(in.node_ptr());
+  }
+  return out;
+}
+
+TEST(VjpReads, EveryRuleReadsExactlyWhatItsFactsDeclare) {
+  std::set<Op> checked;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(5);
+    std::vector<Host> hs;
+    for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
+    const std::vector<Array> ins = arrays(c, hs, DType::f64);
+    Array y;
+    {
+      LazyScope lazy;
+      y = c.fn(ins);
+    }
+    // The primitives of the case, then those of its rules' graphs (the
+    // backward-only primitives: LayerNormGrad, AttentionGrad, ...), but not
+    // those of the rules of these (second order, and so on without end).
+    std::vector<std::pair<std::shared_ptr<ArrayNode>, bool>> work;
+    for (auto& n : graph_nodes(y)) work.emplace_back(n, true);
+    std::set<const ArrayNode*> traced;
+    while (!work.empty()) {
+      const auto [node, first_order] = work.back();
+      work.pop_back();
+      if (!traced.insert(node.get()).second) continue;
+      const Primitive& p = *node->primitive;
+      const Array out(node);
+      std::vector<bool> need;
+      for (const Array& in : node->inputs) need.push_back(is_floating(in.dtype()));
+      const Array g = ones(out.shape(), out.dtype(), out.device());
+      const VjpReads facts = vjp_reads(p.op());
+      checked.insert(p.op());
+      std::vector<Array> ct;
+      try {
+        LazyScope lazy;
+        ct = vjp_rule(p, node->inputs, out, g, need);
+      } catch (const Error&) {  // no rule (backward-only primitives): nothing to keep
+        EXPECT_TRUE(facts.inputs == 0 && !facts.output) << p.str() << " has no VJP rule";
+        continue;
+      }
+      std::vector<const ArrayNode*> targets{node.get()};
+      for (const Array& in : node->inputs) targets.push_back(in.node());
+      const std::vector<bool> hit = reached(ct, targets);
+      for (const Array& x : ct)
+        if (x.node() && first_order)
+          for (auto& n : graph_nodes(x)) work.emplace_back(n, false);
+      EXPECT_EQ(hit[0], facts.output)
+          << p.str() << ": the rule " << (hit[0] ? "reads" : "does not read") << " its output";
+      for (size_t i = 0; i < node->inputs.size(); ++i)
+        EXPECT_EQ(hit[1 + i], facts.input(i))
+            << p.str() << ": the rule " << (hit[1 + i] ? "reads" : "does not read") << " input "
+            << i;
+    }
+  }
+  // Every primitive was traced but those that only the compiler, the
+  // creation functions and data-parallel training make.
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    const bool no_rule = op_kind(op) == OpKind::Source || op_kind(op) == OpKind::Collective ||
+                         op == Op::FusedElementwise || op == Op::MatmulEpilogue ||
+                         op == Op::FusedReduce;
+    if (!no_rule) {
+      EXPECT_TRUE(checked.count(op)) << op_name(op) << " was not traced";
+    }
+    if (op_kind(op) == OpKind::Fused && no_rule) {  // compiler-made: no rule, nothing kept
+      EXPECT_EQ(vjp_reads(op).inputs, 0u) << op_name(op);
+      EXPECT_FALSE(vjp_reads(op).output) << op_name(op);
+    }
+  }
+}
 
 std::vector<Case> grad_cases() {
   std::vector<Case> out;
