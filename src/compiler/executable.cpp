@@ -18,7 +18,7 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
   for (bool d : donated_) any_donated |= d;
   if (any_donated && opt.plan) {
     graph_ = defer_donated_updates(graph_, donated_);
-    if (debug_level() >= 1) verify(graph_, "defer_donated_updates");
+    verify(graph_, "defer_donated_updates");
   }
   if (opt.plan) {
     plan_ = plan_memory(graph_, donated_, opt.inplace);

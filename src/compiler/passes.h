@@ -95,9 +95,9 @@ struct PassOptions {
   static PassOptions from_env();
 };
 
-// Runs the passes that PassOptions enables, in order; under KILN_DEBUG=1 the
-// graph verifier checks the traced graph and each pass's result, and
-// KILN_DEBUG=2 prints each.
+// Runs the passes that PassOptions enables, in order; the graph verifier
+// checks the traced graph and each pass's result, and KILN_DEBUG=2 prints
+// each.
 Graph optimize(const Graph& g, const PassOptions& opt);
 // KILN_DEBUG's level (0 when unset).
 int debug_level();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ops/op_defs.h"
 #include "ops/op_facts.h"
 
 namespace kiln::compiler {
@@ -104,43 +105,6 @@ bool broadcasts_to(const Shape& in, const Shape& out) {
     if (a != b && a != 1) return false;
   }
   return true;
-}
-
-// How many operands an op of this primitive takes, or -1 when any number.
-int operand_count(const Primitive& p) {
-  switch (op_kind(p.op())) {
-    case OpKind::Unary:
-    case OpKind::Convert:
-    case OpKind::Identity:
-    case OpKind::Reduce: return 1;
-    case OpKind::Binary:
-    case OpKind::Compare:
-    case OpKind::Contraction: return 2;
-    case OpKind::Select: return 3;
-    default: break;
-  }
-  switch (p.op()) {
-    case Op::Reshape:
-    case Op::Transpose:
-    case Op::BroadcastTo:
-    case Op::Slice:
-    case Op::SliceGrad:
-    case Op::OneHot: return 1;
-    case Op::Take:
-    case Op::ScatterAdd: return 2;
-    case Op::FusedElementwise: return static_cast<int>(p.attrs<FusedAttrs>().reads.size());
-    case Op::MatmulEpilogue: {
-      int n = 2;
-      for (const auto& st : p.attrs<EpilogueAttrs>().steps) n += st.operand >= 0;
-      return n;
-    }
-    case Op::FusedReduce: {
-      const auto& a = p.attrs<FusedReduceAttrs>();
-      const int epi = static_cast<int>(a.epilogue.reads.size());
-      return static_cast<int>(a.body.reads.size()) + (a.epilogue.program.empty() ? 0 : epi - 1);
-    }
-    default: return -1;
-  }
 }
 
 // A fused program's registers are defined before they are read, and its ops

@@ -1,7 +1,7 @@
 // kiln compiler: the graph-rewrite helper every pass builds its result with
 // (Rewriter: old node ids to new ones, ops kept, replaced, dropped or added),
 // the per-value readers that passes ask about (Uses), and the graph verifier
-// run after each pass under KILN_DEBUG.
+// run after each pass.
 #pragma once
 #include <functional>
 #include <optional>
@@ -80,8 +80,8 @@ Graph rewrite_ops(const Graph& g, const std::function<Emit(int)>& decide,
 // before use, outputs in range, every op's operand count, shapes and dtypes
 // consistent with its primitive where a rule is cheap to state, and each op
 // on its operands' device (a Copy on the device it copies to). Fails naming
-// `after` (the pass that made g) and the node. Run after every pass when
-// KILN_DEBUG is set.
+// `after` (the pass that made g) and the node. Run after tracing and after
+// every pass.
 void verify(const Graph& g, const std::string& after);
 
 }  // namespace kiln::compiler

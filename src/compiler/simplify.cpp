@@ -4,6 +4,7 @@
 
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
+#include "ops/op_facts.h"
 
 namespace kiln::compiler {
 namespace {
@@ -97,9 +98,7 @@ Graph simplify(const Graph& g) {
     Op op = n.prim->op();
     const Node& src = w.nodes[n.inputs.empty() ? 0 : n.inputs[0]];
     bool same = !n.inputs.empty() && src.shape == n.shape && src.dtype == n.dtype;
-    if ((op == Op::StopGradient || op == Op::Reshape || op == Op::BroadcastTo ||
-         (op == Op::Cast && src.dtype == n.dtype)) &&
-        same) {
+    if (op_has(op, kIdentityWhenSame) && same) {
       forward[i] = n.inputs[0];  // an identity
       continue;
     }

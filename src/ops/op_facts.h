@@ -36,6 +36,9 @@ enum OpFlag : uint32_t {
   kCheapRecompute = 1u << 5,
   // A unary op defined on integers as well as floats (the others: floats only).
   kIntegers = 1u << 7,
+  // The output is the operand itself when their shapes and dtypes agree
+  // (simplify drops the op).
+  kIdentityWhenSame = 1u << 8,
 };
 
 // Which values a primitive's VJP rule reads (beyond shapes and dtypes): its
@@ -57,8 +60,7 @@ struct OpFacts {
 namespace facts_detail {
 inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           F = kFusable | kScalar | kPointwise, C = kCommutes, A = kAlias,
-                          I = kInPlace, R = kCheapRecompute,
-                          N = kIntegers;
+                          I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
     kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true};
 }  // namespace facts_detail
@@ -94,15 +96,15 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Greater,                   S,            kNone},
     {Op::GreaterEqual,              S,            kNone},
     {Op::Where,                     P | I,        kIn0},   // the condition
-    {Op::Cast,                      P | R,        kNone},
-    {Op::StopGradient,              A,            kNone},
+    {Op::Cast,                      P | R | Id,   kNone},
+    {Op::StopGradient,              A | Id,       kNone},
     {Op::Sum,                       0,            kNone},
     {Op::Max,                       0,            kIn0Out},
     {Op::Argmax,                    0,            kNone},
     {Op::Matmul,                    0,            kBoth},
-    {Op::Reshape,                   A,            kNone},
+    {Op::Reshape,                   A | Id,       kNone},
     {Op::Transpose,                 0,            kNone},
-    {Op::BroadcastTo,               0,            kNone},
+    {Op::BroadcastTo,               Id,           kNone},
     {Op::Concatenate,               0,            kNone},
     {Op::Slice,                     0,            kNone},
     {Op::SliceGrad,                 0,            kNone},

@@ -11,8 +11,10 @@
 #include "compiler/rewrite.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
+#include "ops/op_defs.h"
 #include "ops/op_facts.h"
 #include "ops/scalar.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 namespace {
@@ -245,6 +247,31 @@ TEST(OpFacts, DerivedPropertiesHoldForEveryRow) {
   }
   // The VJP-read column is checked against the rules themselves, every row
   // (tests/ops/op_table_test.cpp: VjpReads).
+}
+
+// Every primitive has a definition (src/ops/defs/), and its operand count
+// fits its kind; a primitive without a VJP rule fails to differentiate with
+// its definition's reason.
+TEST(OpDefs, EveryPrimitiveIsDefinedOnce) {
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    const OpDef& d = op_def(op);
+    EXPECT_TRUE(d.defined) << op_name(op);
+    const int want = op_kind(op) == OpKind::Unary || op_kind(op) == OpKind::Convert ||
+                             op_kind(op) == OpKind::Identity || op_kind(op) == OpKind::Reduce
+                         ? 1
+                     : op_kind(op) == OpKind::Binary || op_kind(op) == OpKind::Compare ||
+                             op_kind(op) == OpKind::Contraction
+                         ? 2
+                     : op_kind(op) == OpKind::Select ? 3
+                                                     : d.arity;
+    EXPECT_EQ(d.arity, want) << op_name(op);
+    EXPECT_FALSE(d.vjp && d.no_vjp) << op_name(op) << ": a rule and a reason for having none";
+  }
+  EXPECT_NE(error_of([] {
+              vjp_rule(Primitive(Op::GeluGrad), {Array()}, Array(), Array(), {true});
+            }).find("GeluGrad is the backward of another primitive"),
+            std::string::npos);
 }
 
 }  // namespace

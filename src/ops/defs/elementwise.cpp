@@ -1,0 +1,89 @@
+// kiln ops: the elementwise primitives' definitions — unary and binary math
+// (their scalar functions are in ops/scalar_math.h), comparisons, Where,
+// Cast and StopGradient.
+#include <cmath>
+
+#include "ops/defs/defs.h"
+
+namespace kiln::defs {
+namespace {
+
+void unary(OpDefs& d) {
+  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 1, .vjp = f}); };
+  def(Op::Neg, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = neg(a.g); });
+  def(Op::Exp, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * a.out; });
+  def(Op::Log, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g / a.in[0]; });
+  def(Op::Sqrt, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g / (a.out * 2.0); });
+  def(Op::Rsqrt, [](const VjpArgs& a, std::vector<Array>& ct) {
+    ct[0] = a.g * (a.out * a.out * a.out) * -0.5;
+  });
+  def(Op::Tanh,
+      [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * (1.0 - a.out * a.out); });
+  def(Op::Erf, [](const VjpArgs& a, std::vector<Array>& ct) {
+    ct[0] = a.g * exp(-(a.in[0] * a.in[0])) * (2.0 / std::sqrt(M_PI));
+  });
+  def(Op::Gelu, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * gelu_grad(a.in[0]); });
+  def(Op::GeluTanh,
+      [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * gelu_tanh_grad(a.in[0]); });
+  def(Op::Relu, [](const VjpArgs& a, std::vector<Array>& ct) {
+    ct[0] = where(greater(a.in[0], zero_like_scalar(a.in[0])), a.g, zero_like_scalar(a.g));
+  });
+  def(Op::Abs, [](const VjpArgs& a, std::vector<Array>& ct) {
+    ct[0] = where(greater_equal(a.in[0], zero_like_scalar(a.in[0])), a.g, neg(a.g));
+  });
+  for (Op op : {Op::GeluGrad, Op::GeluTanhGrad})
+    define(d, op, {.arity = 1, .no_vjp = kNoSecondOrder});
+}
+
+// Binary ops compute their cotangents at the broadcast shape, then sum them
+// back to each operand's shape.
+void binary(OpDefs& d) {
+  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 2, .vjp = f}); };
+  def(Op::Add, [](const VjpArgs& a, std::vector<Array>& ct) {
+    if (a.want(0)) ct[0] = sum_to(a.g, a.in[0].shape());
+    if (a.want(1)) ct[1] = sum_to(a.g, a.in[1].shape());
+  });
+  def(Op::Sub, [](const VjpArgs& a, std::vector<Array>& ct) {
+    if (a.want(0)) ct[0] = sum_to(a.g, a.in[0].shape());
+    if (a.want(1)) ct[1] = sum_to(neg(a.g), a.in[1].shape());
+  });
+  def(Op::Mul, [](const VjpArgs& a, std::vector<Array>& ct) {
+    if (a.want(0)) ct[0] = sum_to(a.g * a.in[1], a.in[0].shape());
+    if (a.want(1)) ct[1] = sum_to(a.g * a.in[0], a.in[1].shape());
+  });
+  def(Op::Div, [](const VjpArgs& a, std::vector<Array>& ct) {
+    if (a.want(0)) ct[0] = sum_to(a.g / a.in[1], a.in[0].shape());
+    if (a.want(1)) ct[1] = sum_to(neg(a.g * a.out) / a.in[1], a.in[1].shape());
+  });
+  // Ties share the cotangent equally, as in JAX.
+  auto extremum = [](const VjpArgs& a, std::vector<Array>& ct) {
+    const Array first =
+        a.p.op() == Op::Maximum ? greater(a.in[0], a.in[1]) : less(a.in[0], a.in[1]);
+    const Array tie = equal(a.in[0], a.in[1]);
+    const Array half = a.g * 0.5, zero = zero_like_scalar(a.g);
+    if (a.want(0)) ct[0] = sum_to(where(first, a.g, where(tie, half, zero)), a.in[0].shape());
+    if (a.want(1)) ct[1] = sum_to(where(first, zero, where(tie, half, a.g)), a.in[1].shape());
+  };
+  def(Op::Maximum, extremum);
+  def(Op::Minimum, extremum);
+  for (Op op : {Op::Equal, Op::NotEqual, Op::Less, Op::LessEqual, Op::Greater, Op::GreaterEqual})
+    define(d, op, {.arity = 2});  // bool results: no cotangents
+}
+
+}  // namespace
+
+void elementwise(OpDefs& d) {
+  unary(d);
+  binary(d);
+  define(d, Op::Where, {.arity = 3, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+                          const Array zero = zero_like_scalar(a.g);
+                          if (a.want(1)) ct[1] = sum_to(where(a.in[0], a.g, zero), a.in[1].shape());
+                          if (a.want(2)) ct[2] = sum_to(where(a.in[0], zero, a.g), a.in[2].shape());
+                        }});
+  define(d, Op::Cast, {.arity = 1, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+                         if (is_floating(a.in[0].dtype())) ct[0] = astype(a.g, a.in[0].dtype());
+                       }});
+  define(d, Op::StopGradient, {.arity = 1});
+}
+
+}  // namespace kiln::defs

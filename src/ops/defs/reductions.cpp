@@ -1,0 +1,33 @@
+// kiln ops: the reductions' definitions (Sum, Max, Argmax over any axes).
+#include "ops/defs/defs.h"
+
+namespace kiln::defs {
+namespace {
+
+// The reduced shape with the reduced axes kept (as 1).
+Shape kept_shape(const Shape& in, const ReduceAttrs& r) {
+  Shape kept = in;
+  for (int ax : r.axes) kept[ax] = 1;
+  return kept;
+}
+
+}  // namespace
+
+void reductions(OpDefs& d) {
+  define(d, Op::Sum, {.arity = 1, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+                        const Shape& in = a.in[0].shape();
+                        ct[0] = broadcast_to(reshape(a.g, kept_shape(in, a.p.attrs<ReduceAttrs>())),
+                                             in);
+                      }});
+  // The maxima share the cotangent equally.
+  define(d, Op::Max, {.arity = 1, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+                        const auto& r = a.p.attrs<ReduceAttrs>();
+                        const Shape kept = kept_shape(a.in[0].shape(), r);
+                        const Array mask =
+                            astype(equal(a.in[0], reshape(a.out, kept)), a.g.dtype());
+                        ct[0] = reshape(a.g, kept) * mask / sum(mask, r.axes, true);
+                      }});
+  define(d, Op::Argmax, {.arity = 1});  // indices: no cotangent
+}
+
+}  // namespace kiln::defs
