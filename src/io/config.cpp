@@ -1,4 +1,6 @@
 // kiln io: HuggingFace config.json for ViT.
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -7,7 +9,60 @@
 namespace kiln::io {
 namespace {
 using json = nlohmann::json;
+// Fails naming the config file, a field and what is wrong with it.
+using BadField = std::function<void(const std::string& field, const std::string& what)>;
+
+// id2label's labels by id: keys the label ids 0 ... N-1 (transformers takes
+// int(key): "07" is 7), each naming a label (a string, or a number written as
+// one).
+std::vector<std::string> parse_id2label(const json& v, const BadField& bad) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::vector<std::string> labels(v.size());
+  std::vector<bool> seen(v.size(), false);
+  auto shown = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 40) + "..." : s; };
+  for (auto& [key, name] : v.items()) {
+    int64_t id = -1;
+    const size_t digits = key.find_first_not_of('0') == std::string::npos
+                              ? 1
+                              : key.size() - key.find_first_not_of('0');
+    if (!key.empty() && digits <= 18 && key.find_first_not_of("0123456789") == std::string::npos)
+      id = std::stoll(key.substr(key.size() - digits));
+    if (id < 0 || id >= n || seen[id])
+      bad("id2label", "has the key \"" + shown(key) + "\", expected the label ids 0 ... " +
+                          std::to_string(n - 1) + ", each once");
+    if (!name.is_string() && !name.is_number())
+      bad("id2label", "has \"" + shown(key) + "\": " + shown(name.dump()) +
+                          ", expected a label name (a string)");
+    seen[id] = true;
+    labels[id] = name.is_string() ? name.get<std::string>() : name.dump();
+  }
+  return labels;
 }
+
+// pruned_heads: {"layer": [heads]}.
+std::map<int64_t, std::vector<int64_t>> parse_pruned_heads(const json& v, const BadField& bad) {
+  const std::string shape = ", expected an object of layer: [heads], e.g. {\"0\": [1, 2]}";
+  if (!v.is_object()) bad("pruned_heads", "is " + v.dump() + shape);
+  std::map<int64_t, std::vector<int64_t>> pruned;
+  for (auto& [key, heads] : v.items()) {
+    int64_t layer = -1;
+    try {
+      size_t used = 0;
+      layer = std::stoll(key, &used);
+      if (used != key.size()) layer = -1;
+    } catch (const std::exception&) {
+    }
+    if (layer < 0 || !heads.is_array())
+      bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
+    for (const json& h : heads)
+      if (!h.is_number_integer())
+        bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
+    if (!heads.empty()) pruned[layer] = heads.get<std::vector<int64_t>>();
+  }
+  return pruned;
+}
+
+}  // namespace
 
 nn::ViTConfig load_vit_config(const std::string& path) {
   return parse_vit_config(read_file(path, "config"), path);
@@ -87,27 +142,7 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
     const json& v = j["id2label"];
     if (!v.is_object()) bad("id2label", "is " + v.dump() + ", expected an object");
     c.num_labels = static_cast<int64_t>(v.size());
-    // Keys the label ids 0 ... N-1 (transformers takes int(key): "07" is 7),
-    // each naming a label (a string, or a number written as one).
-    c.id2label.assign(v.size(), "");
-    std::vector<bool> seen(v.size(), false);
-    auto shown = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 40) + "..." : s; };
-    for (auto& [key, name] : v.items()) {
-      int64_t id = -1;
-      const size_t digits = key.find_first_not_of('0') == std::string::npos
-                                ? 1
-                                : key.size() - key.find_first_not_of('0');
-      if (!key.empty() && digits <= 18 && key.find_first_not_of("0123456789") == std::string::npos)
-        id = std::stoll(key.substr(key.size() - digits));
-      if (id < 0 || id >= c.num_labels || seen[id])
-        bad("id2label", "has the key \"" + shown(key) + "\", expected the label ids 0 ... " +
-                            std::to_string(c.num_labels - 1) + ", each once");
-      if (!name.is_string() && !name.is_number())
-        bad("id2label", "has \"" + shown(key) + "\": " + shown(name.dump()) +
-                            ", expected a label name (a string)");
-      seen[id] = true;
-      c.id2label[id] = name.is_string() ? name.get<std::string>() : name.dump();
-    }
+    c.id2label = parse_id2label(v, bad);
   } else {
     integer("num_labels", c.num_labels);
   }
@@ -124,26 +159,7 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
                               ", expected null, \"regression\", \"single_label_classification\" "
                               "or \"multi_label_classification\"");
   }
-  if (j.contains("pruned_heads")) {
-    const json& v = j["pruned_heads"];
-    const std::string shape = ", expected an object of layer: [heads], e.g. {\"0\": [1, 2]}";
-    if (!v.is_object()) bad("pruned_heads", "is " + v.dump() + shape);
-    for (auto& [key, heads] : v.items()) {
-      int64_t layer = -1;
-      try {
-        size_t used = 0;
-        layer = std::stoll(key, &used);
-        if (used != key.size()) layer = -1;
-      } catch (const std::exception&) {
-      }
-      if (layer < 0 || !heads.is_array())
-        bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
-      for (const json& h : heads)
-        if (!h.is_number_integer())
-          bad("pruned_heads", "has \"" + key + "\": " + heads.dump() + shape);
-      if (!heads.empty()) c.pruned_heads[layer] = heads.get<std::vector<int64_t>>();
-    }
-  }
+  if (j.contains("pruned_heads")) c.pruned_heads = parse_pruned_heads(j["pruned_heads"], bad);
   // Both of transformers' attention implementations for ViT compute
   // softmax(QKᵀ/√d)V, as kiln does; it has no others.
   for (const char* f : {"attn_implementation", "_attn_implementation"})

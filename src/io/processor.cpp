@@ -26,6 +26,26 @@ const std::set<std::string> kIgnored = {"image_processor_type",
                                         "pad_size",
                                         "default_to_square",
                                         "backend"};
+
+// Notes on the fields that kiln does not read (ignored, saying so) and on a
+// processor type other than ViT's.
+void note_unread_fields(const json& j, const std::string& path, std::vector<std::string>& notes) {
+  const std::set<std::string> known = {"do_resize",      "size",          "resample",
+                                       "do_center_crop", "crop_size",     "do_rescale",
+                                       "rescale_factor", "do_normalize",  "image_mean",
+                                       "image_std",      "do_convert_rgb"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key) && !kIgnored.count(key))
+      notes.push_back(path + ": unknown field '" + key + "' ignored");
+  for (const char* type : {"image_processor_type", "feature_extractor_type"})
+    if (j.contains(type)) {
+      const std::string t = j[type].is_string() ? j[type].get<std::string>() : j[type].dump();
+      if (t.rfind("ViT", 0) != 0)
+        notes.push_back(path + ": " + type + " is " + t +
+                        "; kiln processes images as ViTImageProcessor does with these fields");
+    }
+}
+
 }  // namespace
 
 data::ImageProcessor parse_image_processor(std::string_view text, const std::string& path,
@@ -129,20 +149,7 @@ data::ImageProcessor parse_image_processor(std::string_view text, const std::str
       bad("size",
           "has " + std::string(f) +
               ", which kiln does not support (expected height and width, or shortest_edge)");
-  const std::set<std::string> known = {"do_resize",      "size",          "resample",
-                                       "do_center_crop", "crop_size",     "do_rescale",
-                                       "rescale_factor", "do_normalize",  "image_mean",
-                                       "image_std",      "do_convert_rgb"};
-  for (const auto& [key, value] : j.items())
-    if (!known.count(key) && !kIgnored.count(key))
-      note(path + ": unknown field '" + key + "' ignored");
-  for (const char* type : {"image_processor_type", "feature_extractor_type"})
-    if (j.contains(type)) {
-      const std::string t = j[type].is_string() ? j[type].get<std::string>() : j[type].dump();
-      if (t.rfind("ViT", 0) != 0)
-        note(path + ": " + type + " is " + t +
-             "; kiln processes images as ViTImageProcessor does with these fields");
-    }
+  if (notes) note_unread_fields(j, path, *notes);
   try {
     p.validate(path);
   } catch (const Error& e) {

@@ -31,18 +31,8 @@ Array trace_input(const Array& primal) {
 using CotangentFn = std::function<std::vector<Array>(const std::vector<Array>& outputs)>;
 using ReadyFn = std::function<void(size_t primal, const Array& grad)>;
 
-std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
-                                                           const std::vector<Array>& primals,
-                                                           const CotangentFn& make_cotangents,
-                                                           const ReadyFn& on_ready = {}) {
-  std::vector<Array> traced;
-  std::vector<Array> outputs;
-  {
-    KeepGraph keep;
-    for (auto& p : primals) traced.push_back(trace_input(p));
-    outputs = f(traced);
-  }
-  std::vector<Array> cotangents = make_cotangents(outputs);
+// One cotangent per output, of its shape.
+void check_cotangents(const std::vector<Array>& outputs, const std::vector<Array>& cotangents) {
   if (cotangents.size() != outputs.size())
     fail("vjp", std::to_string(cotangents.size()) + " cotangents for " +
                     std::to_string(outputs.size()) + " outputs");
@@ -50,10 +40,12 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
     if (cotangents[i].shape() != outputs[i].shape())
       fail("vjp", "cotangent " + str(cotangents[i].shape()) + " for output " + std::to_string(i) +
                       " of shape " + str(outputs[i].shape()));
+}
 
-  // Which nodes depend on a primal, in topological order (iterative DFS).
-  std::unordered_set<ArrayNode*> primal_nodes;
-  for (auto& t : traced) primal_nodes.insert(t.node());
+// The nodes behind `outputs` down to the primals, in topological order
+// (iterative DFS), and which of them depend on a primal.
+std::pair<std::vector<Array>, std::unordered_map<ArrayNode*, bool>> walk_order(
+    const std::vector<Array>& outputs, const std::unordered_set<ArrayNode*>& primal_nodes) {
   std::unordered_map<ArrayNode*, bool> depends;
   std::vector<Array> order;
   std::vector<std::pair<Array, size_t>> stack;
@@ -78,6 +70,25 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
       }
     }
   }
+  return {std::move(order), std::move(depends)};
+}
+
+std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const VectorFn& f,
+                                                           const std::vector<Array>& primals,
+                                                           const CotangentFn& make_cotangents,
+                                                           const ReadyFn& on_ready = {}) {
+  std::vector<Array> traced;
+  std::vector<Array> outputs;
+  {
+    KeepGraph keep;
+    for (auto& p : primals) traced.push_back(trace_input(p));
+    outputs = f(traced);
+  }
+  const std::vector<Array> cotangents = make_cotangents(outputs);
+  check_cotangents(outputs, cotangents);
+  std::unordered_set<ArrayNode*> primal_nodes;
+  for (auto& t : traced) primal_nodes.insert(t.node());
+  auto [order, depends] = walk_order(outputs, primal_nodes);
 
   std::unordered_map<ArrayNode*, Array> ct;
   auto accumulate = [&](const Array& target, const Array& c) {

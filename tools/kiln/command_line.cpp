@@ -105,10 +105,8 @@ struct Subcommands {
   CLI::App *demo, *info, *train, *eval, *predict, *plot, *grad;
 };
 
-Subcommands define(CLI::App& app, CommandLine& cl) {
-  app.require_subcommand(1);
-  Subcommands s;
-  DemoOptions& demo = cl.demo;
+// kiln demo and kiln info.
+void define_demo(CLI::App& app, Subcommands& s, DemoOptions& demo) {
   auto* d = s.demo = app.add_subcommand("demo", "train a small classifier with grad and SGD");
   d->add_option("--steps", demo.steps, "training steps")->check(kPositiveInt);
   d->add_option("--lr", demo.lr, "SGD learning rate")->check(kPositive);
@@ -116,8 +114,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   d->add_option("--seed", demo.seed, "random seed");
   d->add_option("--threads", demo.threads, "CPU threads (default: all)")->check(kPositiveInt);
   s.info = app.add_subcommand("info", "show the build, devices and libraries");
+}
 
-  TrainFlags& tf = cl.train;
+// kiln train: the model, where it starts, how long it runs.
+CLI::App* define_train_model(CLI::App& app, Subcommands& s, TrainFlags& tf) {
   train::TrainConfig& tc = tf.config;
   auto* t = s.train = app.add_subcommand(
       "train", "train a ViT (default: the reference experiment on random images)");
@@ -166,6 +166,12 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
   t->add_option("--log-json", tc.log_json,
                 "write one JSON object per step (and per evaluation) to this file");
+  return t;
+}
+
+// kiln train: the data and its augmentation.
+void define_train_data(CLI::App* t, TrainFlags& tf) {
+  train::TrainConfig& tc = tf.config;
   t->add_option("--data", tc.data,
                 "random (the reference experiment), fashion-mnist, or imagefolder:PATH "
                 "(PATH/<class>/*.jpg|png; every 10th file of a class held out)")
@@ -198,6 +204,11 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(kPositiveInt);
+}
+
+// kiln train: the optimizer, its schedule, evaluation and checkpoints.
+void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
+  train::TrainConfig& tc = tf.config;
   t->add_option("--optimizer", tc.optimizer, "sgd or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   t->add_option("--momentum", tc.momentum, "SGD momentum")->check(kNonNegative);
@@ -237,6 +248,11 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--save-every", tc.save_every, "also save every N steps")->check(kNonNegativeInt);
   t->add_option("--resume", tc.resume_dir, "continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
+}
+
+// kiln train: precision, devices, data-parallel training, output.
+void define_train_runtime(CLI::App* t, TrainFlags& tf) {
+  train::TrainConfig& tc = tf.config;
   t->add_option("--precision", tc.precision,
                 "fp32, bf16 (mixed: bf16 matmul operands, f32 master weights), tf32 (CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
@@ -265,8 +281,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   t->add_option("--print-every", tf.print_every,
                 "without a terminal: print every N steps (default: steps / 50)")
       ->check(kPositiveInt);
+}
 
-  EvalFlags& ef = cl.eval;
+// kiln eval.
+void define_eval(CLI::App& app, Subcommands& s, EvalFlags& ef) {
   auto* e = s.eval =
       app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
   auto* ckpt_opt =
@@ -288,8 +306,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   e->add_option("--device", ef.device, "cpu, ref or cuda[:N]")->check(kDevice);
+}
 
-  PredictFlags& rf = cl.predict;
+// kiln predict.
+void define_predict(CLI::App& app, Subcommands& s, PredictFlags& rf) {
   auto* r = s.predict = app.add_subcommand(
       "predict",
       "the top labels of images, as transformers' image-classification pipeline gives them");
@@ -317,8 +337,10 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
       ->check(kPositiveInt);
   r->add_option("--workers", rf.workers, "threads decoding images ahead of the model (default 2)")
       ->check(kPositiveInt);
+}
 
-  PlotFlags& pf = cl.plot;
+// kiln plot and kiln grad.
+void define_plot_and_grad(CLI::App& app, Subcommands& s, PlotFlags& pf, GradFlags& gf) {
   auto* pl = s.plot =
       app.add_subcommand("plot", "draw loss and accuracy curves of a --log-json file");
   pl->add_option("log", pf.log, "the JSON-lines log of kiln train --log-json")
@@ -326,7 +348,6 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
       ->check(CLI::ExistingFile);
   pl->add_option("-o,--out", pf.out, "output .png or .svg file")->required();
 
-  GradFlags& gf = cl.grad;
   auto* g = s.grad = app.add_subcommand(
       "grad", "one forward and backward pass; writes logits, loss and gradients");
   g->add_option("--config", gf.config, "HuggingFace config.json")
@@ -344,6 +365,19 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   g->add_option("--layout", gf.layout, "layout of pixel_values")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
   g->add_option("--device", gf.device, "cpu, ref or cuda[:N]")->check(kDevice);
+}
+
+Subcommands define(CLI::App& app, CommandLine& cl) {
+  app.require_subcommand(1);
+  Subcommands s;
+  define_demo(app, s, cl.demo);
+  CLI::App* t = define_train_model(app, s, cl.train);
+  define_train_data(t, cl.train);
+  define_train_optimizer(t, cl.train);
+  define_train_runtime(t, cl.train);
+  define_eval(app, s, cl.eval);
+  define_predict(app, s, cl.predict);
+  define_plot_and_grad(app, s, cl.plot, cl.grad);
   return s;
 }
 
