@@ -35,12 +35,25 @@ Array gelu_tanh(const Array& a);  // tanh approximation (gelu_new, gelu_pytorch_
 Array relu(const Array& a);
 Array abs(const Array& a);
 Array square(const Array& a);
+Array sin(const Array& a);
+Array cos(const Array& a);
+Array log1p(const Array& a);  // log(1 + x), accurate near 0
+Array expm1(const Array& a);  // exp(x) - 1, accurate near 0
+Array sign(const Array& a);   // -1, 0 or 1 (0 and NaN kept); zero gradient
+Array floor(const Array& a);  // zero gradient
+Array round(const Array& a);  // to the nearest integer, halves to even (jnp.round); zero gradient
 Array add(const Array& a, const Array& b);
 Array subtract(const Array& a, const Array& b);
 Array multiply(const Array& a, const Array& b);
 Array divide(const Array& a, const Array& b);
 Array maximum(const Array& a, const Array& b);
 Array minimum(const Array& a, const Array& b);
+// a to the power b, elementwise (jnp.power on floats); d/db uses log(a), so
+// it is NaN where a < 0 and 0 where a = 0.
+Array power(const Array& a, const Array& b);
+// x limited to [lo, hi] (jnp.clip): minimum(maximum(x, lo), hi), so at a
+// bound the gradient is shared as maximum's and minimum's are.
+Array clip(const Array& x, double lo, double hi);
 Array equal(const Array& a, const Array& b);
 Array not_equal(const Array& a, const Array& b);
 Array less(const Array& a, const Array& b);

@@ -22,10 +22,11 @@ namespace kiln {
   /* unary elementwise */                                                                \
   X(Neg, Unary) X(Exp, Unary) X(Log, Unary) X(Sqrt, Unary) X(Rsqrt, Unary) X(Tanh, Unary) \
   X(Erf, Unary) X(Gelu, Unary) X(GeluTanh, Unary) X(Relu, Unary) X(Abs, Unary)           \
-  X(GeluGrad, Unary) X(GeluTanhGrad, Unary)                                              \
+  X(GeluGrad, Unary) X(GeluTanhGrad, Unary) X(Sin, Unary) X(Cos, Unary) X(Log1p, Unary)  \
+  X(Expm1, Unary) X(Sign, Unary) X(Floor, Unary) X(Round, Unary)                         \
   /* binary elementwise with NumPy broadcasting */                                       \
   X(Add, Binary) X(Sub, Binary) X(Mul, Binary) X(Div, Binary) X(Maximum, Binary)          \
-  X(Minimum, Binary) X(Equal, Compare) X(NotEqual, Compare) X(Less, Compare)              \
+  X(Minimum, Binary) X(Pow, Binary) X(Equal, Compare) X(NotEqual, Compare) X(Less, Compare)              \
   X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)                      \
   X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
   /* reductions over any axes */                                                         \

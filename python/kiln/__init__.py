@@ -13,12 +13,12 @@ from . import _kiln
 from ._array import (Array, Device, DType, KilnError, arange, array, asarray, bfloat16, bool_,
                      devices, dtype, float16, float32, float64, from_dlpack, full, full_like,
                      int32, int64, ones, ones_like, zeros, zeros_like)
-from ._kiln import (abs, add, argmax, attention, broadcast_to, concatenate, cpu_gemm_library,
-                    divide, equal, erf, exp, gelu, gelu_tanh, greater, greater_equal, is_lazy,
-                    layer_norm, less, less_equal, log, log_softmax, matmul_precision, max, maximum,
-                    mean, minimum, multiply, neg, not_equal, num_threads, one_hot, promote_types, relu,
-                    reshape,
-                    rsqrt, set_matmul_precision, set_num_threads, slice, softmax,
+from ._kiln import (abs, add, argmax, attention, broadcast_to, clip, concatenate, cos,
+                    cpu_gemm_library, divide, equal, erf, exp, expm1, floor, gelu, gelu_tanh,
+                    greater, greater_equal, is_lazy, layer_norm, less, less_equal, log, log1p,
+                    log_softmax, matmul_precision, max, maximum, mean, minimum, multiply, neg,
+                    not_equal, num_threads, one_hot, power, promote_types, relu, reshape, round,
+                    rsqrt, set_matmul_precision, set_num_threads, sign, sin, slice, softmax,
                     softmax_cross_entropy, sqrt, square, stop_gradient, subtract, sum, sum_to,
                     swapaxes, take, tanh, where)
 from ._transforms import (Jitted, eval, grad, jit, lazy, lazy_cache_stats, mark_step,

@@ -679,6 +679,13 @@ void bind_ops(nb::module_& m) {
   KILN_UNARY(relu);
   KILN_UNARY(abs);
   KILN_UNARY(square);
+  KILN_UNARY(sin);
+  KILN_UNARY(cos);
+  KILN_UNARY(log1p);
+  KILN_UNARY(expm1);
+  KILN_UNARY(sign);
+  KILN_UNARY(floor);
+  KILN_UNARY(round);
   KILN_UNARY(stop_gradient);
 #undef KILN_UNARY
 #define KILN_BINARY(name)                                                                      \
@@ -688,6 +695,7 @@ void bind_ops(nb::module_& m) {
   KILN_BINARY(subtract);
   KILN_BINARY(multiply);
   KILN_BINARY(divide);
+  KILN_BINARY(power);
   KILN_BINARY(maximum);
   KILN_BINARY(minimum);
   KILN_BINARY(equal);
@@ -709,6 +717,7 @@ void bind_ops(nb::module_& m) {
       },
       "condition"_a, "x"_a, "y"_a, kiln_doc("where"));
   m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil(), kiln_doc("astype"));
+  m.def("clip", &kiln::clip, "x"_a, "lo"_a, "hi"_a, NoGil(), kiln_doc("clip"));
 }
 
 // A reduction over `axis`: None (all axes), an int or a sequence of ints.

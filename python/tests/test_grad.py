@@ -32,13 +32,13 @@ def _x(rng, *shape, positive=False):
 
 
 UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "gelu", "gelu_tanh", "relu", "abs",
-         "square"]
+         "square", "sin", "cos", "log1p", "expm1"]
 
 
 @pytest.mark.parametrize("name", UNARY)
 def test_unary_gradients(rng, name):
     op = getattr(kiln, name)
-    positive = name in ("log", "sqrt", "rsqrt")
+    positive = name in ("log", "sqrt", "rsqrt", "log1p")
     w = _x(rng, 3, 4)
     _check_fd(lambda x: kiln.sum(op(x) * w), [_x(rng, 3, 4, positive=positive)], rng)
 

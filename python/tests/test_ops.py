@@ -32,6 +32,13 @@ UNARY = {
     "relu": (kiln.relu, lambda x: np.maximum(x, 0), "any"),
     "abs": (kiln.abs, np.abs, "any"),
     "square": (kiln.square, np.square, "any"),
+    "sin": (kiln.sin, np.sin, "any"),
+    "cos": (kiln.cos, np.cos, "any"),
+    "log1p": (kiln.log1p, np.log1p, "positive"),
+    "expm1": (kiln.expm1, np.expm1, "any"),
+    "sign": (kiln.sign, np.sign, "any"),
+    "floor": (kiln.floor, np.floor, "any"),
+    "round": (kiln.round, np.round, "any"),
     "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x)), "any"),
 }
 TOL = {np.float32: 2e-6, np.float64: 1e-12, ml_dtypes.bfloat16: 1e-2}
@@ -70,6 +77,19 @@ BINARY = {
     "greater_equal": (kiln.greater_equal, np.greater_equal),
 }
 SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (3,)), ((5, 1), (1, 6))]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_power_and_clip(rng, dt):
+    a = (np.abs(rng.standard_normal((3, 4))) + 0.1).astype(dt)
+    b = rng.standard_normal((4,)).astype(dt)
+    got = np.asarray(kiln.power(kiln.asarray(a), kiln.asarray(b)))
+    np.testing.assert_allclose(got, np.power(a, b), rtol=TOL[dt])
+    x = (3 * rng.standard_normal((4, 5))).astype(dt)
+    np.testing.assert_array_equal(np.asarray(kiln.clip(kiln.asarray(x), -1.0, 2.0)),
+                                  np.clip(x, -1.0, 2.0))
+    with pytest.raises(kiln.KilnError, match="above upper bound"):
+        kiln.clip(kiln.asarray(x), 2.0, 1.0)
 
 
 # Integer division is not one of kiln's ops (divide takes floats).

@@ -62,7 +62,7 @@ inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           F = kFusable | kScalar | kPointwise, C = kCommutes, A = kAlias,
                           I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
-    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true};
+    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true};
 }  // namespace facts_detail
 
 // clang-format off
@@ -83,12 +83,20 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Abs,                       F | I | R | N, kIn0},
     {Op::GeluGrad,                  F | I,        kNone},   // no VJP rule
     {Op::GeluTanhGrad,              F | I,        kNone},   // no VJP rule
+    {Op::Sin,                       F | I,        kIn0},
+    {Op::Cos,                       F | I,        kIn0},
+    {Op::Log1p,                     F | I,        kIn0},
+    {Op::Expm1,                     F | I,        kOut},
+    {Op::Sign,                      F | I | R,    kNone},   // zero gradient
+    {Op::Floor,                     F | I | R,    kNone},   // zero gradient
+    {Op::Round,                     F | I | R,    kNone},   // zero gradient
     {Op::Add,                       F | I | C,    kNone},
     {Op::Sub,                       F | I,        kNone},
     {Op::Mul,                       F | I | C,    kBoth},
     {Op::Div,                       F | I,        kIn1Out},  // y and the output
     {Op::Maximum,                   F | I | C,    kBoth},
     {Op::Minimum,                   F | I | C,    kBoth},
+    {Op::Pow,                       F | I,        kBothOut},
     {Op::Equal,                     S | C,        kNone},
     {Op::NotEqual,                  S | C,        kNone},
     {Op::Less,                      S,            kNone},

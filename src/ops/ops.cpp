@@ -175,6 +175,27 @@ Array abs(const Array& a) {
 Array square(const Array& a) {
   return multiply(a, a);
 }
+Array sin(const Array& a) {
+  return unary(Op::Sin, a);
+}
+Array cos(const Array& a) {
+  return unary(Op::Cos, a);
+}
+Array log1p(const Array& a) {
+  return unary(Op::Log1p, a);
+}
+Array expm1(const Array& a) {
+  return unary(Op::Expm1, a);
+}
+Array sign(const Array& a) {
+  return unary(Op::Sign, a);
+}
+Array floor(const Array& a) {
+  return unary(Op::Floor, a);
+}
+Array round(const Array& a) {
+  return unary(Op::Round, a);
+}
 
 Array add(const Array& a, const Array& b) {
   return binary(Op::Add, a, b);
@@ -190,6 +211,15 @@ Array divide(const Array& a, const Array& b) {
 }
 Array maximum(const Array& a, const Array& b) {
   return binary(Op::Maximum, a, b);
+}
+Array power(const Array& a, const Array& b) {
+  return binary(Op::Pow, a, b);
+}
+Array clip(const Array& x, double lo, double hi) {
+  require_valid(x, "clip");
+  if (!(lo <= hi))
+    fail("clip", "lower bound " + std::to_string(lo) + " above upper bound " + std::to_string(hi));
+  return minimum(maximum(x, scalar_like(x, lo)), scalar_like(x, hi));
 }
 Array minimum(const Array& a, const Array& b) {
   return binary(Op::Minimum, a, b);

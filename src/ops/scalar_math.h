@@ -42,6 +42,48 @@ KILN_HD inline float sqrt(float x) { return sqrtf(x); }
 KILN_HD inline double sqrt(double x) { return ::sqrt(x); }
 KILN_HD inline float tanh(float x) { return tanhf(x); }
 KILN_HD inline double tanh(double x) { return ::tanh(x); }
+KILN_HD inline float sin(float x) {
+  return sinf(x);
+}
+KILN_HD inline double sin(double x) {
+  return ::sin(x);
+}
+KILN_HD inline float cos(float x) {
+  return cosf(x);
+}
+KILN_HD inline double cos(double x) {
+  return ::cos(x);
+}
+KILN_HD inline float log1p(float x) {
+  return log1pf(x);
+}
+KILN_HD inline double log1p(double x) {
+  return ::log1p(x);
+}
+KILN_HD inline float expm1(float x) {
+  return expm1f(x);
+}
+KILN_HD inline double expm1(double x) {
+  return ::expm1(x);
+}
+KILN_HD inline float floor(float x) {
+  return floorf(x);
+}
+KILN_HD inline double floor(double x) {
+  return ::floor(x);
+}
+KILN_HD inline float rint(float x) {
+  return rintf(x);
+}
+KILN_HD inline double rint(double x) {
+  return ::rint(x);
+}
+KILN_HD inline float pow(float x, float y) {
+  return powf(x, y);
+}
+KILN_HD inline double pow(double x, double y) {
+  return ::pow(x, y);
+}
 template <typename A, typename B>
 inline constexpr bool is_same_v = false;
 template <typename A>
@@ -49,6 +91,7 @@ inline constexpr bool is_same_v<A, A> = true;
 KILN_HD inline float float_from_bits(int bits) { return __int_as_float(bits); }
 #else
 using std::copysign, std::erf, std::exp, std::fabs, std::log, std::sqrt, std::tanh;
+using std::cos, std::expm1, std::floor, std::log1p, std::pow, std::rint, std::sin;
 using std::is_same_v;
 KILN_HD inline float float_from_bits(int bits) {
   float f;
@@ -151,13 +194,33 @@ KILN_HD inline auto scalar(A x, [[maybe_unused]] A y = A()) {
   else if constexpr (op == Op::GeluTanhGrad) return gelu_tanh_grad(x);
   else if constexpr (op == Op::Relu) return x > A(0) ? x : A(0);
   else if constexpr (op == Op::Abs) return x < A(0) ? A(-x) : x;
+  else if constexpr (op == Op::Sin)
+    return A(m::sin(x));
+  else if constexpr (op == Op::Cos)
+    return A(m::cos(x));
+  else if constexpr (op == Op::Log1p)
+    return A(m::log1p(x));
+  else if constexpr (op == Op::Expm1)
+    return A(m::expm1(x));
+  else if constexpr (op == Op::Sign)
+    return x > A(0) ? A(1) : (x < A(0) ? A(-1) : x);  // keeps 0, -0, NaN
+  else if constexpr (op == Op::Floor)
+    return A(m::floor(x));
+  else if constexpr (op == Op::Round)
+    return A(m::rint(x));  // halves to even, as NumPy and JAX
   else if constexpr (op == Op::Add) return A(x + y);
   else if constexpr (op == Op::Sub) return A(x - y);
   else if constexpr (op == Op::Mul) return A(x * y);
   else if constexpr (op == Op::Div) return A(x / y);
   else if constexpr (op == Op::Maximum) return x > y ? x : y;
   else if constexpr (op == Op::Minimum) return x < y ? x : y;
-  else if constexpr (op == Op::Equal) return x == y;
+  else if constexpr (op == Op::Pow) {
+    if constexpr (m::is_same_v<A, float> || m::is_same_v<A, double>)
+      return A(m::pow(x, y));
+    else
+      return A(m::pow(static_cast<double>(x), static_cast<double>(y)));  // integers
+  } else if constexpr (op == Op::Equal)
+    return x == y;
   else if constexpr (op == Op::NotEqual) return x != y;
   else if constexpr (op == Op::Less) return x < y;
   else if constexpr (op == Op::LessEqual) return x <= y;

@@ -165,6 +165,18 @@ std::vector<Case> cases() {
   unary("relu", relu, [](double x) { return x > 0 ? x : 0; });
   unary("abs", abs, [](double x) { return std::fabs(x); });
   unary("square", square, [](double x) { return x * x; });
+  unary(
+      "sin", sin, [](double x) { return std::sin(x); }, -4, 4);
+  unary(
+      "cos", cos, [](double x) { return std::cos(x); }, -4, 4);
+  unary(
+      "log1p", log1p, [](double x) { return std::log1p(x); }, -0.9, 3);
+  unary("expm1", expm1, [](double x) { return std::expm1(x); });
+  unary("sign", sign, [](double x) { return double((x > 0) - (x < 0)); });
+  unary(
+      "floor", floor, [](double x) { return std::floor(x); }, -3, 3);
+  unary(
+      "round", round, [](double x) { return std::nearbyint(x); }, -3, 3);
   // Backward-only primitives: forward checked against derivatives of their forward op.
   c.push_back({"gelu_grad",
                {F({4, 6}, -4, 4)},
@@ -198,6 +210,14 @@ std::vector<Case> cases() {
   binary("mul_broadcast", multiply, mul, {2, 3, 4}, {3, 1});
   binary(
       "div", divide, [](double a, double b) { return a / b; }, {3, 4}, {4}, 0.5);
+  binary(
+      "power", power, [](double a, double b) { return std::pow(a, b); }, {3, 4}, {4}, 0.5);
+  c.push_back({"clip",
+               {F({4, 5}, -3, 3)},
+               [](auto& x) { return clip(x[0], -1.0, 1.5); },
+               [](auto& h) {
+                 return unary_ref(h, [](double x) { return std::min(std::max(x, -1.0), 1.5); });
+               }});
   binary("maximum", maximum, [](double a, double b) { return std::max(a, b); }, {3, 4}, {3, 4});
   binary("minimum_broadcast", minimum, [](double a, double b) { return std::min(a, b); }, {3, 4},
          {1, 4});

@@ -31,6 +31,13 @@ void unary(OpDefs& d) {
   def(Op::Abs, [](const VjpArgs& a, std::vector<Array>& ct) {
     ct[0] = where(greater_equal(a.in[0], zero_like_scalar(a.in[0])), a.g, neg(a.g));
   });
+  def(Op::Sin, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * cos(a.in[0]); });
+  def(Op::Cos, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = neg(a.g * sin(a.in[0])); });
+  def(Op::Log1p, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g / (a.in[0] + 1.0); });
+  def(Op::Expm1, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * (a.out + 1.0); });
+  // Piecewise constant: a zero gradient, as in JAX.
+  for (Op op : {Op::Sign, Op::Floor, Op::Round})
+    def(op, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = zeros_like(a.g); });
   for (Op op : {Op::GeluGrad, Op::GeluTanhGrad})
     define(d, op, {.arity = 1, .no_vjp = kNoSecondOrder});
 }
@@ -66,6 +73,17 @@ void binary(OpDefs& d) {
   };
   def(Op::Maximum, extremum);
   def(Op::Minimum, extremum);
+  // d(x^y)/dx = y·x^(y-1); d(x^y)/dy = x^y·log(x), taken as 0 where x = 0
+  // (where x^y is 0 or 1), as JAX does.
+  def(Op::Pow, [](const VjpArgs& a, std::vector<Array>& ct) {
+    const Array &x = a.in[0], &y = a.in[1];
+    if (a.want(0)) ct[0] = sum_to(a.g * y * power(x, y - 1.0), x.shape());
+    if (a.want(1)) {
+      const Array zero = zero_like_scalar(x), at_zero = equal(x, zero);
+      const Array log_x = where(at_zero, zero, log(where(at_zero, scalar_like(x, 1.0), x)));
+      ct[1] = sum_to(a.g * a.out * log_x, y.shape());
+    }
+  });
   for (Op op : {Op::Equal, Op::NotEqual, Op::Less, Op::LessEqual, Op::Greater, Op::GreaterEqual})
     define(d, op, {.arity = 2});  // bool results: no cotangents
 }
