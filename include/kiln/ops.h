@@ -92,6 +92,9 @@ Array operator/(double a, const Array& b);
 Array sum(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 Array mean(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 Array max(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
+// Running sums along `axis` (jnp.cumsum; reverse: from the last element
+// back); floats and integers, the dtype kept, sums in f32 for bf16.
+Array cumsum(const Array& a, int axis, bool reverse = false);
 Array argmax(const Array& a, int axis, bool keepdims = false);  // i32
 // Sums a broadcast result back down to `shape` (the reverse of broadcasting).
 Array sum_to(const Array& a, const Shape& shape);

@@ -30,7 +30,7 @@ namespace kiln {
   X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)                      \
   X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
   /* reductions over any axes */                                                         \
-  X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce)                                        \
+  X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce) X(Cumsum, Scan)                        \
   X(Matmul, Contraction)                                                                 \
   /* layout */                                                                           \
   X(Reshape, Layout) X(Transpose, Layout) X(BroadcastTo, Layout) X(Concatenate, Layout)   \
@@ -57,6 +57,7 @@ enum class OpKind : uint8_t {
   Convert,
   Identity,
   Reduce,
+  Scan,
   Contraction,
   Layout,
   Fused,
@@ -114,6 +115,12 @@ struct ReduceAttrs {
   bool keepdims;
   KILN_FIELDS(axes, keepdims)
   bool operator==(const ReduceAttrs&) const = default;
+};
+struct ScanAttrs {  // Cumsum along `axis`, from its last element back when `reverse`
+  int axis;
+  bool reverse = false;
+  KILN_FIELDS(axis, reverse)
+  bool operator==(const ScanAttrs&) const = default;
 };
 struct MatmulAttrs {
   bool transpose_a;
@@ -277,9 +284,9 @@ struct CollectiveAttrs {
   bool operator==(const CollectiveAttrs&) const = default;
 };
 
-using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, MatmulAttrs, ShapeAttrs, PermAttrs,
-                           AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs, RandomAttrs,
-                           FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
+using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, MatmulAttrs, ShapeAttrs,
+                           PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
+                           RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
                            DeviceAttrs, FillAttrs, CollectiveAttrs>;
 
 class Primitive {

@@ -718,6 +718,7 @@ void bind_ops(nb::module_& m) {
       "condition"_a, "x"_a, "y"_a, kiln_doc("where"));
   m.def("astype", &kiln::astype, "x"_a, "dtype"_a, NoGil(), kiln_doc("astype"));
   m.def("clip", &kiln::clip, "x"_a, "lo"_a, "hi"_a, NoGil(), kiln_doc("clip"));
+  m.def("cumsum", &kiln::cumsum, "x"_a, "axis"_a, "reverse"_a = false, NoGil(), kiln_doc("cumsum"));
 }
 
 // A reduction over `axis`: None (all axes), an int or a sequence of ints.

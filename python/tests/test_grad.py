@@ -35,6 +35,12 @@ UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "gelu", "gelu_tanh
          "square", "sin", "cos", "log1p", "expm1"]
 
 
+@pytest.mark.parametrize("axis,reverse", [(0, False), (1, True), (-1, False)])
+def test_cumsum_gradients(rng, axis, reverse):
+    w = _x(rng, 3, 4)
+    _check_fd(lambda x: kiln.sum(kiln.cumsum(x, axis, reverse) * w), [_x(rng, 3, 4)], rng)
+
+
 @pytest.mark.parametrize("name", UNARY)
 def test_unary_gradients(rng, name):
     op = getattr(kiln, name)

@@ -79,6 +79,18 @@ BINARY = {
 SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (3,)), ((5, 1), (1, 6))]
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32])
+def test_cumsum(rng, dt):
+    x = (5 * rng.standard_normal((3, 4, 5))).astype(dt)
+    for axis in (0, 1, -1):
+        got = np.asarray(kiln.cumsum(kiln.asarray(x), axis))
+        np.testing.assert_allclose(got, np.cumsum(x, axis), rtol=1e-5, atol=1e-5)
+        rev = np.asarray(kiln.cumsum(kiln.asarray(x), axis, reverse=True))
+        want = np.flip(np.cumsum(np.flip(x, axis), axis), axis)
+        np.testing.assert_allclose(rev, want, rtol=1e-5, atol=1e-5)
+    assert kiln.cumsum(kiln.asarray(x), 1).dtype == kiln.asarray(x).dtype
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_power_and_clip(rng, dt):
     a = (np.abs(rng.standard_normal((3, 4))) + 0.1).astype(dt)

@@ -359,6 +359,15 @@ Array argmax(const Array& a, int axis, bool keepdims) {
   return reduce(Op::Argmax, a, {axis}, keepdims, DType::i32);
 }
 
+Array cumsum(const Array& a, int axis, bool reverse) {
+  require_valid(a, "cumsum");
+  if (a.dtype() == DType::bool_ || a.dtype() == DType::f16)
+    fail("cumsum", std::string("needs a float or integer array, got ") + name_of(a.dtype()));
+  if (a.ndim() == 0) fail("cumsum", "needs an array of rank 1 or more, got a scalar");
+  const int ax = normalize_axis(axis, a.ndim(), "cumsum");
+  return make_array(Primitive(Op::Cumsum, ScanAttrs{ax, reverse}), {a}, a.shape(), a.dtype());
+}
+
 Array sum_to(const Array& a, const Shape& shape) {
   if (a.shape() == shape) return a;
   size_t lead = a.ndim() - shape.size();

@@ -25,9 +25,6 @@ size_t mix(size_t h, size_t v) {
   return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
 }
 
-template <typename T>
-constexpr bool kAlwaysFalse = false;
-
 // h mixed with every value in v: an attribute type's fields, a list's length
 // and elements, a scalar. Generic over KILN_FIELDS, so no member is missed.
 template <typename T>
@@ -47,7 +44,7 @@ size_t hash_value(size_t h, const T& v) {
     h = mix(h, std::size(v));
     for (const auto& x : v) h = hash_value(h, x);
   } else {
-    static_assert(kAlwaysFalse<T>, "hash_value: a field of a type with no hash");
+    static_assert(sizeof(T) == 0, "hash_value: a field of a type with no hash");
   }
   return h;
 }
@@ -120,7 +117,7 @@ void print_value(std::ostream& os, const T& v) {
     }
     os << ")";
   } else {
-    static_assert(kAlwaysFalse<T>, "print_value: a field of a type with no printing");
+    static_assert(sizeof(T) == 0, "print_value: a field of a type with no printing");
   }
 }
 

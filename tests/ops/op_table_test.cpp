@@ -294,6 +294,31 @@ std::vector<Case> cases() {
   red("max_cols", {4, 6}, {0}, true, RefReduce::Max);
   red("argmax_rows", {4, 6}, {1}, false, RefReduce::Argmax);
   red("argmax_cols_keepdims", {4, 6}, {0}, true, RefReduce::Argmax);
+  // Running sums along one axis, forward and reversed.
+  auto scan = [&](std::string name, Shape s, int axis, bool reverse) {
+    c.push_back({name,
+                 {F(s)},
+                 [axis, reverse](auto& x) { return cumsum(x[0], axis, reverse); },
+                 [axis, reverse](auto& h) {
+                   const Shape& sh = h[0].shape;
+                   const int ax = axis < 0 ? axis + static_cast<int>(sh.size()) : axis;
+                   Host o{sh, std::vector<double>(h[0].v.size(), 0)};
+                   for (int64_t i = 0; i < o.size(); ++i) {
+                     auto idx = unravel(i, sh);
+                     const int64_t at = idx[ax];
+                     for (int64_t k = 0; k < sh[ax]; ++k) {
+                       if (reverse ? k < at : k > at) continue;
+                       idx[ax] = k;
+                       o.v[i] += h[0].v[ravel(idx, sh)];
+                     }
+                   }
+                   return o;
+                 }});
+  };
+  scan("cumsum_rows", {3, 7}, 1, false);
+  scan("cumsum_middle_reverse", {2, 5, 3}, 1, true);
+  scan("cumsum_first_axis", {6, 4}, 0, false);
+  scan("cumsum_vector_reverse", {9}, -1, true);
   c.push_back({"mean",
                {F({3, 4})},
                [](auto& x) { return mean(x[0], {1}); },

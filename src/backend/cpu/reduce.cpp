@@ -1,4 +1,5 @@
-// kiln cpu backend: reductions (sum, max, argmax) over any axes.
+// kiln cpu backend: reductions (sum, max, argmax) over any axes, and the
+// running sum along one axis (cumsum).
 //
 // The input is viewed as [outer, reduced, inner] after merging adjacent axes
 // of the same kind; reductions over several separated groups first move the
@@ -149,10 +150,43 @@ void reduce_kernel(const KernelContext&, const Primitive& p,
   });
 }
 
+// Cumsum: the input as [outer, n, inner] around the axis; each outer slice
+// runs its n rows in order (reversed: from the last), keeping the inner
+// sums in the accumulation type (f32 for bf16), each stored as it goes.
+void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                   ArrayNode& out) {
+  const auto& a = p.attrs<ScanAttrs>();
+  const Shape& s = in[0].shape();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a.axis; ++d) outer *= s[d];
+  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t n = s[a.axis];
+  dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* x = in[0].data<T>();
+    T* y = static_cast<T*>(alloc_output(out));
+    parallel_for(outer, 1, [&](int64_t b, int64_t e) {
+      std::vector<A> acc(inner);
+      for (int64_t o = b; o < e; ++o) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t r = (a.reverse ? n - 1 - k : k) + o * n;
+          const T* xr = x + r * inner;
+          T* yr = y + r * inner;
+#pragma omp simd
+          for (int64_t j = 0; j < inner; ++j) yr[j] = st<T>(acc[j] += ld(xr[j]));
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
+  t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
 }
 
 }  // namespace kiln::cpu

@@ -381,10 +381,51 @@ void reduce_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
   });
 }
 
+// Cumsum: one thread per (outer, inner) line of the [outer, n, inner] view,
+// adding its n elements in order (reversed: from the last) in the
+// accumulation type, as the cpu does; consecutive threads take consecutive
+// inner positions, so the loads of a warp are coalesced where inner > 1.
+template <typename T>
+__global__ void cumsum_lines(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n,
+                             int64_t inner, bool reverse) {
+  KILN_GRID_LOOP(line, outer * inner) {
+    const int64_t o = line / inner, j = line % inner;
+    acc_t<T> acc = acc_t<T>(0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = ((reverse ? n - 1 - k : k) + o * n) * inner + j;
+      acc += load(x, at);
+      y[at] = convert<T>(acc);
+    }
+  }
+}
+
+void cumsum_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
+                   ArrayNode& out) {
+  cudaStream_t st = begin(ctx);
+  const auto& a = p.attrs<ScanAttrs>();
+  const Shape& s = in[0].shape();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a.axis; ++d) outer *= s[d];
+  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, bool>) {
+      fail(p.name(), "no cuda kernel for bool");
+    } else {
+      T* y = out_ptr<T>(out);
+      if (outer * inner == 0 || s[a.axis] == 0) return;
+      cumsum_lines<T><<<blocks_for(outer * inner, kThreads), kThreads, 0, st>>>(
+          ptr<T>(in[0]), y, outer, s[a.axis], inner, a.reverse);
+      check_launch("cumsum_lines");
+    }
+  });
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
+  t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
 }
 
 }  // namespace kiln::cuda

@@ -88,10 +88,37 @@ void reduce_kernel(const KernelContext&, const Primitive& p,
   store(out, y);
 }
 
+// Cumsum: running sums along the axis in f64 (int64 for integers), rounded
+// to the dtype only as they are stored.
+void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                   ArrayNode& out) {
+  const auto& a = p.attrs<ScanAttrs>();
+  const Shape& s = in[0].shape();
+  const bool integral = is_integral(in[0].dtype());
+  const std::vector<double> v = load(in[0]);
+  std::vector<double> y(v.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    std::vector<int64_t> idx = unravel(i, s);
+    const int64_t at = idx[a.axis];
+    double total = 0;
+    int64_t itotal = 0;
+    for (int64_t k = 0; k < s[a.axis]; ++k) {
+      if (a.reverse ? k < at : k > at) continue;
+      idx[a.axis] = k;
+      const double x = v[ravel(idx, s)];
+      total += x;
+      itotal += static_cast<int64_t>(x);
+    }
+    y[i] = integral ? static_cast<double>(itotal) : total;
+  }
+  store(out, y);
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
+  t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
 }
 
 }  // namespace kiln::ref

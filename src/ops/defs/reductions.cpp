@@ -1,4 +1,5 @@
-// kiln ops: the reductions' definitions (Sum, Max, Argmax over any axes).
+// kiln ops: the reductions' definitions (Sum, Max, Argmax over any axes)
+// and the scan's (Cumsum along one axis).
 #include "ops/defs/defs.h"
 
 namespace kiln::defs {
@@ -28,6 +29,12 @@ void reductions(OpDefs& d) {
                         ct[0] = reshape(a.g, kept) * mask / sum(mask, r.axes, true);
                       }});
   define(d, Op::Argmax, {.arity = 1});  // indices: no cotangent
+  // Each input element adds to the sums at and after it: its cotangent is
+  // the running sum of g the other way.
+  define(d, Op::Cumsum, {.arity = 1, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+                           const auto& s = a.p.attrs<ScanAttrs>();
+                           ct[0] = cumsum(a.g, s.axis, !s.reverse);
+                         }});
 }
 
 }  // namespace kiln::defs
