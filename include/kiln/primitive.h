@@ -1,6 +1,8 @@
 // kiln — the primitive set. Each primitive is an Op (an enum with traits) plus
 // typed attributes. Its shape/dtype rule lives with its constructor in ops.cpp,
-// its VJP rule in vjp.cpp, and each backend has one kernel table indexed by Op.
+// its operand count and VJP rule in its family's definitions (src/ops/defs/),
+// its facts in src/ops/op_facts.h, and each backend has one kernel table
+// indexed by Op.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,8 +28,8 @@ namespace kiln {
   X(Expm1, Unary) X(Sign, Unary) X(Floor, Unary) X(Round, Unary)                         \
   /* binary elementwise with NumPy broadcasting */                                       \
   X(Add, Binary) X(Sub, Binary) X(Mul, Binary) X(Div, Binary) X(Maximum, Binary)          \
-  X(Minimum, Binary) X(Pow, Binary) X(Equal, Compare) X(NotEqual, Compare) X(Less, Compare)              \
-  X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)                      \
+  X(Minimum, Binary) X(Pow, Binary) X(Equal, Compare) X(NotEqual, Compare)                \
+  X(Less, Compare) X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)     \
   X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
   /* reductions over any axes */                                                         \
   X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce) X(Cumsum, Scan)                        \
