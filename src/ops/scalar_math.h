@@ -27,65 +27,31 @@ namespace kiln {
 
 namespace m {
 #ifdef __CUDACC_RTC__
-// NVRTC: CUDA's math functions are built in; no standard library.
-KILN_HD inline float fabs(float x) { return fabsf(x); }
-KILN_HD inline double fabs(double x) { return ::fabs(x); }
-KILN_HD inline float copysign(float x, float y) { return copysignf(x, y); }
-KILN_HD inline double copysign(double x, double y) { return ::copysign(x, y); }
-KILN_HD inline float erf(float x) { return erff(x); }
-KILN_HD inline double erf(double x) { return ::erf(x); }
-KILN_HD inline float exp(float x) { return expf(x); }
-KILN_HD inline double exp(double x) { return ::exp(x); }
-KILN_HD inline float log(float x) { return logf(x); }
-KILN_HD inline double log(double x) { return ::log(x); }
-KILN_HD inline float sqrt(float x) { return sqrtf(x); }
-KILN_HD inline double sqrt(double x) { return ::sqrt(x); }
-KILN_HD inline float tanh(float x) { return tanhf(x); }
-KILN_HD inline double tanh(double x) { return ::tanh(x); }
-KILN_HD inline float sin(float x) {
-  return sinf(x);
-}
-KILN_HD inline double sin(double x) {
-  return ::sin(x);
-}
-KILN_HD inline float cos(float x) {
-  return cosf(x);
-}
-KILN_HD inline double cos(double x) {
-  return ::cos(x);
-}
-KILN_HD inline float log1p(float x) {
-  return log1pf(x);
-}
-KILN_HD inline double log1p(double x) {
-  return ::log1p(x);
-}
-KILN_HD inline float expm1(float x) {
-  return expm1f(x);
-}
-KILN_HD inline double expm1(double x) {
-  return ::expm1(x);
-}
-KILN_HD inline float floor(float x) {
-  return floorf(x);
-}
-KILN_HD inline double floor(double x) {
-  return ::floor(x);
-}
-KILN_HD inline float rint(float x) {
-  return rintf(x);
-}
-KILN_HD inline double rint(double x) {
-  return ::rint(x);
-}
-KILN_HD inline float pow(float x, float y) {
-  return powf(x, y);
-}
-KILN_HD inline double pow(double x, double y) {
-  return ::pow(x, y);
-}
-template <typename A, typename B>
-inline constexpr bool is_same_v = false;
+// NVRTC: CUDA's math functions are built in; no standard library. m::f is
+// CUDA's ff for float (fabsf, erff, ...) and ::f for double.
+#define KILN_MATH1(name)                 \
+  KILN_HD inline float name(float x) {   \
+    return name##f(x);                   \
+  }                                      \
+  KILN_HD inline double name(double x) { \
+    return ::name(x);                    \
+  }
+#define KILN_MATH2(name)                           \
+  KILN_HD inline float name(float x, float y) {    \
+    return name##f(x, y);                          \
+  }                                                \
+  KILN_HD inline double name(double x, double y) { \
+    return ::name(x, y);                           \
+  }
+// clang-format off
+KILN_MATH1(fabs) KILN_MATH1(erf) KILN_MATH1(exp) KILN_MATH1(log) KILN_MATH1(sqrt)
+KILN_MATH1(tanh) KILN_MATH1(sin) KILN_MATH1(cos) KILN_MATH1(log1p) KILN_MATH1(expm1)
+KILN_MATH1(floor) KILN_MATH1(rint) KILN_MATH2(copysign) KILN_MATH2(pow)
+// clang-format on
+#undef KILN_MATH1
+#undef KILN_MATH2
+            template <typename A, typename B>
+            inline constexpr bool is_same_v = false;
 template <typename A>
 inline constexpr bool is_same_v<A, A> = true;
 KILN_HD inline float float_from_bits(int bits) { return __int_as_float(bits); }

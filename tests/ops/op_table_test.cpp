@@ -754,11 +754,16 @@ TEST(Reduce, ColumnSumsDoNotDependOnTheThreadCount) {
 
 // The ops a case's function runs, and those its gradient runs (traced, not
 // run; the gradient only for differentiable cases).
-std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
+// A case's inputs in f64 (seed 5), for the tests that trace its graph.
+std::vector<Array> f64_inputs(const Case& c) {
   std::mt19937 rng(5);
   std::vector<Host> hs;
   for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
-  auto ins = arrays(c, hs, DType::f64);
+  return arrays(c, hs, DType::f64);
+}
+
+std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
+  auto ins = f64_inputs(c);
   auto ops_in = [](const std::vector<Array>& outs) {
     std::vector<Array> leaves;
     std::set<Op> ops;
@@ -1511,10 +1516,7 @@ TEST(VjpReads, EveryRuleReadsExactlyWhatItsFactsDeclare) {
   std::set<Op> checked;
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    std::mt19937 rng(5);
-    std::vector<Host> hs;
-    for (auto& in : c.inputs) hs.push_back(make_input(in, rng));
-    const std::vector<Array> ins = arrays(c, hs, DType::f64);
+    const std::vector<Array> ins = f64_inputs(c);
     Array y;
     {
       LazyScope lazy;
