@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/array.h"
@@ -61,6 +62,12 @@ Array less_equal(const Array& a, const Array& b);
 Array greater(const Array& a, const Array& b);
 Array greater_equal(const Array& a, const Array& b);
 Array where(const Array& cond, const Array& a, const Array& b);
+// Elementwise logic (np.logical_*): operands of any dtype, nonzero being
+// true; bool results, broadcast as the arithmetic ops are.
+Array logical_not(const Array& a);
+Array logical_and(const Array& a, const Array& b);
+Array logical_or(const Array& a, const Array& b);
+Array logical_xor(const Array& a, const Array& b);
 Array astype(const Array& a, DType dtype);
 Array stop_gradient(const Array& a);
 
@@ -96,6 +103,21 @@ Array max(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 // back); floats and integers, the dtype kept, sums in f32 for bf16.
 Array cumsum(const Array& a, int axis, bool reverse = false);
 Array argmax(const Array& a, int axis, bool keepdims = false);  // i32
+// The indices (i32) that sort `a` along `axis` (jnp.argsort with
+// stable=True): equal elements keep their order and NaN sorts after every
+// number; descending: largest (and NaN) first, equal elements still in their
+// order. Floats and integers.
+Array argsort(const Array& a, int axis = -1, bool descending = false);
+// `a` sorted along `axis` (jnp.sort; the order of argsort): the gradient goes
+// back to the position each element came from.
+Array sort(const Array& a, int axis = -1, bool descending = false);
+// The k largest elements along the last axis, largest first, and their
+// indices (i32) (lax.top_k: among equal elements the lower index first).
+std::pair<Array, Array> top_k(const Array& a, int64_t k);
+// a's elements at `indices` along `axis` (np.take_along_axis): indices are
+// integers of a's rank, with a's extent (or 1, broadcast) on every other
+// axis; negative ones count from the end. Differentiable in a.
+Array take_along_axis(const Array& a, const Array& indices, int axis);
 // Sums a broadcast result back down to `shape` (the reverse of broadcasting).
 Array sum_to(const Array& a, const Shape& shape);
 

@@ -32,7 +32,7 @@ namespace kiln {
   X(Less, Compare) X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)     \
   X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
   /* reductions over any axes */                                                         \
-  X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce) X(Cumsum, Scan)                        \
+  X(Sum, Reduce) X(Max, Reduce) X(Argmax, Reduce) X(Cumsum, Scan) X(Argsort, Sort)      \
   X(Matmul, Contraction)                                                                 \
   /* layout */                                                                           \
   X(Reshape, Layout) X(Transpose, Layout) X(BroadcastTo, Layout) X(Concatenate, Layout)   \
@@ -60,6 +60,7 @@ enum class OpKind : uint8_t {
   Identity,
   Reduce,
   Scan,
+  Sort,
   Contraction,
   Layout,
   Fused,
@@ -123,6 +124,14 @@ struct ScanAttrs {  // Cumsum along `axis`, from its last element back when `rev
   bool reverse = false;
   KILN_FIELDS(axis, reverse)
   bool operator==(const ScanAttrs&) const = default;
+};
+// Argsort along `axis`: stable (equal elements keep their order), NaN after
+// every number; `descending`: largest first, equal elements still in order.
+struct SortAttrs {
+  int axis;
+  bool descending = false;
+  KILN_FIELDS(axis, descending)
+  bool operator==(const SortAttrs&) const = default;
 };
 struct MatmulAttrs {
   bool transpose_a;
@@ -286,10 +295,10 @@ struct CollectiveAttrs {
   bool operator==(const CollectiveAttrs&) const = default;
 };
 
-using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, MatmulAttrs, ShapeAttrs,
-                           PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
-                           RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
-                           DeviceAttrs, FillAttrs, CollectiveAttrs>;
+using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, SortAttrs, MatmulAttrs,
+                           ShapeAttrs, PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs,
+                           NormAttrs, RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs,
+                           AttentionAttrs, DeviceAttrs, FillAttrs, CollectiveAttrs>;
 
 class Primitive {
  public:

@@ -13,14 +13,15 @@ from . import _kiln
 from ._array import (Array, Device, DType, KilnError, arange, array, asarray, bfloat16, bool_,
                      devices, dtype, float16, float32, float64, from_dlpack, full, full_like,
                      int32, int64, ones, ones_like, zeros, zeros_like)
-from ._kiln import (abs, add, argmax, attention, broadcast_to, clip, concatenate, cos,
+from ._kiln import (abs, add, argmax, argsort, attention, broadcast_to, clip, concatenate, cos,
                     cpu_gemm_library, cumsum, divide, equal, erf, exp, expm1, floor, gelu, gelu_tanh,
                     greater, greater_equal, is_lazy, layer_norm, less, less_equal, log, log1p,
-                    log_softmax, matmul_precision, max, maximum, mean, minimum, multiply, neg,
-                    not_equal, num_threads, one_hot, power, promote_types, relu, reshape, round,
-                    rsqrt, set_matmul_precision, set_num_threads, sign, sin, slice, softmax,
-                    softmax_cross_entropy, sqrt, square, stop_gradient, subtract, sum, sum_to,
-                    swapaxes, take, tanh, where)
+                    log_softmax, logical_and, logical_not, logical_or, logical_xor,
+                    matmul_precision, max, maximum, mean, minimum, multiply, neg, not_equal,
+                    num_threads, one_hot, power, promote_types, relu, reshape, round, rsqrt,
+                    set_matmul_precision, set_num_threads, sign, sin, slice, softmax,
+                    softmax_cross_entropy, sort, sqrt, square, stop_gradient, subtract, sum,
+                    sum_to, swapaxes, take, take_along_axis, tanh, top_k, where)
 from ._transforms import (Jitted, eval, grad, jit, lazy, lazy_cache_stats, mark_step,
                           value_and_grad, vjp)
 from . import data, nn, optim, random, train, tree

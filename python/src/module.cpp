@@ -704,7 +704,11 @@ void bind_ops(nb::module_& m) {
   KILN_BINARY(less_equal);
   KILN_BINARY(greater);
   KILN_BINARY(greater_equal);
+  KILN_BINARY(logical_and);
+  KILN_BINARY(logical_or);
+  KILN_BINARY(logical_xor);
 #undef KILN_BINARY
+  m.def("logical_not", &kiln::logical_not, "x"_a, NoGil(), kiln_doc("logical_not"));
   m.def(
       "where",
       [](const Array& c, nb::handle a, nb::handle b) {
@@ -743,6 +747,13 @@ void bind_reductions_layout(nb::module_& m) {
   m.def("argmax", &kiln::argmax, "x"_a, "axis"_a, "keepdims"_a = false, NoGil(),
         kiln_doc("argmax"));
   m.def("sum_to", &kiln::sum_to, "x"_a, "shape"_a, NoGil(), kiln_doc("sum_to"));
+  m.def("argsort", &kiln::argsort, "x"_a, "axis"_a = -1, "descending"_a = false, NoGil(),
+        kiln_doc("argsort"));
+  m.def("sort", &kiln::sort, "x"_a, "axis"_a = -1, "descending"_a = false, NoGil(),
+        kiln_doc("sort"));
+  m.def("top_k", &kiln::top_k, "x"_a, "k"_a, NoGil(), kiln_doc("top_k"));
+  m.def("take_along_axis", &kiln::take_along_axis, "x"_a, "indices"_a, "axis"_a, NoGil(),
+        kiln_doc("take_along_axis"));
 
   // ---- matmul ----
   m.def(

@@ -41,6 +41,13 @@ def test_cumsum_gradients(rng, axis, reverse):
     _check_fd(lambda x: kiln.sum(kiln.cumsum(x, axis, reverse) * w), [_x(rng, 3, 4)], rng)
 
 
+@pytest.mark.parametrize("axis,descending", [(0, False), (-1, True)])
+def test_sort_and_top_k_gradients(rng, axis, descending):
+    w, v = _x(rng, 3, 5), _x(rng, 3, 2)
+    _check_fd(lambda x: kiln.sum(kiln.sort(x, axis, descending) * w), [_x(rng, 3, 5)], rng)
+    _check_fd(lambda x: kiln.sum(kiln.top_k(x, 2)[0] * v), [_x(rng, 3, 5)], rng)
+
+
 @pytest.mark.parametrize("name", UNARY)
 def test_unary_gradients(rng, name):
     op = getattr(kiln, name)

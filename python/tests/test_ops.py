@@ -91,6 +91,50 @@ def test_cumsum(rng, dt):
     assert kiln.cumsum(kiln.asarray(x), 1).dtype == kiln.asarray(x).dtype
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
+def test_sort_argsort_top_k(rng, dt):
+    x = (4 * rng.standard_normal((4, 6, 5))).astype(dt)  # ties among the integers
+    a = kiln.asarray(x)
+    for axis in (0, 1, -1):
+        idx = kiln.argsort(a, axis)
+        assert idx.dtype == kiln.int32
+        np.testing.assert_array_equal(np.asarray(idx), np.argsort(x, axis, kind="stable"))
+        np.testing.assert_array_equal(np.asarray(kiln.sort(a, axis)), np.sort(x, axis))
+        down = np.asarray(kiln.argsort(a, axis, descending=True))
+        # Largest first, equal elements in their order: a stable sort of -x.
+        np.testing.assert_array_equal(down, np.argsort(-x.astype(np.float64), axis, kind="stable"))
+        np.testing.assert_array_equal(np.asarray(kiln.take_along_axis(a, idx, axis)),
+                                      np.take_along_axis(x, np.argsort(x, axis, kind="stable"), axis))
+    values, indices = kiln.top_k(a, 3)
+    want = np.argsort(-x.astype(np.float64), -1, kind="stable")[..., :3]
+    np.testing.assert_array_equal(np.asarray(indices), want)
+    np.testing.assert_array_equal(np.asarray(values), np.take_along_axis(x, want, -1))
+
+
+def test_sort_nan_last_and_errors():
+    x = np.array([3.0, np.nan, -1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(kiln.argsort(kiln.asarray(x))), np.argsort(x))
+    np.testing.assert_array_equal(np.asarray(kiln.argsort(kiln.asarray(x), descending=True)),
+                                  [1, 0, 3, 2])
+    with pytest.raises(kiln.KilnError, match=r"\[top_k\] k must be in"):
+        kiln.top_k(kiln.asarray(x), 5)
+    with pytest.raises(kiln.KilnError, match=r"\[take_along_axis\] indices of shape"):
+        kiln.take_along_axis(kiln.asarray(x), kiln.asarray(np.zeros((2, 2), np.int32)), 0)
+    with pytest.raises(kiln.KilnError, match=r"\[argsort\] needs a float or integer array"):
+        kiln.argsort(kiln.asarray(np.array([True, False])))
+
+
+def test_logical_ops(rng):
+    a = rng.integers(-1, 2, (3, 4)).astype(np.float32)
+    b = rng.standard_normal(4) > 0
+    ka, kb = kiln.asarray(a), kiln.asarray(b)
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        got = getattr(kiln, name)(ka, kb)
+        assert got.dtype == kiln.bool_
+        np.testing.assert_array_equal(np.asarray(got), getattr(np, name)(a, b))
+    np.testing.assert_array_equal(np.asarray(kiln.logical_not(ka)), np.logical_not(a))
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_power_and_clip(rng, dt):
     a = (np.abs(rng.standard_normal((3, 4))) + 0.1).astype(dt)

@@ -110,6 +110,7 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Max,                       0,            kIn0Out},
     {Op::Argmax,                    0,            kNone},
     {Op::Cumsum,                    0,            kNone},
+    {Op::Argsort,                   0,            kNone},
     {Op::Matmul,                    0,            kBoth},
     {Op::Reshape,                   A | Id,       kNone},
     {Op::Transpose,                 0,            kNone},

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "kiln/ops.h"
@@ -254,6 +255,34 @@ Array where(const Array& cond, const Array& a0, const Array& b0) {
   return make_array(Primitive(Op::Where), {cond, a, b}, std::move(s), dt);
 }
 
+namespace {
+// a as bool: itself, or a != 0.
+Array truth(const Array& a, const char* op) {
+  require_valid(a, op);
+  return a.dtype() == DType::bool_ ? a : not_equal(a, scalar_like(a, 0));
+}
+Array bool_scalar(const Array& like, bool v) {
+  return full({}, v ? 1 : 0, DType::bool_, like.device());
+}
+}  // namespace
+
+Array logical_not(const Array& a) {
+  const Array t = truth(a, "logical_not");
+  return where(t, bool_scalar(t, false), bool_scalar(t, true));
+}
+Array logical_and(const Array& a, const Array& b) {
+  const Array x = truth(a, "logical_and"), y = truth(b, "logical_and");
+  return where(x, y, bool_scalar(x, false));
+}
+Array logical_or(const Array& a, const Array& b) {
+  const Array x = truth(a, "logical_or"), y = truth(b, "logical_or");
+  return where(x, bool_scalar(x, true), y);
+}
+Array logical_xor(const Array& a, const Array& b) {
+  const Array x = truth(a, "logical_xor"), y = truth(b, "logical_xor");
+  return where(x, logical_not(y), y);
+}
+
 Array astype(const Array& a, DType dtype) {
   require_valid(a, "cast");
   if (dtype == DType::f16 || a.dtype() == DType::f16) fail("cast", "f16 is not supported yet");
@@ -366,6 +395,38 @@ Array cumsum(const Array& a, int axis, bool reverse) {
   if (a.ndim() == 0) fail("cumsum", "needs an array of rank 1 or more, got a scalar");
   const int ax = normalize_axis(axis, a.ndim(), "cumsum");
   return make_array(Primitive(Op::Cumsum, ScanAttrs{ax, reverse}), {a}, a.shape(), a.dtype());
+}
+
+Array argsort(const Array& a, int axis, bool descending) {
+  require_valid(a, "argsort");
+  if (a.dtype() == DType::bool_ || a.dtype() == DType::f16)
+    fail("argsort", std::string("needs a float or integer array, got ") + name_of(a.dtype()));
+  if (a.ndim() == 0) fail("argsort", "needs an array of rank 1 or more, got a scalar");
+  const int ax = normalize_axis(axis, a.ndim(), "argsort");
+  if (a.shape()[ax] > std::numeric_limits<int32_t>::max())
+    fail("argsort",
+         "axis " + std::to_string(ax) + " of " + str(a.shape()) + " is too long for i32 indices");
+  return make_array(Primitive(Op::Argsort, SortAttrs{ax, descending}), {a}, a.shape(), DType::i32);
+}
+
+Array sort(const Array& a, int axis, bool descending) {
+  return take_along_axis(a, argsort(a, axis, descending), axis);
+}
+
+std::pair<Array, Array> top_k(const Array& a, int64_t k) {
+  require_valid(a, "top_k");
+  if (a.ndim() == 0) fail("top_k", "needs an array of rank 1 or more, got a scalar");
+  const int64_t n = a.shape().back();
+  if (k < 0 || k > n)
+    fail("top_k", "k must be in [0, " + std::to_string(n) + "] for the last axis of " +
+                      str(a.shape()) + ", got " + std::to_string(k));
+  Array idx = argsort(a, -1, true);
+  if (k < n) {
+    Shape stop = a.shape();
+    stop.back() = k;
+    idx = slice(idx, Shape(a.ndim(), 0), std::move(stop));
+  }
+  return {take_along_axis(a, idx, -1), idx};
 }
 
 Array sum_to(const Array& a, const Shape& shape) {
@@ -571,6 +632,44 @@ Array take(const Array& a, const Array& indices, int axis) {
   s.insert(s.end(), indices.shape().begin(), indices.shape().end());
   s.insert(s.end(), a.shape().begin() + ax + 1, a.shape().end());
   return make_array(Primitive(Op::Take, AxisAttrs{ax}), {a, indices}, std::move(s), a.dtype());
+}
+
+// Gathers from a flattened: the flat position of each output element is its
+// index along the axis (wrapped and range-checked by a take from an iota)
+// times the axis' stride, plus its coordinate times the stride on every
+// other axis.
+Array take_along_axis(const Array& a, const Array& indices, int axis) {
+  const char* op = "take_along_axis";
+  require_valid(a, op);
+  require_valid(indices, op);
+  require_integer(indices, op, "indices");
+  if (indices.ndim() != a.ndim() || a.ndim() == 0)
+    fail(op, "indices of shape " + str(indices.shape()) + " for an array of shape " +
+                 str(a.shape()) + ": expected the same rank, 1 or more");
+  const int ax = normalize_axis(axis, a.ndim(), op);
+  Shape out = a.shape();
+  out[ax] = indices.shape()[ax];
+  for (int d = 0; d < static_cast<int>(a.ndim()); ++d)
+    if (d != ax && indices.shape()[d] != a.shape()[d] && indices.shape()[d] != 1)
+      fail(op, "indices of shape " + str(indices.shape()) + " for an array of shape " +
+                   str(a.shape()) + ": axis " + std::to_string(d) + " has " +
+                   std::to_string(indices.shape()[d]) + ", expected " +
+                   std::to_string(a.shape()[d]) + " or 1");
+  const DType it = a.size() > std::numeric_limits<int32_t>::max() ? DType::i64 : DType::i32;
+  const Device dev = a.device();
+  if (numel(out) == 0) return take(reshape(a, {a.size()}), full(out, 0, it, dev), 0);
+  std::vector<int64_t> stride(a.ndim(), 1);
+  for (int d = static_cast<int>(a.ndim()) - 2; d >= 0; --d)
+    stride[d] = stride[d + 1] * a.shape()[d + 1];
+  Array flat = take(arange(a.shape()[ax], it, dev), indices, 0);
+  if (stride[ax] != 1) flat = flat * static_cast<double>(stride[ax]);
+  for (int d = 0; d < static_cast<int>(a.ndim()); ++d) {
+    if (d == ax || out[d] == 1) continue;
+    Shape s(a.ndim(), 1);
+    s[d] = out[d];
+    flat = flat + reshape(arange(0, out[d] * stride[d], stride[d], it, dev), std::move(s));
+  }
+  return take(reshape(a, {a.size()}), flat, 0);
 }
 
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape) {

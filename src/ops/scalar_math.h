@@ -137,6 +137,20 @@ KILN_HD inline A fast_exp(A x) {
     return exp_approx(x);
 }
 
+// Argsort's order: whether x sorts before y. Ascending, NaN after every
+// number (NumPy's order); descending, the reverse (largest and NaN first).
+// Equal values, and two NaNs, are neither: the kernels keep their positions'
+// order (a stable sort).
+template <typename A>
+KILN_HD inline bool sorts_before(A x, A y, bool descending) {
+  if (descending) {
+    const A t = x;
+    x = y;
+    y = t;
+  }
+  return x == x && (y != y || x < y);
+}
+
 template <Op>
 inline constexpr bool dependent_false = false;
 

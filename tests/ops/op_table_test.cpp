@@ -4,8 +4,10 @@
 // finite differences in f64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -14,6 +16,7 @@
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "ops/dispatch.h"
+#include "ops/op_defs.h"
 #include "ops/vjp.h"
 #include "reference.h"
 
@@ -246,6 +249,23 @@ std::vector<Case> cases() {
        {B({3, 4}), F({3, 4}), F({4})},
        [](auto& x) { return where(x[0], x[1], x[2]); },
        [](auto& h) { return ref_map(h, [](const double* a) { return a[0] ? a[1] : a[2]; }); }});
+  // Logic on bool and on numbers (nonzero is true), broadcast.
+  auto logic = [&](std::string name, auto f, double (*r)(bool, bool)) {
+    c.push_back({name,
+                 {B({3, 4}), I({4}, -1, 2)},
+                 [f](auto& x) { return astype(f(x[0], x[1]), DType::f32); },
+                 [r](auto& h) {
+                   return ref_map(h, [r](const double* a) { return r(a[0] != 0, a[1] != 0); });
+                 },
+                 0,
+                 false});
+  };
+  logic("logical_and", logical_and, [](bool a, bool b) { return double(a && b); });
+  logic("logical_or", logical_or, [](bool a, bool b) { return double(a || b); });
+  logic("logical_xor", logical_xor, [](bool a, bool b) { return double(a != b); });
+  logic(
+      "logical_not", [](const Array& a, const Array& b) { return logical_or(logical_not(b), a); },
+      [](bool a, bool b) { return double(!b || a); });
   c.push_back({"cast_roundtrip",
                {F({3, 4})},
                [](auto& x) { return astype(astype(x[0], DType::i64), x[0].dtype()); },
@@ -319,6 +339,98 @@ std::vector<Case> cases() {
   scan("cumsum_middle_reverse", {2, 5, 3}, 1, true);
   scan("cumsum_first_axis", {6, 4}, 0, false);
   scan("cumsum_vector_reverse", {9}, -1, true);
+  // Sorting along one axis: the permutation (i32, compared as floats), the
+  // sorted values and the top k (differentiable through their gather), and
+  // the gather itself with broadcast and negative indices. The reference
+  // stable-sorts each line in f64.
+  auto line_order = [](const Host& x, int axis, bool descending) {
+    const Shape& sh = x.shape;
+    const int ax = axis < 0 ? axis + static_cast<int>(sh.size()) : axis;
+    Host o{sh, std::vector<double>(x.v.size())};
+    for (int64_t i = 0; i < o.size(); ++i) {
+      auto idx = unravel(i, sh);
+      if (idx[ax] != 0) continue;  // once per line
+      std::vector<int64_t> pos(sh[ax]);
+      std::iota(pos.begin(), pos.end(), 0);
+      auto at = [&](int64_t k) {
+        idx[ax] = k;
+        return x.v[ravel(idx, sh)];
+      };
+      std::stable_sort(pos.begin(), pos.end(), [&](int64_t l, int64_t r) {
+        return descending ? at(l) > at(r) : at(l) < at(r);
+      });
+      for (int64_t k = 0; k < sh[ax]; ++k) {
+        idx[ax] = k;
+        o.v[ravel(idx, sh)] = static_cast<double>(pos[k]);
+      }
+    }
+    return o;
+  };
+  auto gather_along = [](const Host& x, const Host& order, int axis, int64_t keep) {
+    const int ax = axis < 0 ? axis + static_cast<int>(x.shape.size()) : axis;
+    Shape sh = x.shape;
+    sh[ax] = keep;
+    Host o{sh, std::vector<double>(numel(sh))};
+    for (int64_t i = 0; i < o.size(); ++i) {
+      auto idx = unravel(i, sh);
+      idx[ax] = static_cast<int64_t>(order.v[ravel(idx, order.shape)]);
+      o.v[i] = x.v[ravel(idx, x.shape)];
+    }
+    return o;
+  };
+  for (bool descending : {false, true}) {
+    const std::string dir = descending ? "_descending" : "";
+    c.push_back({"argsort_rows" + dir,
+                 {F({4, 7})},
+                 [=](auto& x) { return astype(argsort(x[0], -1, descending), DType::f32); },
+                 [=](auto& h) { return line_order(h[0], -1, descending); },
+                 0,
+                 false});
+    c.push_back({"argsort_middle" + dir,
+                 {F({3, 6, 2})},
+                 [=](auto& x) { return astype(argsort(x[0], 1, descending), DType::f32); },
+                 [=](auto& h) { return line_order(h[0], 1, descending); },
+                 0,
+                 false});
+    c.push_back(
+        {"sort_cols" + dir,
+         {F({6, 4})},
+         [=](auto& x) { return sort(x[0], 0, descending); },
+         [=](auto& h) { return gather_along(h[0], line_order(h[0], 0, descending), 0, 6); }});
+  }
+  c.push_back({"top_k_values",
+               {F({3, 9})},
+               [](auto& x) { return top_k(x[0], 4).first; },
+               [=](auto& h) { return gather_along(h[0], line_order(h[0], -1, true), -1, 4); }});
+  c.push_back({"top_k_indices",
+               {F({2, 3, 5})},
+               [](auto& x) { return astype(top_k(x[0], 2).second, DType::f32); },
+               [=](auto& h) {
+                 const Host order = line_order(h[0], -1, true);
+                 Host o{{2, 3, 2}, {}};
+                 for (int64_t i = 0; i < order.size(); ++i)
+                   if (i % 5 < 2) o.v.push_back(order.v[i]);
+                 return o;
+               },
+               0,
+               false});
+  c.push_back({"take_along_axis_negative",
+               {F({4, 5}), I({4, 3}, -5, 5)},
+               [](auto& x) { return take_along_axis(x[0], x[1], 1); },
+               [=](auto& h) {
+                 Host idx = h[1];
+                 for (double& i : idx.v) i = i < 0 ? i + 5 : i;
+                 return gather_along(h[0], idx, 1, 3);
+               }});
+  c.push_back({"take_along_axis_broadcast",
+               {F({3, 4, 2}), I({1, 5, 2}, 0, 4)},
+               [](auto& x) { return take_along_axis(x[0], x[1], 1); },
+               [=](auto& h) {
+                 Host idx{{3, 5, 2}, {}};
+                 for (int a = 0; a < 3; ++a)
+                   idx.v.insert(idx.v.end(), h[1].v.begin(), h[1].v.end());
+                 return gather_along(h[0], idx, 1, 5);
+               }});
   c.push_back({"mean",
                {F({3, 4})},
                [](auto& x) { return mean(x[0], {1}); },
@@ -804,11 +916,23 @@ std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
 // tests/dist/collectives_test.cpp checks them on cpu and ref in every mode,
 // tests/dist/mpi_test.cpp across ranks.
 TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
-  const std::set<Op> no_grad_check{
-      Op::Equal,         Op::NotEqual,           Op::Less,          Op::LessEqual,
-      Op::Greater,       Op::GreaterEqual,       Op::Argmax,        Op::OneHot,
-      Op::Cast,          Op::StopGradient,       Op::GeluGrad,      Op::GeluTanhGrad,
-      Op::LayerNormGrad, Op::LayerNormParamGrad, Op::AttentionGrad, Op::SoftmaxCrossEntropyGrad};
+  const std::set<Op> no_grad_check{Op::Equal,
+                                   Op::NotEqual,
+                                   Op::Less,
+                                   Op::LessEqual,
+                                   Op::Greater,
+                                   Op::GreaterEqual,
+                                   Op::Argmax,
+                                   Op::OneHot,
+                                   Op::Argsort,
+                                   Op::Cast,
+                                   Op::StopGradient,
+                                   Op::GeluGrad,
+                                   Op::GeluTanhGrad,
+                                   Op::LayerNormGrad,
+                                   Op::LayerNormParamGrad,
+                                   Op::AttentionGrad,
+                                   Op::SoftmaxCrossEntropyGrad};
   const std::set<Op> compiler_made{Op::FusedElementwise, Op::MatmulEpilogue, Op::FusedReduce};
   std::set<Op> checked, differentiated;
   for (const Case& c : cases()) {
@@ -1031,6 +1155,8 @@ TEST(RefBackend, IntegerAndBf16MatchCpu) {
        }},
       {"take", [](auto& a, auto& b) { return take(a, slice(abs(b), {0}, {1}), 1); }},
       {"one_hot", [](auto& a, auto&) { return one_hot(a, 4, a.dtype()); }},
+      {"argsort", [](auto& a, auto&) { return argsort(a, 0, true); }},
+      {"sort", [](auto& a, auto&) { return sort(a, -1); }},
   };
   for (DType dt : {DType::i32, DType::i64}) {
     const Array a = astype(random::uniform(random::Key(1), {4, 5}, -9, 9), dt);
@@ -1536,9 +1662,12 @@ TEST(VjpReads, EveryRuleReadsExactlyWhatItsFactsDeclare) {
       const Array out(node);
       std::vector<bool> need;
       for (const Array& in : node->inputs) need.push_back(is_floating(in.dtype()));
+      checked.insert(p.op());
+      // Integer arithmetic (index computations) wants no cotangent: autodiff
+      // never runs its rule.
+      if (op_def(p.op()).vjp && std::find(need.begin(), need.end(), true) == need.end()) continue;
       const Array g = ones(out.shape(), out.dtype(), out.device());
       const VjpReads facts = vjp_reads(p.op());
-      checked.insert(p.op());
       std::vector<Array> ct;
       try {
         LazyScope lazy;

@@ -1,11 +1,12 @@
 // kiln cpu backend: reductions (sum, max, argmax) over any axes, and the
-// running sum along one axis (cumsum).
+// running sum (cumsum) and the sorting permutation (argsort) along one axis.
 //
 // The input is viewed as [outer, reduced, inner] after merging adjacent axes
 // of the same kind; reductions over several separated groups first move the
 // reduced axes to the end with the transpose kernel.
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "backend/cpu/kernels.h"
 #include "kiln/ops.h"
@@ -182,11 +183,44 @@ void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<A
   });
 }
 
+// Argsort: lines of the [outer, n, inner] view around the axis, in parallel;
+// each is copied out (widened: f32 for bf16), its positions stable-sorted by
+// sorts_before (ops/scalar_math.h) and stored as i32.
+void argsort_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                    ArrayNode& out) {
+  const auto& a = p.attrs<SortAttrs>();
+  const Shape& s = in[0].shape();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a.axis; ++d) outer *= s[d];
+  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t n = s[a.axis];
+  int32_t* y = static_cast<int32_t*>(alloc_output(out));
+  dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    const T* x = in[0].data<T>();
+    parallel_for(outer * inner, 8 * n, [&](int64_t b, int64_t e) {
+      std::vector<A> v(n);
+      std::vector<int32_t> idx(n);
+      for (int64_t line = b; line < e; ++line) {
+        const int64_t base = line / inner * n * inner + line % inner;
+        for (int64_t k = 0; k < n; ++k) v[k] = ld(x[base + k * inner]);
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(), [&](int32_t l, int32_t r) {
+          return sorts_before(v[l], v[r], a.descending);
+        });
+        for (int64_t k = 0; k < n; ++k) y[base + k * inner] = idx[k];
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
   t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
+  t.kernels[static_cast<int>(Op::Argsort)] = argsort_kernel;
 }
 
 }  // namespace kiln::cpu

@@ -1,7 +1,7 @@
 // kiln cuda backend: reductions — Sum (f32 accumulation for bf16 and f32, f64
 // for f64, int64 for integers), Max (NaN propagates; -inf for an all -inf
 // slice) and Argmax (i32; the first maximum, a NaN beats any number) — over
-// any sorted axes.
+// any sorted axes; Cumsum and Argsort along one axis.
 //
 // As on the cpu, the input is viewed as [outer, reduced, inner] where the
 // reduced axes form one group: rows (inner == 1) take 1, 32 or 256 threads
@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device_common.cuh"
+#include "ops/scalar_math.h"
 
 namespace kiln::cuda {
 namespace {
@@ -421,11 +422,55 @@ void cumsum_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
   });
 }
 
+// Argsort: one thread per element, which counts the elements of its line
+// that sort before it (sorts_before, ops/scalar_math.h; equal ones only from
+// lower positions, so the order is stable) and stores its position at that
+// rank. Quadratic in the line's length and free of scratch memory and of
+// synchronization: meant for the lines kiln sorts (classes, tokens), where a
+// line's loads are shared through the cache.
+template <typename T>
+__global__ void argsort_ranks(const T* __restrict__ x, int32_t* __restrict__ y, int64_t n,
+                              int64_t inner, int64_t total, bool descending) {
+  KILN_GRID_LOOP(i, total) {
+    const int64_t at = i / inner % n, base = i / inner / n * n * inner + i % inner;
+    const acc_t<T> v = load(x, i);
+    int64_t rank = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const acc_t<T> w = load(x, base + k * inner);
+      rank += sorts_before(w, v, descending) || (k < at && !sorts_before(v, w, descending));
+    }
+    y[base + rank * inner] = static_cast<int32_t>(at);
+  }
+}
+
+void argsort_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
+                    ArrayNode& out) {
+  cudaStream_t st = begin(ctx);
+  const auto& a = p.attrs<SortAttrs>();
+  const Shape& s = in[0].shape();
+  int64_t inner = 1;
+  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, bool>) {
+      fail(p.name(), "no cuda kernel for bool");
+    } else {
+      int32_t* y = out_ptr<int32_t>(out);
+      const int64_t total = numel(s);
+      if (total == 0) return;
+      argsort_ranks<T><<<blocks_for(total, kThreads), kThreads, 0, st>>>(
+          ptr<T>(in[0]), y, s[a.axis], inner, total, a.descending);
+      check_launch("argsort_ranks");
+    }
+  });
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
   t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
+  t.kernels[static_cast<int>(Op::Argsort)] = argsort_kernel;
 }
 
 }  // namespace kiln::cuda

@@ -1,7 +1,8 @@
 // kiln ref backend: reductions — Sum (f64 accumulation for floats, int64 for
 // integers), Max (NaN propagates; -inf for an all -inf slice) and
 // Argmax (i32 output; first maximum wins, a NaN beats any number) — over any
-// set of axes, by one pass over the input in row-major order.
+// set of axes, by one pass over the input in row-major order; Cumsum and
+// Argsort along one axis.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -114,11 +115,40 @@ void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<A
   store(out, y);
 }
 
+// Argsort by ranks, not by sorting: element k of a line goes to position
+// #{j : x_j sorts before x_k, or equals it and j < k}, in f64 (sorts_before,
+// ops/scalar_math.h). Quadratic in the line's length, as a reference may be.
+void argsort_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                    ArrayNode& out) {
+  const auto& a = p.attrs<SortAttrs>();
+  const DType dt = in[0].dtype();
+  if (dt == DType::bool_ || dt == DType::f16)
+    fail(p.name(), std::string("no ref kernel for dtype ") + name_of(dt));
+  const Shape& s = in[0].shape();
+  const std::vector<double> v = load(in[0]);
+  std::vector<double> y(v.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    std::vector<int64_t> idx = unravel(i, s);
+    const int64_t at = idx[a.axis];
+    int64_t rank = 0;
+    for (int64_t k = 0; k < s[a.axis]; ++k) {
+      idx[a.axis] = k;
+      const double x = v[ravel(idx, s)];
+      if (sorts_before(x, v[i], a.descending) || (k < at && !sorts_before(v[i], x, a.descending)))
+        ++rank;
+    }
+    idx[a.axis] = rank;
+    y[ravel(idx, s)] = static_cast<double>(at);
+  }
+  store(out, y);
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
   for (Op op : {Op::Sum, Op::Max, Op::Argmax}) t.kernels[static_cast<int>(op)] = reduce_kernel;
   t.kernels[static_cast<int>(Op::Cumsum)] = cumsum_kernel;
+  t.kernels[static_cast<int>(Op::Argsort)] = argsort_kernel;
 }
 
 }  // namespace kiln::ref

@@ -1,5 +1,5 @@
-// kiln ops: the reductions' definitions (Sum, Max, Argmax over any axes)
-// and the scan's (Cumsum along one axis).
+// kiln ops: the reductions' definitions (Sum, Max, Argmax over any axes),
+// the scan's (Cumsum along one axis) and the sort's (Argsort along one axis).
 #include "ops/defs/defs.h"
 
 namespace kiln::defs {
@@ -35,6 +35,9 @@ void reductions(OpDefs& d) {
                            const auto& s = a.p.attrs<ScanAttrs>();
                            ct[0] = cumsum(a.g, s.axis, !s.reverse);
                          }});
+  // Indices: no cotangent (sort and top_k differentiate through the gather
+  // that applies them).
+  define(d, Op::Argsort, {.arity = 1});
 }
 
 }  // namespace kiln::defs
