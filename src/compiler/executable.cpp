@@ -33,12 +33,14 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
     arena_ = std::make_shared<Buffer>(&allocator_for(plan_.device), plan_.arena_bytes,
                                       plan_.device);
   // Recordable: every value on the arena's device, whose backend records,
-  // and no copy between devices (a copy to the host waits for the device).
+  // no copy between devices (a copy to the host waits for the device) and no
+  // fallback (whose primitives allocate as they run).
   const KernelTable* table = kernel_table(plan_.device);
   recordable_ = table && table->begin_recording;
   for (const auto& n : graph_.nodes)
     recordable_ = recordable_ && n.device == plan_.device &&
-                  !(n.prim && op_kind(n.prim->op()) == OpKind::Transfer);
+                  !(n.prim && (op_kind(n.prim->op()) == OpKind::Transfer ||
+                               runs_fallback(n.device, n.prim->op())));
   values_.resize(graph_.nodes.size());
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     if (graph_.nodes[i].is_input()) continue;

@@ -9,6 +9,7 @@
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
 #include "ops/dispatch.h"
+#include "ops/op_defs.h"
 #include "ops/op_facts.h"
 
 namespace kiln::compiler {
@@ -28,9 +29,11 @@ Graph fuse_matmul_epilogue(const Graph& g) {
     DType in = g.nodes[mm.inputs[0]].dtype;
     if ((in != DType::f32 && in != DType::bf16) || mm.shape.size() < 2 || numel(mm.shape) == 0)
       continue;
-    const Node& a = g.nodes[mm.inputs[0]];
     const auto& ma = mm.prim->attrs<MatmulAttrs>();
-    if (a.shape[a.shape.size() - (ma.transpose_a ? 2 : 1)] == 0) continue;  // k == 0
+    if (matmul_dims(g.nodes[mm.inputs[0]].shape, g.nodes[mm.inputs[1]].shape, ma.transpose_a,
+                    ma.transpose_b, "fuse_matmul_epilogue")
+            .k == 0)
+      continue;
     EpilogueAttrs ea{ma, {}};
     int cur = i;
     while (users[cur].size() == 1 && !is_output[cur]) {

@@ -97,31 +97,6 @@ Graph rewrite_ops(const Graph& g, const std::function<Emit(int)>& decide,
 
 namespace {
 
-// Whether `in` broadcasts to `out` (NumPy's rule).
-bool broadcasts_to(const Shape& in, const Shape& out) {
-  if (in.size() > out.size()) return false;
-  for (size_t d = 0; d < in.size(); ++d) {
-    const int64_t a = in[in.size() - 1 - d], b = out[out.size() - 1 - d];
-    if (a != b && a != 1) return false;
-  }
-  return true;
-}
-
-// A fused program's registers are defined before they are read, and its ops
-// have scalar functions.
-std::string check_program(const FusedAttrs& f) {
-  const int ni = static_cast<int>(f.reads.size());
-  for (size_t i = 0; i < f.program.size(); ++i) {
-    const FusedInstr& in = f.program[i];
-    const int defined = ni + static_cast<int>(i);
-    if (!op_has(in.op, kFusable)) return std::string(op_name(in.op)) + " is not fusable";
-    if (in.a < 0 || in.a >= defined || in.b >= defined ||
-        (in.b < 0) != (op_kind(in.op) == OpKind::Unary))
-      return "instruction " + std::to_string(i) + " reads an undefined register";
-  }
-  return {};
-}
-
 // What is wrong with op i of g, or "" when nothing.
 std::string check_op(const Graph& g, int i) {
   const Node& n = g.nodes[i];
@@ -135,42 +110,11 @@ std::string check_op(const Graph& g, int i) {
       return "runs on " + n.device.str() + " but reads %" + std::to_string(k) + " on " +
              g.nodes[k].device.str();
   }
-  const int want = operand_count(p);
-  if (want >= 0 && static_cast<int>(n.inputs.size()) != want)
-    return "has " + std::to_string(n.inputs.size()) + " operands, expected " +
-           std::to_string(want);
-  auto in = [&](size_t j) -> const Node& { return g.nodes[n.inputs[j]]; };
-  if (op_has(p.op(), kPointwise) && p.op() != Op::FusedElementwise) {
-    for (size_t j = 0; j < n.inputs.size(); ++j)
-      if (!broadcasts_to(in(j).shape, n.shape))
-        return "operand " + std::to_string(j) + " of shape " + str(in(j).shape) +
-               " does not broadcast to " + str(n.shape);
-    const OpKind kind = op_kind(p.op());
-    const size_t data = kind == OpKind::Select ? 1 : 0;
-    if (kind == OpKind::Compare && n.dtype != DType::bool_) return "a comparison not of bool";
-    if (kind != OpKind::Compare && kind != OpKind::Convert && in(data).dtype != n.dtype)
-      return std::string("dtype ") + name_of(n.dtype) + " differs from its operand's " +
-             name_of(in(data).dtype);
-  }
-  if (op_has(p.op(), kAlias) && numel(in(0).shape) != numel(n.shape))
-    return "a view of " + str(in(0).shape) + " as " + str(n.shape);
-  if (p.op() == Op::FusedElementwise) {
-    const auto& f = p.attrs<FusedAttrs>();
-    if (std::string e = check_program(f); !e.empty()) return e;
-    for (size_t j = 0; j < n.inputs.size(); ++j) {
-      const bool ok = f.reads[j] == FusedRead::Whole    ? in(j).shape == n.shape
-                      : f.reads[j] == FusedRead::Scalar ? numel(in(j).shape) == 1
-                                                        : numel(n.shape) % std::max<int64_t>(1, numel(in(j).shape)) == 0;
-      if (!ok) return "operand " + std::to_string(j) + " of shape " + str(in(j).shape) +
-                      " does not fit its read mode";
-    }
-  }
-  if (p.op() == Op::FusedReduce) {
-    const auto& a = p.attrs<FusedReduceAttrs>();
-    if (std::string e = check_program(a.body); !e.empty()) return "body: " + e;
-    if (std::string e = check_program(a.epilogue); !e.empty()) return "epilogue: " + e;
-  }
-  return {};
+  // The operand count and the output's type by the op's definition
+  // (src/ops/defs/).
+  std::vector<Aval> in;
+  for (int k : n.inputs) in.push_back({g.nodes[k].shape, g.nodes[k].dtype});
+  return check_type(p, in, {n.shape, n.dtype});
 }
 
 }  // namespace

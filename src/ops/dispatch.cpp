@@ -2,13 +2,17 @@
 #include "ops/dispatch.h"
 
 #include "kiln/ops.h"
+#include "ops/op_defs.h"
 #include "ops/vjp.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace kiln {
@@ -29,6 +33,83 @@ const KernelTable* table_for(DeviceType type) {
 
 const KernelTable* kernel_table(Device device) {
   return table_for(device.type);
+}
+
+namespace {
+
+// The ops that run their fallback in place of their kernel everywhere.
+struct ForcedFallbacks {
+  std::array<std::atomic<bool>, kOpCount> op{};
+  ForcedFallbacks() {
+    const char* e = std::getenv("KILN_FALLBACK");
+    if (!e || !*e) return;
+    std::stringstream list(e);
+    for (std::string name; std::getline(list, name, ',');) {
+      bool found = false;
+      for (int i = 0; i < kOpCount; ++i) {
+        const bool named = name == "all" || name == op_name(static_cast<Op>(i));
+        if (named && op_def(static_cast<Op>(i)).fallback) op[i] = found = true;
+      }
+      if (!found)
+        fail("KILN_FALLBACK", "'" + name +
+                                  "' is not a primitive with a fallback; expected fused "
+                                  "primitives' names (Attention, LayerNorm, ...) or all");
+    }
+  }
+};
+ForcedFallbacks& forced_fallbacks() {
+  static ForcedFallbacks f;
+  return f;
+}
+
+bool use_fallback(const KernelTable* table, Op op) {
+  if (!op_def(op).fallback) return false;
+  return !table || !table->kernels[static_cast<int>(op)] ||
+         forced_fallbacks().op[static_cast<int>(op)];
+}
+
+// Runs prim's fallback eagerly (no graph kept: a kernel's work), then copies
+// the value, converted to out's dtype, into out.
+void run_fallback(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out) {
+  static const bool debug = [] {
+    const char* e = std::getenv("KILN_DEBUG");
+    return e && std::atoi(e) >= 1;
+  }();
+  if (debug) {
+    static std::mutex mu;
+    static std::set<std::pair<int, std::string>> said;
+    std::lock_guard<std::mutex> lock(mu);
+    if (said.insert({static_cast<int>(prim.op()), out.device.str()}).second)
+      std::fprintf(
+          stderr, "[fallback] %s on %s runs its fallback of basic primitives (%s)\n", prim.name(),
+          out.device.str().c_str(),
+          forced_fallbacks().op[static_cast<int>(prim.op())] ? "KILN_FALLBACK" : "no kernel there");
+  }
+  ExecState& st = exec_state();
+  struct Restore {
+    ExecState& st;
+    ExecState saved;
+    ~Restore() { st = saved; }
+  } restore{st, st};
+  st.lazy = false;
+  st.keep_graph = 0;
+  Array r = op_def(prim.op()).fallback(prim, inputs, {out.shape, out.dtype});
+  if (r.dtype() != out.dtype) r = astype(r, out.dtype);
+  if (r.shape() != out.shape)
+    fail(prim.name(), "its fallback made " + str(r.shape()) + ", expected " + str(out.shape));
+  run_kernel_with(Primitive(Op::Copy, DeviceAttrs{out.device}), {r}, out);
+}
+
+}  // namespace
+
+void set_forced_fallbacks(const std::vector<Op>& ops) {
+  ForcedFallbacks& f = forced_fallbacks();
+  for (auto& x : f.op) x = false;
+  for (Op op : ops) f.op[static_cast<int>(op)] = op_def(op).fallback != nullptr;
+}
+
+bool runs_fallback(Device device, Op op) {
+  return use_fallback(table_for(device.type), op);
 }
 
 bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
@@ -96,6 +177,7 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
   if (!table)
     fail(prim.name(), "no backend is available for " + on.str() +
                           (on.type == DeviceType::cuda ? ": " + cuda_unavailable_reason() : ""));
+  if (use_fallback(table, prim.op())) return run_fallback(prim, inputs, out);
   Kernel k = table->kernels[static_cast<int>(prim.op())];
   if (!k) fail(prim.name(), "no kernel on " + on.str());
   const KernelContext ctx{on, table->stream ? table->stream(on) : nullptr, &allocator_for(on)};
@@ -291,6 +373,18 @@ Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType d
     }
   }
   return Array(std::move(node));
+}
+
+Array apply(Primitive prim, std::vector<Array> inputs, int reuse, std::optional<Device> device) {
+  std::vector<Aval> in;
+  in.reserve(inputs.size());
+  for (const Array& x : inputs) {
+    if (!x.valid()) fail(prim.name(), "use of an empty Array handle as an input");
+    in.push_back({x.shape(), x.dtype()});
+  }
+  Aval out = infer_type(prim, in);
+  return make_array(std::move(prim), std::move(inputs), std::move(out.shape), out.dtype, reuse,
+                    device);
 }
 
 }  // namespace kiln

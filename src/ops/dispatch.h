@@ -67,6 +67,15 @@ void register_kernels(DeviceType type, const KernelTable* table);
 // device has no backend or the backend no kernel for the op.
 bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
                       DType out);
+// A fused primitive runs its definition's fallback of basic primitives
+// (ops/op_defs.h) in place of its kernel where the backend has none, and on
+// every backend when it is named in KILN_FALLBACK (primitive names separated
+// by commas, or "all": to tell a wrong kernel from a wrong graph) or given to
+// set_forced_fallbacks (which replaces that list). KILN_DEBUG=1 says so once
+// per op and device.
+void set_forced_fallbacks(const std::vector<Op>& ops);
+// Whether `op` runs its fallback on `device`.
+bool runs_fallback(Device device, Op op);
 // Kernel time per primitive, collected when KILN_PROFILE=1.
 struct KernelProfile {
   bool enabled = false;
@@ -102,6 +111,12 @@ ExecState& exec_state();
 // draw), else on its inputs' device (a Copy: on the device it copies to).
 Array make_array(Primitive prim, std::vector<Array> inputs, Shape shape, DType dtype,
                  int reuse = -1, std::optional<Device> device = std::nullopt);
+// make_array typed by the primitive's shape and dtype rule (ops/op_defs.h):
+// how every op makes its node but the few whose type the rule does not fix
+// (Fill, AllReduceWait). Fails, naming the primitive, where the inputs do
+// not fit it.
+Array apply(Primitive prim, std::vector<Array> inputs, int reuse = -1,
+            std::optional<Device> device = std::nullopt);
 
 // Drops a materialized node's graph edges (its producer and inputs).
 void detach(ArrayNode& node);

@@ -8,6 +8,7 @@
 #include "kiln/ops.h"
 #include "kiln/random.h"
 #include "ops/dispatch.h"
+#include "ops/op_defs.h"
 #include "ops/op_facts.h"
 
 namespace kiln {
@@ -31,7 +32,7 @@ void require_valid(const Array& a, const char* op) {
 Array unary(Op op, const Array& a) {
   require_valid(a, op_name(op));
   if (!op_has(op, kIntegers)) require_float(a, op_name(op));
-  return make_array(Primitive(op), {a}, a.shape(), a.dtype());
+  return apply(Primitive(op), {a});
 }
 
 std::pair<Array, Array> promote_pair(const Array& a, const Array& b, const char* op) {
@@ -43,11 +44,9 @@ std::pair<Array, Array> promote_pair(const Array& a, const Array& b, const char*
 
 Array binary(Op op, const Array& a0, const Array& b0) {
   auto [a, b] = promote_pair(a0, b0, op_name(op));
-  Shape s = broadcast_shapes(a.shape(), b.shape(), op_name(op));
-  DType out = op_kind(op) == OpKind::Compare ? DType::bool_ : a.dtype();
   if (op_kind(op) == OpKind::Binary && a.dtype() == DType::bool_)
     fail(op_name(op), "arithmetic on bool arrays; cast them first");
-  return make_array(Primitive(op), {a, b}, std::move(s), out);
+  return apply(Primitive(op), {a, b});
 }
 
 std::vector<int> normalize_axes(std::vector<int> axes, size_t rank, const char* op) {
@@ -63,27 +62,11 @@ std::vector<int> normalize_axes(std::vector<int> axes, size_t rank, const char* 
   return axes;
 }
 
-Shape reduced_shape(const Shape& s, const std::vector<int>& axes, bool keepdims) {
-  Shape out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    bool reduced = std::binary_search(axes.begin(), axes.end(), static_cast<int>(i));
-    if (!reduced)
-      out.push_back(s[i]);
-    else if (keepdims)
-      out.push_back(1);
-  }
-  return out;
-}
-
-Array reduce(Op op, const Array& a, std::vector<int> axes, bool keepdims, DType out) {
+// The reduced shape and the empty-axis check are the primitive's rule.
+Array reduce(Op op, const Array& a, std::vector<int> axes, bool keepdims) {
   require_valid(a, op_name(op));
   axes = normalize_axes(std::move(axes), a.ndim(), op_name(op));
-  Shape s = reduced_shape(a.shape(), axes, keepdims);
-  if (op != Op::Sum)
-    for (int ax : axes)
-      if (a.shape()[ax] == 0)
-        fail(op_name(op), "reduction over an empty axis of " + str(a.shape()));
-  return make_array(Primitive(op, ReduceAttrs{axes, keepdims}), {a}, std::move(s), out);
+  return apply(Primitive(op, ReduceAttrs{axes, keepdims}), {a});
 }
 
 }  // namespace
@@ -126,7 +109,7 @@ Array arange(int64_t stop, DType dtype, Device device) {
 Array Array::to(Device device) const {
   if (!valid()) fail("to", "use of an empty Array handle");
   if (node_->device == device) return *this;
-  return make_array(Primitive(Op::Copy, DeviceAttrs{device}), {*this}, shape(), dtype());
+  return apply(Primitive(Op::Copy, DeviceAttrs{device}), {*this});
 }
 
 Array scalar_like(const Array& a, double v) {
@@ -249,10 +232,7 @@ Array where(const Array& cond, const Array& a0, const Array& b0) {
   if (cond.dtype() != DType::bool_)
     fail("where", std::string("condition must be bool, got ") + name_of(cond.dtype()));
   auto [a, b] = promote_pair(a0, b0, "where");
-  Shape s =
-      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  DType dt = a.dtype();
-  return make_array(Primitive(Op::Where), {cond, a, b}, std::move(s), dt);
+  return apply(Primitive(Op::Where), {cond, a, b});
 }
 
 namespace {
@@ -287,12 +267,12 @@ Array astype(const Array& a, DType dtype) {
   require_valid(a, "cast");
   if (dtype == DType::f16 || a.dtype() == DType::f16) fail("cast", "f16 is not supported yet");
   if (a.dtype() == dtype) return a;
-  return make_array(Primitive(Op::Cast, CastAttrs{dtype}), {a}, a.shape(), dtype);
+  return apply(Primitive(Op::Cast, CastAttrs{dtype}), {a});
 }
 
 Array stop_gradient(const Array& a) {
   require_valid(a, "stop_gradient");
-  return make_array(Primitive(Op::StopGradient), {a}, a.shape(), a.dtype());
+  return apply(Primitive(Op::StopGradient), {a});
 }
 
 Array operator+(const Array& a, const Array& b) {
@@ -308,13 +288,11 @@ Array add_reusing(Array a, Array b, int reuse) {
   if (a.dtype() != b.dtype() || a.dtype() == DType::bool_ ||
       broadcast_shapes(a.shape(), b.shape(), "add") != r.shape())
     return add(a, b);
-  Shape s = r.shape();
-  DType dt = a.dtype();
   std::vector<Array> ins;  // (an initializer list would keep a second handle)
   ins.reserve(2);
   ins.push_back(std::move(a));
   ins.push_back(std::move(b));
-  return make_array(Primitive(Op::Add), std::move(ins), std::move(s), dt, reuse);
+  return apply(Primitive(Op::Add), std::move(ins), reuse);
 }
 }  // namespace
 
@@ -368,7 +346,7 @@ Array operator/(double a, const Array& b) {
 Array sum(const Array& a, std::vector<int> axes, bool keepdims) {
   require_valid(a, "sum");
   Array x = a.dtype() == DType::bool_ ? astype(a, DType::i32) : a;
-  return reduce(Op::Sum, x, std::move(axes), keepdims, x.dtype());
+  return reduce(Op::Sum, x, std::move(axes), keepdims);
 }
 
 Array mean(const Array& a, std::vector<int> axes, bool keepdims) {
@@ -381,11 +359,11 @@ Array mean(const Array& a, std::vector<int> axes, bool keepdims) {
 }
 
 Array max(const Array& a, std::vector<int> axes, bool keepdims) {
-  return reduce(Op::Max, a, std::move(axes), keepdims, a.dtype());
+  return reduce(Op::Max, a, std::move(axes), keepdims);
 }
 
 Array argmax(const Array& a, int axis, bool keepdims) {
-  return reduce(Op::Argmax, a, {axis}, keepdims, DType::i32);
+  return reduce(Op::Argmax, a, {axis}, keepdims);
 }
 
 Array cumsum(const Array& a, int axis, bool reverse) {
@@ -394,7 +372,7 @@ Array cumsum(const Array& a, int axis, bool reverse) {
     fail("cumsum", std::string("needs a float or integer array, got ") + name_of(a.dtype()));
   if (a.ndim() == 0) fail("cumsum", "needs an array of rank 1 or more, got a scalar");
   const int ax = normalize_axis(axis, a.ndim(), "cumsum");
-  return make_array(Primitive(Op::Cumsum, ScanAttrs{ax, reverse}), {a}, a.shape(), a.dtype());
+  return apply(Primitive(Op::Cumsum, ScanAttrs{ax, reverse}), {a});
 }
 
 Array argsort(const Array& a, int axis, bool descending) {
@@ -406,7 +384,7 @@ Array argsort(const Array& a, int axis, bool descending) {
   if (a.shape()[ax] > std::numeric_limits<int32_t>::max())
     fail("argsort",
          "axis " + std::to_string(ax) + " of " + str(a.shape()) + " is too long for i32 indices");
-  return make_array(Primitive(Op::Argsort, SortAttrs{ax, descending}), {a}, a.shape(), DType::i32);
+  return apply(Primitive(Op::Argsort, SortAttrs{ax, descending}), {a});
 }
 
 Array sort(const Array& a, int axis, bool descending) {
@@ -454,33 +432,11 @@ Array matmul(const Array& a, const Array& b, const MatmulOptions& opt) {
   if (out != a.dtype() && !(a.dtype() == DType::bf16 && out == DType::f32))
     fail("matmul", std::string("output dtype ") + name_of(out) + " is not supported for " +
                        name_of(a.dtype()) + " inputs");
-  size_t ra = a.ndim(), rb = b.ndim();
-  int64_t m = a.shape()[ra - (opt.transpose_a ? 1 : 2)];
-  int64_t ka = a.shape()[ra - (opt.transpose_a ? 2 : 1)];
-  int64_t kb = b.shape()[rb - (opt.transpose_b ? 1 : 2)];
-  int64_t n = b.shape()[rb - (opt.transpose_b ? 2 : 1)];
-  auto shapes = [&] {
-    return str(a.shape()) + (opt.transpose_a ? "ᵀ" : "") + " @ " + str(b.shape()) +
-           (opt.transpose_b ? "ᵀ" : "");
-  };
-  if (ka != kb) fail("matmul", "inner dimensions differ: " + shapes());
-  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch;
-  if (ba == bb || bb.empty()) {
-    batch = ba;
-  } else if (ba.empty()) {
-    batch = bb;
-  } else {
-    fail("matmul", "batch dimensions differ: " + shapes() +
-                       " (they must be equal, or one operand must have rank 2)");
-  }
-  batch.push_back(m);
-  batch.push_back(n);
+  matmul_dims(a.shape(), b.shape(), opt.transpose_a, opt.transpose_b, "matmul");
   const bool tf32 = a.dtype() == DType::f32 &&
                     opt.precision.value_or(matmul_precision()) == MatmulPrecision::tf32;
-  return make_array(
-      Primitive(Op::Matmul, MatmulAttrs{opt.transpose_a, opt.transpose_b, out, tf32}), {a, b},
-      std::move(batch), out);
+  return apply(Primitive(Op::Matmul, MatmulAttrs{opt.transpose_a, opt.transpose_b, out, tf32}),
+               {a, b});
 }
 
 namespace {
@@ -519,9 +475,7 @@ Array reshape(const Array& a, Shape shape) {
   if (numel(shape) != a.size())
     fail("reshape", "cannot reshape " + str(a.shape()) + " into " + str(shape));
   if (shape == a.shape()) return a;
-  Shape s = shape;
-  return make_array(Primitive(Op::Reshape, ShapeAttrs{std::move(shape)}), {a}, std::move(s),
-                    a.dtype());
+  return apply(Primitive(Op::Reshape, ShapeAttrs{std::move(shape)}), {a});
 }
 
 Array transpose(const Array& a, std::vector<int> perm) {
@@ -538,10 +492,7 @@ Array transpose(const Array& a, std::vector<int> perm) {
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int>(i);
   if (identity) return a;
-  Shape s(a.ndim());
-  for (size_t i = 0; i < perm.size(); ++i) s[i] = a.shape()[perm[i]];
-  return make_array(Primitive(Op::Transpose, PermAttrs{std::move(perm)}), {a}, std::move(s),
-                    a.dtype());
+  return apply(Primitive(Op::Transpose, PermAttrs{std::move(perm)}), {a});
 }
 
 Array transpose(const Array& a) {
@@ -567,7 +518,7 @@ Array broadcast_to(const Array& a, const Shape& shape) {
     if (a.shape()[i] != 1 && a.shape()[i] != shape[lead + i])
       fail("broadcast_to", "cannot broadcast " + str(a.shape()) + " to " + str(shape));
   if (shape == a.shape()) return a;
-  return make_array(Primitive(Op::BroadcastTo, ShapeAttrs{shape}), {a}, shape, a.dtype());
+  return apply(Primitive(Op::BroadcastTo, ShapeAttrs{shape}), {a});
 }
 
 Array concatenate(const std::vector<Array>& arrays, int axis) {
@@ -577,8 +528,6 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
   int ax = normalize_axis(axis, first.ndim(), "concatenate");
   DType dt = first.dtype();
   for (auto& x : arrays) dt = promote(dt, x.dtype());
-  Shape s = first.shape();
-  s[ax] = 0;
   std::vector<Array> ins;
   for (auto& x : arrays) {
     if (x.ndim() != first.ndim())
@@ -587,11 +536,10 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
       if (static_cast<int>(i) != ax && x.shape()[i] != first.shape()[i])
         fail("concatenate", "shapes " + str(first.shape()) + " and " + str(x.shape()) +
                                 " differ outside axis " + std::to_string(ax));
-    s[ax] += x.shape()[ax];
     ins.push_back(astype(x, dt));
   }
   if (ins.size() == 1) return ins[0];
-  return make_array(Primitive(Op::Concatenate, AxisAttrs{ax}), std::move(ins), std::move(s), dt);
+  return apply(Primitive(Op::Concatenate, AxisAttrs{ax}), std::move(ins));
 }
 
 Array slice(const Array& a, Shape start, Shape stop, Shape step) {
@@ -615,12 +563,11 @@ Array slice(const Array& a, Shape start, Shape stop, Shape step) {
     out[i] = (stop[i] - start[i] + step[i] - 1) / step[i];
   }
   if (out == a.shape()) return a;
-  return make_array(Primitive(Op::Slice, SliceAttrs{start, stop, step, a.shape()}), {a},
-                    std::move(out), a.dtype());
+  return apply(Primitive(Op::Slice, SliceAttrs{start, stop, step, a.shape()}), {a});
 }
 
 Array slice_grad(const Array& g, const SliceAttrs& attrs) {
-  return make_array(Primitive(Op::SliceGrad, attrs), {g}, attrs.full, g.dtype());
+  return apply(Primitive(Op::SliceGrad, attrs), {g});
 }
 
 Array take(const Array& a, const Array& indices, int axis) {
@@ -628,10 +575,7 @@ Array take(const Array& a, const Array& indices, int axis) {
   require_valid(indices, "take");
   require_integer(indices, "take", "indices");
   int ax = normalize_axis(axis, a.ndim(), "take");
-  Shape s(a.shape().begin(), a.shape().begin() + ax);
-  s.insert(s.end(), indices.shape().begin(), indices.shape().end());
-  s.insert(s.end(), a.shape().begin() + ax + 1, a.shape().end());
-  return make_array(Primitive(Op::Take, AxisAttrs{ax}), {a, indices}, std::move(s), a.dtype());
+  return apply(Primitive(Op::Take, AxisAttrs{ax}), {a, indices});
 }
 
 // Gathers from a flattened: the flat position of each output element is its
@@ -674,18 +618,14 @@ Array take_along_axis(const Array& a, const Array& indices, int axis) {
 
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape) {
   require_integer(indices, "scatter_add", "indices");
-  return make_array(Primitive(Op::ScatterAdd, ScatterAttrs{axis, shape}), {indices, updates}, shape,
-                    updates.dtype());
+  return apply(Primitive(Op::ScatterAdd, ScatterAttrs{axis, shape}), {indices, updates});
 }
 
 Array one_hot(const Array& labels, int64_t depth, DType dtype) {
   require_valid(labels, "one_hot");
   require_integer(labels, "one_hot", "labels");
   if (depth <= 0) fail("one_hot", "depth must be positive, got " + std::to_string(depth));
-  Shape s = labels.shape();
-  s.push_back(depth);
-  return make_array(Primitive(Op::OneHot, OneHotAttrs{depth, dtype}), {labels}, std::move(s),
-                    dtype);
+  return apply(Primitive(Op::OneHot, OneHotAttrs{depth, dtype}), {labels});
 }
 
 // ---- collectives ----
@@ -700,8 +640,7 @@ Array all_reduce_start(const std::vector<Array>& xs, int bucket) {
       fail("all_reduce_start", "a bucket's arrays are on one device, got " +
                                    xs[0].device().str() + " and " + x.device().str());
   }
-  return make_array(Primitive(Op::AllReduceStart, CollectiveAttrs{bucket, 0, false}), xs, {},
-                    DType::i64);
+  return apply(Primitive(Op::AllReduceStart, CollectiveAttrs{bucket, 0, false}), xs);
 }
 
 std::vector<Array> all_reduce_wait(const Array& token, const std::vector<Array>& xs, int bucket,
@@ -724,13 +663,13 @@ std::vector<Array> all_reduce_wait(const Array& token, const std::vector<Array>&
 Array softmax(const Array& a, int axis) {
   require_float(a, "softmax");
   int ax = normalize_axis(axis, a.ndim(), "softmax");
-  return make_array(Primitive(Op::Softmax, AxisAttrs{ax}), {a}, a.shape(), a.dtype());
+  return apply(Primitive(Op::Softmax, AxisAttrs{ax}), {a});
 }
 
 Array log_softmax(const Array& a, int axis) {
   require_float(a, "log_softmax");
   int ax = normalize_axis(axis, a.ndim(), "log_softmax");
-  return make_array(Primitive(Op::LogSoftmax, AxisAttrs{ax}), {a}, a.shape(), a.dtype());
+  return apply(Primitive(Op::LogSoftmax, AxisAttrs{ax}), {a});
 }
 
 Array layer_norm(const Array& x, const Array& gamma, const Array& beta, double eps) {
@@ -740,30 +679,25 @@ Array layer_norm(const Array& x, const Array& gamma, const Array& beta, double e
   if (gamma.shape() != c || beta.shape() != c)
     fail("layer_norm", "weight " + str(gamma.shape()) + " and bias " + str(beta.shape()) +
                            " must both be " + str(c) + " for input " + str(x.shape()));
-  return make_array(Primitive(Op::LayerNorm, NormAttrs{eps}),
-                    {x, astype(gamma, x.dtype()), astype(beta, x.dtype())}, x.shape(), x.dtype());
+  return apply(Primitive(Op::LayerNorm, NormAttrs{eps}),
+               {x, astype(gamma, x.dtype()), astype(beta, x.dtype())});
 }
 
 Array layer_norm(const Array& x, double eps) {
   require_float(x, "layer_norm");
   if (x.ndim() == 0) fail("layer_norm", "input must have rank >= 1");
-  return make_array(Primitive(Op::LayerNorm, NormAttrs{eps}), {x}, x.shape(), x.dtype());
+  return apply(Primitive(Op::LayerNorm, NormAttrs{eps}), {x});
 }
 
 Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps) {
   std::vector<Array> ins = {x};
   if (gamma.valid()) ins.push_back(gamma);
   ins.push_back(dy);
-  return make_array(Primitive(Op::LayerNormGrad, NormAttrs{eps}), std::move(ins), x.shape(),
-                    x.dtype());
+  return apply(Primitive(Op::LayerNormGrad, NormAttrs{eps}), std::move(ins));
 }
 
 Array layer_norm_param_grad(const Array& x, const Array& dy, double eps) {
-  if (x.ndim() == 0 || dy.shape() != x.shape() || dy.dtype() != x.dtype())
-    fail("layer_norm_param_grad",
-         "gradient " + str(dy.shape()) + " does not match input " + str(x.shape()));
-  return make_array(Primitive(Op::LayerNormParamGrad, NormAttrs{eps}), {x, dy},
-                    {2, x.shape().back()}, x.dtype());
+  return apply(Primitive(Op::LayerNormParamGrad, NormAttrs{eps}), {x, dy});
 }
 
 Array softmax_cross_entropy(const Array& logits, const Array& labels) {
@@ -775,8 +709,7 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
     fail("softmax_cross_entropy", "labels " + str(labels.shape()) + " do not match logits " +
                                       str(logits.shape()) + " (expected labels " + str(expect) +
                                       ")");
-  DType out = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  return make_array(Primitive(Op::SoftmaxCrossEntropy), {logits, labels}, std::move(expect), out);
+  return apply(Primitive(Op::SoftmaxCrossEntropy), {logits, labels});
 }
 
 Array attention(const Array& qkv, double scale) {
@@ -785,23 +718,15 @@ Array attention(const Array& qkv, double scale) {
   if (s.size() != 5 || s[2] != 3)
     fail("attention", "qkv must be [batch, tokens, 3, heads, head_dim], got " + str(s));
   if (!std::isfinite(scale)) fail("attention", "scale must be finite");
-  return make_array(Primitive(Op::Attention, AttentionAttrs{scale}), {qkv},
-                    {s[0], s[1], s[3], s[4]}, qkv.dtype());
+  return apply(Primitive(Op::Attention, AttentionAttrs{scale}), {qkv});
 }
 
 Array attention_grad(const Array& qkv, const Array& dout, double scale) {
-  const Shape& s = qkv.shape();
-  if (s.size() != 5 || s[2] != 3 || dout.shape() != Shape{s[0], s[1], s[3], s[4]} ||
-      dout.dtype() != qkv.dtype())
-    fail("attention_grad",
-         "output gradient " + str(dout.shape()) + " does not match qkv " + str(s));
-  return make_array(Primitive(Op::AttentionGrad, AttentionAttrs{scale}), {qkv, dout}, s,
-                    qkv.dtype());
+  return apply(Primitive(Op::AttentionGrad, AttentionAttrs{scale}), {qkv, dout});
 }
 
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels, const Array& dloss) {
-  return make_array(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss}, logits.shape(),
-                    logits.dtype());
+  return apply(Primitive(Op::SoftmaxCrossEntropyGrad), {logits, labels, dloss});
 }
 
 }  // namespace kiln

@@ -24,7 +24,7 @@ Array draw(const Key& key, const Shape& shape, RandomKind kind, double a, double
       !(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16))
     fail(op, std::string("dtype must be f32, f64 or bf16, got ") + name_of(dtype));
   RandomAttrs attrs{{key.k[0], key.k[1]}, kind, a, b, shape, dtype};
-  return make_array(Primitive(Op::Random, attrs), {}, shape, dtype, -1, device);
+  return apply(Primitive(Op::Random, attrs), {}, -1, device);
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p) {
   if (!(p >= 0 && p <= 1))
     fail("random.bernoulli", "p must lie in [0, 1], got " + std::to_string(p));
   RandomAttrs attrs{{0, 0}, RandomKind::Bernoulli, p, 0, shape, DType::bool_, true, data};
-  return make_array(Primitive(Op::Random, attrs), {key}, shape, DType::bool_);
+  return apply(Primitive(Op::Random, attrs), {key});
 }
 
 Array bernoulli(const Key& key, const Shape& shape, double p, Device device) {

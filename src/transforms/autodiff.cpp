@@ -24,8 +24,7 @@ struct KeepGraph {
 // sees through it to the primal (so nested differentiation stays connected).
 Array trace_input(const Array& primal) {
   if (!primal.valid()) fail("vjp", "use of an empty Array handle as a primal");
-  return make_array(Primitive(Op::Reshape, ShapeAttrs{primal.shape()}), {primal}, primal.shape(),
-                    primal.dtype());
+  return apply(Primitive(Op::Reshape, ShapeAttrs{primal.shape()}), {primal});
 }
 
 using CotangentFn = std::function<std::vector<Array>(const std::vector<Array>& outputs)>;

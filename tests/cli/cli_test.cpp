@@ -296,6 +296,52 @@ TEST(Cli, DropoutGivesTheSameLossesInEveryMode) {
   std::filesystem::remove(cfg);
 }
 
+// KILN_FALLBACK runs the named fused primitives (or all) as their fallbacks
+// of basic primitives: the same losses to rounding, said under KILN_DEBUG;
+// a name that is not such a primitive is an error naming the variable.
+TEST(Cli, FallbacksForcedByTheEnvironmentTrainAsTheKernelsDo) {
+  std::string cfg = temp_path("fallback.json");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
+  c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
+  c.intermediate_size = 64, c.num_hidden_layers = 1, c.num_labels = 10;
+  io::save_vit_config(cfg, c);
+  auto losses = [&](const std::string& env, const std::string& mode, std::string* output) {
+    std::string log = temp_path(mode + "-fallback.jsonl");
+    CliRun r =
+        kiln_cli_raw(env + " " + KILN_CLI_PATH + " train --config " + cfg +
+                     " --steps 3 --warmup 1 --batch-size 4 --mode " + mode + " --log-json " + log);
+    EXPECT_EQ(r.status, 0) << env << " " << mode << ":\n" << r.output;
+    if (output) *output = r.output;
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"summary\"") == std::string::npos)
+        out.push_back(std::stod(line.substr(line.find("\"loss\"") + 7)));
+    std::filesystem::remove(log);
+    return out;
+  };
+  for (std::string mode : {"eager", "jit"}) {
+    SCOPED_TRACE(mode);
+    const std::vector<double> kernels = losses("", mode, nullptr);
+    std::string said;
+    const std::vector<double> fallbacks = losses("KILN_FALLBACK=all KILN_DEBUG=1", mode, &said);
+    ASSERT_EQ(kernels.size(), 3u);
+    ASSERT_EQ(fallbacks.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(fallbacks[i], kernels[i], 1e-4);
+    EXPECT_NE(said.find("[fallback] Attention on cpu runs its fallback of basic primitives "
+                        "(KILN_FALLBACK)"),
+              std::string::npos)
+        << said;
+  }
+  CliRun bad = kiln_cli_raw("KILN_FALLBACK=Attention,Nope " + std::string(KILN_CLI_PATH) +
+                            " train --config " + cfg + " --steps 1 --batch-size 2");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("[KILN_FALLBACK] 'Nope' is not a primitive with a fallback"),
+            std::string::npos)
+      << bad.output;
+  std::filesystem::remove(cfg);
+}
+
 TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/",
               out = temp_path("grads.safetensors");

@@ -81,7 +81,7 @@ TEST(Verifier, NamesThePassAndTheNodeOfABrokenGraph) {
   std::string e = error_of([&] { compiler::verify(g, "my_pass"); });
   EXPECT_NE(e.find("after my_pass"), std::string::npos) << e;
   EXPECT_NE(e.find("%2"), std::string::npos) << e;
-  EXPECT_NE(e.find("does not broadcast"), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot broadcast (2,3) and (4)"), std::string::npos) << e;
 
   Graph h;
   int x = h.add_input({3}, DType::f32);
@@ -93,6 +93,22 @@ TEST(Verifier, NamesThePassAndTheNodeOfABrokenGraph) {
   h.nodes[1].inputs = {x};
   e = error_of([&] { compiler::verify(h, "p"); });
   EXPECT_NE(e.find("not defined before it"), std::string::npos) << e;
+
+  // A node whose type is not what its definition's shape rule gives.
+  Graph m;
+  int ma = m.add_input({4, 3}, DType::f32);
+  int mb = m.add_input({3, 5}, DType::f32);
+  m.add_op(std::make_shared<Primitive>(Op::Matmul, MatmulAttrs{false, false, DType::f32}), {ma, mb},
+           {4, 3}, DType::f32);
+  m.outputs = {2};
+  e = error_of([&] { compiler::verify(m, "p"); });
+  EXPECT_NE(e.find("is f32 (4,3) where its shape rule gives f32 (4,5)"), std::string::npos) << e;
+  m.nodes[2].shape = {4, 5};
+  m.nodes[1].dtype = DType::f64;
+  e = error_of([&] { compiler::verify(m, "p"); });
+  EXPECT_NE(e.find("operand dtypes differ: f32 (4,3) @ f64 (3,5)"), std::string::npos) << e;
+  m.nodes[1].dtype = DType::f32;
+  EXPECT_EQ(error_of([&] { compiler::verify(m, "p"); }), "");
 
   Graph d;
   int c = d.add_input({3}, DType::f32, Device::cpu());
@@ -251,9 +267,11 @@ TEST(OpFacts, DerivedPropertiesHoldForEveryRow) {
   // (tests/ops/op_table_test.cpp: VjpReads).
 }
 
-// Every primitive has a definition (src/ops/defs/), and its operand count
-// fits its kind; a primitive without a VJP rule fails to differentiate with
-// its definition's reason.
+// Every primitive has a definition (src/ops/defs/), its operand count fits
+// its kind, and it has one type rule; a primitive without a VJP rule fails to
+// differentiate with its definition's reason. (The type rules are exercised
+// by every op the suite makes: ops.cpp makes its nodes with them, and the
+// verifier checks every node of every compiled graph against them.)
 TEST(OpDefs, EveryPrimitiveIsDefinedOnce) {
   for (int i = 0; i < kOpCount; ++i) {
     const Op op = static_cast<Op>(i);
@@ -269,6 +287,7 @@ TEST(OpDefs, EveryPrimitiveIsDefinedOnce) {
                                                      : d.arity;
     EXPECT_EQ(d.arity, want) << op_name(op);
     EXPECT_FALSE(d.vjp && d.no_vjp) << op_name(op) << ": a rule and a reason for having none";
+    EXPECT_TRUE(!d.infer != !d.check) << op_name(op) << ": needs one type rule, infer or check";
   }
   EXPECT_NE(error_of([] {
               vjp_rule(Primitive(Op::GeluGrad), {Array()}, Array(), Array(), {true});

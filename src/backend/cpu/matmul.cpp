@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
+#include "ops/op_defs.h"
 
 namespace kiln::cpu {
 namespace {
@@ -232,19 +233,20 @@ void gemm_f32(const GemmShape& s, const void* a, const void* b, void* c) {
 }
 
 GemmShape gemm_shape(const MatmulAttrs& attrs, const Array& a, const Array& b) {
-  size_t ra = a.ndim(), rb = b.ndim();
+  const MatmulDims d =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   GemmShape s;
   s.ta = attrs.transpose_a;
   s.tb = attrs.transpose_b;
-  s.m = a.shape()[ra - (s.ta ? 1 : 2)];
-  s.k = a.shape()[ra - (s.ta ? 2 : 1)];
-  s.n = b.shape()[rb - (s.tb ? 2 : 1)];
-  s.batch_a = numel(Shape(a.shape().begin(), a.shape().end() - 2));
-  s.batch_b = numel(Shape(b.shape().begin(), b.shape().end() - 2));
+  s.m = d.m;
+  s.k = d.k;
+  s.n = d.n;
+  s.batch_a = d.batch_a;
+  s.batch_b = d.batch_b;
   s.in = a.dtype();
   s.out = attrs.out;
   // A batch against a rank-2 right operand is one GEMM with batch*M rows.
-  if (rb == 2 && ra > 2 && !s.ta) {
+  if (b.ndim() == 2 && a.ndim() > 2 && !s.ta) {
     s.m *= s.batch_a;
     s.batch_a = 1;
   }

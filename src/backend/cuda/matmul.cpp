@@ -39,6 +39,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/dynlib.h"
 #include "backend/cuda/epilogue.h"
+#include "ops/op_defs.h"
 #include "ops/op_facts.h"
 
 namespace kiln::cuda {
@@ -85,16 +86,15 @@ struct Gemm {
 };
 
 Gemm gemm_of(const MatmulAttrs& attrs, const Array& a, const Array& b, DType out) {
-  const Shape &sa = a.shape(), &sb = b.shape();
-  const size_t ra = sa.size(), rb = sb.size();
+  const MatmulDims d =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   Gemm g;
   g.ta = attrs.transpose_a;
   g.tb = attrs.transpose_b;
-  g.m = sa[ra - (g.ta ? 1 : 2)];
-  g.k = sa[ra - (g.ta ? 2 : 1)];
-  g.n = sb[rb - (g.tb ? 2 : 1)];
-  const int64_t batch_a = numel(Shape(sa.begin(), sa.end() - 2));
-  const int64_t batch_b = numel(Shape(sb.begin(), sb.end() - 2));
+  g.m = d.m;
+  g.k = d.k;
+  g.n = d.n;
+  const int64_t batch_a = d.batch_a, batch_b = d.batch_b;
   g.batch = std::max(batch_a, batch_b);
   g.in = a.dtype();
   g.out = out;

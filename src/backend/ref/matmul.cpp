@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/ref/ref_common.h"
+#include "ops/op_defs.h"
 
 namespace kiln::ref {
 namespace {
@@ -19,16 +20,16 @@ struct Gemm {
 };
 
 Gemm gemm_of(const MatmulAttrs& attrs, const Array& a, const Array& b) {
-  const Shape &sa = a.shape(), &sb = b.shape();
-  const size_t ra = sa.size(), rb = sb.size();
+  const MatmulDims d =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   Gemm g;
   g.ta = attrs.transpose_a;
   g.tb = attrs.transpose_b;
-  g.m = sa[ra - (g.ta ? 1 : 2)];
-  g.k = sa[ra - (g.ta ? 2 : 1)];
-  g.n = sb[rb - (g.tb ? 2 : 1)];
-  g.batch_a = numel(Shape(sa.begin(), sa.end() - 2));
-  g.batch_b = numel(Shape(sb.begin(), sb.end() - 2));
+  g.m = d.m;
+  g.k = d.k;
+  g.n = d.n;
+  g.batch_a = d.batch_a;
+  g.batch_b = d.batch_b;
   g.batch = std::max(g.batch_a, g.batch_b);
   return g;
 }

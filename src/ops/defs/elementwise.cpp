@@ -8,8 +8,27 @@
 namespace kiln::defs {
 namespace {
 
+// Floats; integers too where the op is defined on them (kIntegers).
+Aval unary_type(const Primitive& p, const std::vector<Aval>& in) {
+  const bool ok = is_float(in[0].dtype) || (op_has(p.op(), kIntegers) && is_integral(in[0].dtype));
+  KILN_EXPECT(ok, p,
+              "operand is " + str(in[0]) + ", expected a float" +
+                  (op_has(p.op(), kIntegers) ? " or integer" : "") + " array");
+  return in[0];
+}
+
+// Operands of one dtype (not bool, but for comparisons), broadcast.
+Aval binary_type(const Primitive& p, const std::vector<Aval>& in) {
+  const bool compare = op_kind(p.op()) == OpKind::Compare;
+  KILN_EXPECT(in[0].dtype == in[1].dtype, p,
+              "operands " + str(in[0]) + " and " + str(in[1]) + " differ in dtype");
+  KILN_EXPECT(compare || in[0].dtype != DType::bool_, p, "arithmetic on bool operands");
+  return {broadcast_shapes(in[0].shape, in[1].shape, p.name()),
+          compare ? DType::bool_ : in[0].dtype};
+}
+
 void unary(OpDefs& d) {
-  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 1, .vjp = f}); };
+  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 1, .infer = unary_type, .vjp = f}); };
   def(Op::Neg, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = neg(a.g); });
   def(Op::Exp, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * a.out; });
   def(Op::Log, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g / a.in[0]; });
@@ -39,13 +58,13 @@ void unary(OpDefs& d) {
   for (Op op : {Op::Sign, Op::Floor, Op::Round})
     def(op, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = zeros_like(a.g); });
   for (Op op : {Op::GeluGrad, Op::GeluTanhGrad})
-    define(d, op, {.arity = 1, .no_vjp = kNoSecondOrder});
+    define(d, op, {.arity = 1, .infer = unary_type, .no_vjp = kNoSecondOrder});
 }
 
 // Binary ops compute their cotangents at the broadcast shape, then sum them
 // back to each operand's shape.
 void binary(OpDefs& d) {
-  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 2, .vjp = f}); };
+  auto def = [&](Op op, VjpFn f) { define(d, op, {.arity = 2, .infer = binary_type, .vjp = f}); };
   def(Op::Add, [](const VjpArgs& a, std::vector<Array>& ct) {
     if (a.want(0)) ct[0] = sum_to(a.g, a.in[0].shape());
     if (a.want(1)) ct[1] = sum_to(a.g, a.in[1].shape());
@@ -85,7 +104,7 @@ void binary(OpDefs& d) {
     }
   });
   for (Op op : {Op::Equal, Op::NotEqual, Op::Less, Op::LessEqual, Op::Greater, Op::GreaterEqual})
-    define(d, op, {.arity = 2});  // bool results: no cotangents
+    define(d, op, {.arity = 2, .infer = binary_type});  // bool results: no cotangents
 }
 
 }  // namespace
@@ -93,15 +112,28 @@ void binary(OpDefs& d) {
 void elementwise(OpDefs& d) {
   unary(d);
   binary(d);
-  define(d, Op::Where, {.arity = 3, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
-                          const Array zero = zero_like_scalar(a.g);
-                          if (a.want(1)) ct[1] = sum_to(where(a.in[0], a.g, zero), a.in[1].shape());
-                          if (a.want(2)) ct[2] = sum_to(where(a.in[0], zero, a.g), a.in[2].shape());
-                        }});
-  define(d, Op::Cast, {.arity = 1, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
-                         if (is_floating(a.in[0].dtype())) ct[0] = astype(a.g, a.in[0].dtype());
-                       }});
-  define(d, Op::StopGradient, {.arity = 1});
+  // where(cond, a, b): a bool condition, a and b of one dtype, all broadcast.
+  auto where_type = [](const Primitive& p, const std::vector<Aval>& in) -> Aval {
+    KILN_EXPECT(in[0].dtype == DType::bool_, p, "condition is " + str(in[0]) + ", expected bool");
+    KILN_EXPECT(in[1].dtype == in[2].dtype, p,
+                "values " + str(in[1]) + " and " + str(in[2]) + " differ in dtype");
+    const Shape s = broadcast_shapes(in[0].shape, in[1].shape, p.name());
+    return {broadcast_shapes(s, in[2].shape, p.name()), in[1].dtype};
+  };
+  define(d, Op::Where,
+         {.arity = 3, .infer = where_type, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+            const Array zero = zero_like_scalar(a.g);
+            if (a.want(1)) ct[1] = sum_to(where(a.in[0], a.g, zero), a.in[1].shape());
+            if (a.want(2)) ct[2] = sum_to(where(a.in[0], zero, a.g), a.in[2].shape());
+          }});
+  auto cast_type = [](const Primitive& p, const std::vector<Aval>& in) -> Aval {
+    return {in[0].shape, p.attrs<CastAttrs>().to};
+  };
+  define(d, Op::Cast,
+         {.arity = 1, .infer = cast_type, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+            if (is_floating(a.in[0].dtype())) ct[0] = astype(a.g, a.in[0].dtype());
+          }});
+  define(d, Op::StopGradient, {.arity = 1, .infer = first_type});
 }
 
 }  // namespace kiln::defs
