@@ -77,11 +77,11 @@ Graph rewrite_ops(const Graph& g, const std::function<Emit(int)>& decide,
                   const std::vector<int>& value_of = {});
 
 // Checks that g is well formed: inputs numbered by slot, operands defined
-// before use, outputs in range, every op's operand count, shapes and dtypes
-// consistent with its primitive where a rule is cheap to state, and each op
-// on its operands' device (a Copy on the device it copies to). Fails naming
-// `after` (the pass that made g) and the node. Run after tracing and after
-// every pass.
+// before use, outputs in range, each op on its operands' device (a Copy on
+// the device it copies to), and every op's operand count and output type
+// against its definition's rule (ops/op_defs.h: check_type). Fails naming
+// `after` (the pass that made g), the node and what the rule says. Run after
+// tracing and after every pass.
 void verify(const Graph& g, const std::string& after);
 
 }  // namespace kiln::compiler

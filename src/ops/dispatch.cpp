@@ -3,6 +3,7 @@
 
 #include "kiln/ops.h"
 #include "ops/op_defs.h"
+#include "ops/op_facts.h"
 #include "ops/vjp.h"
 
 #include <algorithm>
@@ -30,6 +31,24 @@ const KernelTable* table_for(DeviceType type) {
   return g_tables[static_cast<int>(type)];
 }
 }  // namespace
+
+namespace {
+void alias_kernel(const KernelContext&, const Primitive&, const std::vector<Array>& in,
+                  ArrayNode& out) {
+  out.buffer = in[0].node()->buffer;
+  out.offset = in[0].node()->offset;
+}
+}  // namespace
+
+void register_views_and_scalar_ops(KernelTable& t, Kernel unary, Kernel binary, Kernel compare) {
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (op_has(op, kAlias)) t.kernels[i] = alias_kernel;
+    if (!op_has(op, kScalar)) continue;
+    const OpKind kind = op_kind(op);
+    t.kernels[i] = kind == OpKind::Unary ? unary : kind == OpKind::Binary ? binary : compare;
+  }
+}
 
 const KernelTable* kernel_table(Device device) {
   return table_for(device.type);

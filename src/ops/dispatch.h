@@ -58,6 +58,12 @@ struct KernelTable {
   void (*release_recording)(Device, void* recording) = nullptr;
 };
 
+// The entries every backend's table fills alike: the views (kAlias ops,
+// whose output is their input's memory: no kernel computes anything) and
+// every scalar op, given the backend's kernel for its kind (unary, binary or
+// comparison).
+void register_views_and_scalar_ops(KernelTable& t, Kernel unary, Kernel binary, Kernel compare);
+
 // The recording functions of `device`'s backend (null members where it has
 // none; see KernelTable).
 const KernelTable* kernel_table(Device device);

@@ -134,26 +134,10 @@ void cast_kernel(const KernelContext&, const Primitive&,
   });
 }
 
-// The output shares the input's storage.
-void alias_kernel(const KernelContext&, const Primitive&,
-                  const std::vector<Array>& in, ArrayNode& out) {
-  out.buffer = in[0].node()->buffer;
-  out.offset = in[0].node()->offset;
-}
-
 }  // namespace
 
 void register_elementwise(KernelTable& t) {
-  for (int i = 0; i < kOpCount; ++i) {
-    const Op op = static_cast<Op>(i);
-    if (op_has(op, kAlias)) t.kernels[i] = alias_kernel;
-    if (!op_has(op, kScalar)) continue;
-    switch (op_kind(op)) {
-      case OpKind::Unary: t.kernels[i] = unary_kernel; break;
-      case OpKind::Binary: t.kernels[i] = binary_kernel; break;
-      default: t.kernels[i] = compare_kernel; break;
-    }
-  }
+  register_views_and_scalar_ops(t, unary_kernel, binary_kernel, compare_kernel);
   t.kernels[static_cast<int>(Op::Where)] = where_kernel;
   t.kernels[static_cast<int>(Op::Cast)] = cast_kernel;
 }

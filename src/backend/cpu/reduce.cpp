@@ -9,36 +9,11 @@
 #include <numeric>
 
 #include "backend/cpu/kernels.h"
+#include "backend/views.h"
 #include "kiln/ops.h"
 
 namespace kiln::cpu {
 namespace {
-
-struct ReduceView {
-  int64_t outer = 1, reduced = 1, inner = 1;
-};
-
-// Returns false when the reduced axes do not form one contiguous group.
-bool reduce_view(const Shape& s, const std::vector<int>& axes, ReduceView& v) {
-  int first = -1, last = -1;
-  for (size_t i = 0; i < s.size(); ++i) {
-    bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int>(i));
-    if (r && s[i] != 1) {
-      if (first < 0) first = static_cast<int>(i);
-      last = static_cast<int>(i);
-    }
-  }
-  if (first < 0) {  // only size-1 axes reduced
-    v.outer = numel(s);
-    return true;
-  }
-  for (int i = first; i <= last; ++i)
-    if (s[i] != 1 && !std::binary_search(axes.begin(), axes.end(), i)) return false;
-  for (int i = 0; i < first; ++i) v.outer *= s[i];
-  for (int i = first; i <= last; ++i) v.reduced *= s[i];
-  for (size_t i = last + 1; i < s.size(); ++i) v.inner *= s[i];
-  return true;
-}
 
 template <typename T>
 using sum_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, acc_t<T>>;
@@ -157,11 +132,8 @@ void reduce_kernel(const KernelContext&, const Primitive& p,
 void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                    ArrayNode& out) {
   const auto& a = p.attrs<ScanAttrs>();
-  const Shape& s = in[0].shape();
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < a.axis; ++d) outer *= s[d];
-  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
-  const int64_t n = s[a.axis];
+  const ReduceView v = axis_view(in[0].shape(), a.axis);
+  const int64_t outer = v.outer, n = v.reduced, inner = v.inner;
   dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
@@ -189,11 +161,8 @@ void cumsum_kernel(const KernelContext&, const Primitive& p, const std::vector<A
 void argsort_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                     ArrayNode& out) {
   const auto& a = p.attrs<SortAttrs>();
-  const Shape& s = in[0].shape();
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < a.axis; ++d) outer *= s[d];
-  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
-  const int64_t n = s[a.axis];
+  const ReduceView v = axis_view(in[0].shape(), a.axis);
+  const int64_t outer = v.outer, n = v.reduced, inner = v.inner;
   int32_t* y = static_cast<int32_t*>(alloc_output(out));
   dispatch_numeric(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);

@@ -97,6 +97,20 @@ struct Group {
     if constexpr (kWarp) return v;
     else return across_warps<true>(v, red);
   }
+  // A row's max m and its sum of exp(x - m), each reduced over the group:
+  // the prologue of the softmax and cross-entropy row kernels.
+  template <typename A, typename T>
+  __device__ void max_and_sum_exp(const T* xs, int64_t n, A* red, A& m, A& total) const {
+    m = neg_inf<A>();
+    for (int64_t k = rank; k < n; k += size) {
+      const A v = load(xs, k);
+      m = v > m ? v : m;
+    }
+    m = max(m, red);
+    total = 0;
+    for (int64_t k = rank; k < n; k += size) total += scalar<Op::Exp>(A(load(xs, k) - m));
+    total = sum(total, red);
+  }
   // Two sums at once (one pair of barriers).
   template <typename A>
   __device__ void sum2(A& a, A& b, A* red) const {
@@ -183,15 +197,8 @@ __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) softmax_rows(const
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * n;
     T* ys = y + r * n;
-    A m = neg_inf<A>();
-    for (int64_t k = g.rank; k < n; k += g.size) {
-      const A v = load(xs, k);
-      m = v > m ? v : m;
-    }
-    m = g.max(m, red);
-    A total = 0;
-    for (int64_t k = g.rank; k < n; k += g.size) total += scalar<Op::Exp>(A(load(xs, k) - m));
-    total = g.sum(total, red);
+    A m, total;
+    g.max_and_sum_exp(xs, n, red, m, total);
     if constexpr (kLog) {
       const A lse = m + std::log(total);
       for (int64_t k = g.rank; k < n; k += g.size) ys[k] = convert<T>(A(load(xs, k) - lse));
@@ -533,15 +540,8 @@ __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_rows(const T* 
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
-    A m = neg_inf<A>();
-    for (int64_t k = g.rank; k < c; k += g.size) {
-      const A v = load(xs, k);
-      m = v > m ? v : m;
-    }
-    m = g.max(m, red);
-    A total = 0;
-    for (int64_t k = g.rank; k < c; k += g.size) total += scalar<Op::Exp>(A(load(xs, k) - m));
-    total = g.sum(total, red);
+    A m, total;
+    g.max_and_sum_exp(xs, c, red, m, total);
     if (g.rank == 0) {
       const int64_t l = labels[r];
       const A v = l >= 0 && l < c ? A(m + std::log(total) - load(xs, l))
@@ -563,15 +563,8 @@ __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_grad_rows(cons
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
     T* ds = dx + r * c;
-    A m = neg_inf<A>();
-    for (int64_t k = g.rank; k < c; k += g.size) {
-      const A v = load(xs, k);
-      m = v > m ? v : m;
-    }
-    m = g.max(m, red);
-    A total = 0;
-    for (int64_t k = g.rank; k < c; k += g.size) total += scalar<Op::Exp>(A(load(xs, k) - m));
-    total = g.sum(total, red);
+    A m, total;
+    g.max_and_sum_exp(xs, c, red, m, total);
     const A dl = static_cast<A>(convert<double>(dloss[r]));
     const int64_t l = labels[r];
     const bool bad = l < 0 || l >= c;

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device_common.cuh"
+#include "backend/views.h"
 #include "ops/scalar_math.h"
 
 namespace kiln::cuda {
@@ -319,33 +320,6 @@ void reduce_any(cudaStream_t st, const T* x, Out* y, const Shape& shape,
   check_launch("any_reduce");
 }
 
-struct ReduceView {
-  int64_t outer = 1, reduced = 1, inner = 1;
-};
-
-// The cpu's view: false when the reduced axes (of size other than 1) do not
-// form one contiguous group.
-bool reduce_view(const Shape& s, const std::vector<int>& axes, ReduceView& v) {
-  int first = -1, last = -1;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int>(i));
-    if (r && s[i] != 1) {
-      if (first < 0) first = static_cast<int>(i);
-      last = static_cast<int>(i);
-    }
-  }
-  if (first < 0) {  // only size-1 axes reduced
-    v.outer = numel(s);
-    return true;
-  }
-  for (int i = first; i <= last; ++i)
-    if (s[i] != 1 && !std::binary_search(axes.begin(), axes.end(), i)) return false;
-  for (int i = 0; i < first; ++i) v.outer *= s[i];
-  for (int i = first; i <= last; ++i) v.reduced *= s[i];
-  for (size_t i = last + 1; i < s.size(); ++i) v.inner *= s[i];
-  return true;
-}
-
 template <typename R, typename T, typename Out>
 void run_reduce(const KernelContext& ctx, cudaStream_t st, const Primitive& p, const Array& x,
                 ArrayNode& out) {
@@ -404,19 +378,17 @@ void cumsum_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
                    ArrayNode& out) {
   cudaStream_t st = begin(ctx);
   const auto& a = p.attrs<ScanAttrs>();
-  const Shape& s = in[0].shape();
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < a.axis; ++d) outer *= s[d];
-  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  const ReduceView v = axis_view(in[0].shape(), a.axis);
+  const int64_t outer = v.outer, n = v.reduced, inner = v.inner;
   visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool>) {
       fail(p.name(), "no cuda kernel for bool");
     } else {
       T* y = out_ptr<T>(out);
-      if (outer * inner == 0 || s[a.axis] == 0) return;
+      if (outer * inner == 0 || n == 0) return;
       cumsum_lines<T><<<blocks_for(outer * inner, kThreads), kThreads, 0, st>>>(
-          ptr<T>(in[0]), y, outer, s[a.axis], inner, a.reverse);
+          ptr<T>(in[0]), y, outer, n, inner, a.reverse);
       check_launch("cumsum_lines");
     }
   });
@@ -447,19 +419,18 @@ void argsort_kernel(const KernelContext& ctx, const Primitive& p, const std::vec
                     ArrayNode& out) {
   cudaStream_t st = begin(ctx);
   const auto& a = p.attrs<SortAttrs>();
-  const Shape& s = in[0].shape();
-  int64_t inner = 1;
-  for (size_t d = a.axis + 1; d < s.size(); ++d) inner *= s[d];
+  const ReduceView v = axis_view(in[0].shape(), a.axis);
+  const int64_t outer = v.outer, n = v.reduced, inner = v.inner;
   visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool>) {
       fail(p.name(), "no cuda kernel for bool");
     } else {
       int32_t* y = out_ptr<int32_t>(out);
-      const int64_t total = numel(s);
+      const int64_t total = outer * n * inner;
       if (total == 0) return;
-      argsort_ranks<T><<<blocks_for(total, kThreads), kThreads, 0, st>>>(
-          ptr<T>(in[0]), y, s[a.axis], inner, total, a.descending);
+      argsort_ranks<T><<<blocks_for(total, kThreads), kThreads, 0, st>>>(ptr<T>(in[0]), y, n, inner,
+                                                                         total, a.descending);
       check_launch("argsort_ranks");
     }
   });

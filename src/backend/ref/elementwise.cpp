@@ -1,7 +1,7 @@
 // kiln ref backend: elementwise kernels — unary, binary and comparison ops
 // through scalar<op> (floats in f64, integers and bools in int64, exactly),
-// with NumPy broadcasting; where; cast; and the alias ops (Reshape,
-// StopGradient), whose output is the input's memory.
+// with NumPy broadcasting; where; cast. (The views' entries, which run
+// nothing, come from register_views_and_scalar_ops, as on every backend.)
 #include <cstdint>
 
 #include "backend/ref/ref_common.h"
@@ -111,22 +111,11 @@ void cast_kernel(const KernelContext&, const Primitive&,
     convert(x + i * sx, in[0].dtype(), static_cast<char*>(y) + i * sy, out.dtype, 1);
 }
 
-// Reshape and StopGradient: the output shares the input's storage.
-void alias_kernel(const KernelContext&, const Primitive&,
-                  const std::vector<Array>& in, ArrayNode& out) {
-  out.buffer = in[0].node()->buffer;
-  out.offset = in[0].node()->offset;
-}
-
 }  // namespace
 
 void register_elementwise(KernelTable& t) {
-  for (int i = 0; i < kOpCount; ++i) {
-    const Op op = static_cast<Op>(i);
-    if (op_has(op, kAlias)) t.kernels[i] = alias_kernel;
-    if (!op_has(op, kScalar)) continue;
-    t.kernels[i] = op_kind(op) == OpKind::Unary ? unary_kernel : binary_kernel;
-  }
+  // The reference's binary kernel computes comparisons too.
+  register_views_and_scalar_ops(t, unary_kernel, binary_kernel, binary_kernel);
   t.kernels[static_cast<int>(Op::Where)] = where_kernel;
   t.kernels[static_cast<int>(Op::Cast)] = cast_kernel;
 }
