@@ -11,15 +11,12 @@
 #include <sstream>
 
 #include "compiler/rewrite.h"
+#include "ops/dispatch.h"
 
 namespace kiln::compiler {
 
 int debug_level() {
-  static int level = [] {
-    const char* e = std::getenv("KILN_DEBUG");
-    return e ? std::atoi(e) : 0;
-  }();
-  return level;
+  return kiln::debug_level();
 }
 
 Graph optimize(const Graph& g, const PassOptions& opt) {

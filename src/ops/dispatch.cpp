@@ -50,6 +50,14 @@ void register_views_and_scalar_ops(KernelTable& t, Kernel unary, Kernel binary, 
   }
 }
 
+int debug_level() {
+  static const int level = [] {
+    const char* e = std::getenv("KILN_DEBUG");
+    return e ? std::atoi(e) : 0;
+  }();
+  return level;
+}
+
 const KernelTable* kernel_table(Device device) {
   return table_for(device.type);
 }
@@ -90,11 +98,7 @@ bool use_fallback(const KernelTable* table, Op op) {
 // Runs prim's fallback eagerly (no graph kept: a kernel's work), then copies
 // the value, converted to out's dtype, into out.
 void run_fallback(const Primitive& prim, const std::vector<Array>& inputs, ArrayNode& out) {
-  static const bool debug = [] {
-    const char* e = std::getenv("KILN_DEBUG");
-    return e && std::atoi(e) >= 1;
-  }();
-  if (debug) {
+  if (debug_level() >= 1) {
     static std::mutex mu;
     static std::set<std::pair<int, std::string>> said;
     std::lock_guard<std::mutex> lock(mu);

@@ -73,6 +73,9 @@ void register_kernels(DeviceType type, const KernelTable* table);
 // device has no backend or the backend no kernel for the op.
 bool backend_supports(Device device, const Primitive& prim, const std::vector<DType>& inputs,
                       DType out);
+// KILN_DEBUG's level (0 when unset), read once.
+int debug_level();
+
 // A fused primitive runs its definition's fallback of basic primitives
 // (ops/op_defs.h) in place of its kernel where the backend has none, and on
 // every backend when it is named in KILN_FALLBACK (primitive names separated

@@ -366,21 +366,25 @@ Array argmax(const Array& a, int axis, bool keepdims) {
   return reduce(Op::Argmax, a, {axis}, keepdims);
 }
 
-Array cumsum(const Array& a, int axis, bool reverse) {
-  require_valid(a, "cumsum");
+namespace {
+// The axis (normalized) of a scan or sort of a, a float or integer array of
+// rank 1 or more.
+int along_one_axis(const Array& a, int axis, const char* op) {
+  require_valid(a, op);
   if (a.dtype() == DType::bool_ || a.dtype() == DType::f16)
-    fail("cumsum", std::string("needs a float or integer array, got ") + name_of(a.dtype()));
-  if (a.ndim() == 0) fail("cumsum", "needs an array of rank 1 or more, got a scalar");
-  const int ax = normalize_axis(axis, a.ndim(), "cumsum");
+    fail(op, std::string("needs a float or integer array, got ") + name_of(a.dtype()));
+  if (a.ndim() == 0) fail(op, "needs an array of rank 1 or more, got a scalar");
+  return normalize_axis(axis, a.ndim(), op);
+}
+}  // namespace
+
+Array cumsum(const Array& a, int axis, bool reverse) {
+  const int ax = along_one_axis(a, axis, "cumsum");
   return apply(Primitive(Op::Cumsum, ScanAttrs{ax, reverse}), {a});
 }
 
 Array argsort(const Array& a, int axis, bool descending) {
-  require_valid(a, "argsort");
-  if (a.dtype() == DType::bool_ || a.dtype() == DType::f16)
-    fail("argsort", std::string("needs a float or integer array, got ") + name_of(a.dtype()));
-  if (a.ndim() == 0) fail("argsort", "needs an array of rank 1 or more, got a scalar");
-  const int ax = normalize_axis(axis, a.ndim(), "argsort");
+  const int ax = along_one_axis(a, axis, "argsort");
   if (a.shape()[ax] > std::numeric_limits<int32_t>::max())
     fail("argsort",
          "axis " + std::to_string(ax) + " of " + str(a.shape()) + " is too long for i32 indices");

@@ -24,26 +24,27 @@ void check_program(const Primitive& p, const FusedAttrs& f, const char* which) {
   }
 }
 
-// Operand `what` read as `mode` over values of shape `over`: whole (as many
+// Operand `index` (of the `kind`) read as `mode` over values of shape `over`: whole (as many
 // elements, in order: a reshape is no copy), a scalar, or a row repeated over
 // the leading axes.
 void check_read(const Primitive& p, FusedRead mode, const Aval& in, const Shape& over,
-                const std::string& what) {
+                const char* kind, size_t index) {
+  auto what = [&] { return std::string(kind) + " " + std::to_string(index); };
   const int64_t n = numel(in.shape);
   const bool ok = mode == FusedRead::Whole    ? n == numel(over)
                   : mode == FusedRead::Scalar ? n == 1
                                               : numel(over) % std::max<int64_t>(1, n) == 0;
   KILN_EXPECT(
-      ok, p, what + " of shape " + str(in.shape) + " does not fit its read mode over " + str(over));
+      ok, p,
+      what() + " of shape " + str(in.shape) + " does not fit its read mode over " + str(over));
   KILN_EXPECT(in.dtype == DType::f32 || in.dtype == DType::bf16, p,
-              what + " is " + str(in) + ", expected f32 (or bf16, widened as it is read)");
+              what() + " is " + str(in) + ", expected f32 (or bf16, widened as it is read)");
 }
 
 void check_fused_elementwise(const Primitive& p, const std::vector<Aval>& in, const Aval& out) {
   const auto& f = p.attrs<FusedAttrs>();
   check_program(p, f, "");
-  for (size_t j = 0; j < in.size(); ++j)
-    check_read(p, f.reads[j], in[j], out.shape, "operand " + std::to_string(j));
+  for (size_t j = 0; j < in.size(); ++j) check_read(p, f.reads[j], in[j], out.shape, "operand", j);
   KILN_EXPECT(out.dtype == DType::f32 || out.dtype == DType::bf16, p,
               "writes " + str(out) + ", expected f32 or bf16");
 }
@@ -78,8 +79,7 @@ void check_fused_reduce(const Primitive& p, const std::vector<Aval>& in, const A
   const auto& a = p.attrs<FusedReduceAttrs>();
   check_program(p, a.body, "body: ");
   const size_t nb = a.body.reads.size();
-  for (size_t j = 0; j < nb; ++j)
-    check_read(p, a.body.reads[j], in[j], a.shape, "body operand " + std::to_string(j));
+  for (size_t j = 0; j < nb; ++j) check_read(p, a.body.reads[j], in[j], a.shape, "body operand", j);
   for (size_t i = 0; i < a.reduce.axes.size(); ++i) {
     expect_axis(p, a.reduce.axes[i], a.shape.size());
     KILN_EXPECT(i == 0 || a.reduce.axes[i] > a.reduce.axes[i - 1], p,
@@ -99,7 +99,7 @@ void check_fused_reduce(const Primitive& p, const std::vector<Aval>& in, const A
                 "the epilogue's sum register is missing");
     for (int r = 0, j = static_cast<int>(nb); r < ne; ++r) {
       if (r == a.epilogue_sum) continue;
-      check_read(p, a.epilogue.reads[r], in[j], out, "epilogue operand " + std::to_string(r));
+      check_read(p, a.epilogue.reads[r], in[j], out, "epilogue operand", r);
       ++j;
     }
   }
