@@ -8,90 +8,132 @@
 #include "compiler/fusion.h"
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
+#include "compiler/rules.h"
 #include "ops/dispatch.h"
 #include "ops/op_defs.h"
 #include "ops/op_facts.h"
 
 namespace kiln::compiler {
-Graph fuse_matmul_epilogue(const Graph& g) {
-  const int n = static_cast<int>(g.nodes.size());
-  const Uses uses(g);
-  const auto& users = uses.users;
-  const auto& is_output = uses.is_output;
-  // For each fused matmul: the chain members after it and the attributes.
-  std::vector<int> root_of(n, -1);  // chain member -> the matmul it joins
-  std::vector<EpilogueAttrs> attrs(n);
-  std::vector<std::vector<int>> operands(n);
-  std::vector<int> last(n, -1);
-  for (int i = 0; i < n; ++i) {
-    const Node& mm = g.nodes[i];
-    if (mm.is_input() || mm.prim->op() != Op::Matmul || mm.dtype != DType::f32) continue;
-    DType in = g.nodes[mm.inputs[0]].dtype;
-    if ((in != DType::f32 && in != DType::bf16) || mm.shape.size() < 2 || numel(mm.shape) == 0)
-      continue;
-    const auto& ma = mm.prim->attrs<MatmulAttrs>();
-    if (matmul_dims(g.nodes[mm.inputs[0]].shape, g.nodes[mm.inputs[1]].shape, ma.transpose_a,
-                    ma.transpose_b, "fuse_matmul_epilogue")
-            .k == 0)
-      continue;
-    EpilogueAttrs ea{ma, {}};
-    int cur = i;
-    while (users[cur].size() == 1 && !is_output[cur]) {
-      int u = users[cur][0];
-      const Node& un = g.nodes[u];
-      if (root_of[u] >= 0 || un.dtype != DType::f32 || un.shape != mm.shape ||
-          !op_has(un.prim->op(), kFusable))
-        break;
-      const bool binary = op_kind(un.prim->op()) == OpKind::Binary;
-      const bool commutes = op_has(un.prim->op(), kCommutes);
-      EpilogueStep st{un.prim->op(), -1, FusedRead::Whole};
-      int other = -1;
-      if (binary) {
-        int self = un.inputs[0] == cur ? 0 : 1;
-        other = un.inputs[1 - self];
-        if (other == cur || (self == 1 && !commutes)) break;
-        const Node& on = g.nodes[other];
-        const int64_t cols = mm.shape.back();
-        if (on.dtype != DType::f32) break;
-        if (on.shape == mm.shape)
-          st.read = FusedRead::Whole;
-        else if (numel(on.shape) == 1)
-          st.read = FusedRead::Scalar;
-        else if (numel(on.shape) == cols && on.shape.back() == cols)
-          st.read = FusedRead::Row;
-        else
-          break;
-        st.operand = static_cast<int>(operands[i].size());
-      }
-      ea.steps.push_back(st);
-      // The backend must run the longer epilogue (oneDNN: a post-op per step).
-      std::vector<DType> dtypes(2 + operands[i].size() + (binary ? 1 : 0), DType::f32);
-      dtypes[0] = dtypes[1] = in;
-      if (!backend_supports(mm.device, Primitive(Op::MatmulEpilogue, ea), dtypes, DType::f32)) {
-        ea.steps.pop_back();
-        break;
-      }
-      if (binary) operands[i].push_back(other);
-      root_of[u] = i;
-      cur = u;
-    }
-    if (ea.steps.empty()) continue;
-    attrs[i] = std::move(ea);
-    last[i] = cur;
-    root_of[cur] = i;
+namespace {
+
+bool is_f32(const Node& n) {
+  return n.dtype == DType::f32;
+}
+
+// The GEMM an epilogue step joins: an f32 Matmul of f32 or bf16 operands
+// with a nonempty sum (k > 0), or a MatmulEpilogue already.
+bool gemm_with_epilogue(const Graph& g, const Node& mm) {
+  if (mm.prim->op() == Op::MatmulEpilogue) return true;
+  const DType in = g.nodes[mm.inputs[0]].dtype;
+  if ((in != DType::f32 && in != DType::bf16) || mm.shape.size() < 2 || numel(mm.shape) == 0)
+    return false;
+  const auto& ma = mm.prim->attrs<MatmulAttrs>();
+  return matmul_dims(g.nodes[mm.inputs[0]].shape, g.nodes[mm.inputs[1]].shape, ma.transpose_a,
+                     ma.transpose_b, "fuse_matmul_epilogue")
+             .k > 0;
+}
+
+// The GEMM's epilogue with the root's step appended, when the backend runs
+// it (oneDNN: a post-op per step).
+std::optional<EpilogueAttrs> longer_epilogue(const Match& m) {
+  const Node& mm = m.node("mm");
+  const Node& root = m.root_node();
+  EpilogueAttrs ea = mm.prim->op() == Op::MatmulEpilogue
+                         ? mm.prim->attrs<EpilogueAttrs>()
+                         : EpilogueAttrs{mm.prim->attrs<MatmulAttrs>(), {}};
+  EpilogueStep st{root.prim->op(), -1, FusedRead::Whole};
+  const int gemm_operands = static_cast<int>(mm.inputs.size());
+  if (m.bound("other")) {
+    const Node& on = m.node("other");
+    const int64_t cols = mm.shape.back();
+    if (m["other"] == m["mm"] || on.dtype != DType::f32) return std::nullopt;
+    if (on.shape == mm.shape)
+      st.read = FusedRead::Whole;
+    else if (numel(on.shape) == 1)
+      st.read = FusedRead::Scalar;
+    else if (numel(on.shape) == cols && on.shape.back() == cols)
+      st.read = FusedRead::Row;
+    else
+      return std::nullopt;
+    st.operand = gemm_operands - 2;
   }
-  // The fused op takes the place of the chain's last member (all its operands
-  // exist by then); the matmul and the inner members disappear.
-  return rewrite_ops(g, [&](int i) -> Emit {
-    if (last[i] >= 0) return {Emit::Drop};  // a fused matmul: emitted at its last member
-    int r = root_of[i];
-    if (r < 0) return {};
-    if (last[r] != i) return {Emit::Drop};  // an inner member
-    const Node& mm = g.nodes[r];
-    std::vector<int> ins{mm.inputs[0], mm.inputs[1]};
-    ins.insert(ins.end(), operands[r].begin(), operands[r].end());
-    return {Emit::Replace, std::make_shared<Primitive>(Op::MatmulEpilogue, attrs[r]), ins};
+  ea.steps.push_back(st);
+  const DType in = m.g.nodes[mm.inputs[0]].dtype;
+  std::vector<DType> dtypes(gemm_operands + (m.bound("other") ? 1 : 0), DType::f32);
+  dtypes[0] = dtypes[1] = in;
+  if (!backend_supports(mm.device, Primitive(Op::MatmulEpilogue, ea), dtypes, DType::f32))
+    return std::nullopt;
+  return ea;
+}
+
+// An f32 elementwise op that reads an f32 GEMM's value (read by it alone)
+// joins the GEMM's epilogue; run to a fixed point, the chain grows one step
+// per sweep while the running value is read once and the backend runs it.
+std::vector<Rule> epilogue_rules() {
+  auto fusable = [](OpKind kind, bool commutes) {
+    return [=](Op o) {
+      return op_has(o, kFusable) && op_kind(o) == kind && (!commutes || op_has(o, kCommutes));
+    };
+  };
+  const Pattern gemm = op_if([](Op o) { return o == Op::Matmul || o == Op::MatmulEpilogue; }, {})
+                           .named("mm")
+                           .where(is_f32);
+  auto when = [](const Match& m) {
+    // (read by the root alone: two steps absorbing one GEMM would compute it twice)
+    return m.uses.read_once(m["mm"]) && m.root_node().shape == m.node("mm").shape &&
+           gemm_with_epilogue(m.g, m.node("mm")) && longer_epilogue(m).has_value();
+  };
+  auto replace = [](Build& b) {
+    std::vector<int> ins = b.operands_of("mm");
+    if (b.m.bound("other")) ins.push_back(b("other"));
+    const Node& root = b.m.root_node();
+    return b.add(Primitive(Op::MatmulEpilogue, *longer_epilogue(b.m)), ins, root.shape, root.dtype);
+  };
+  return {
+      {"unary step", op_if(fusable(OpKind::Unary, false), {gemm}).where(is_f32), when, {}, replace},
+      {"binary step",
+       either({op_if(fusable(OpKind::Binary, false), {gemm, any("other")}),
+               op_if(fusable(OpKind::Binary, true), {any("other"), gemm})})
+           .where(is_f32),
+       when,
+       {},
+       replace},
+  };
+}
+
+// Add(r, LayerNormGrad(...)) (either order) whose LayerNormGrad only it reads.
+std::vector<Rule> layer_norm_residual_rules() {
+  const Pattern lng = op(Op::LayerNormGrad).named("lng").where([](const Node& n) {
+    return is_f32(n) && !n.prim->attrs<NormAttrs>().residual;
   });
+  return {{"residual into LayerNormGrad",
+           op(Op::Add, {lng, any("r")}).commuted().where(is_f32),
+           [](const Match& m) {
+             const Shape& shape = m.root_node().shape;
+             return m.uses.read_once(m["lng"]) && m.node("lng").shape == shape &&
+                    m.node("r").shape == shape && is_f32(m.node("r"));
+           },
+           {},
+           [](Build& b) {
+             NormAttrs attrs = b.m.node("lng").prim->attrs<NormAttrs>();
+             attrs.residual = true;
+             std::vector<int> ins = b.operands_of("lng");
+             ins.push_back(b("r"));
+             const Node& root = b.m.root_node();
+             return b.add(Primitive(Op::LayerNormGrad, attrs), ins, root.shape, root.dtype);
+           }}};
+}
+
+}  // namespace
+
+Graph fuse_matmul_epilogue(const Graph& g) {
+  static const std::vector<Rule> rules = epilogue_rules();
+  return apply_rules(g, rules, "fuse_epilogue");
+}
+
+Graph fuse_layer_norm_residual(const Graph& g) {
+  static const std::vector<Rule> rules = layer_norm_residual_rules();
+  return apply_rules(g, rules, "fuse_layer_norm_residual");
 }
 
 Graph fuse_reductions(const Graph& g) {
@@ -174,38 +216,6 @@ Graph fuse_reductions(const Graph& g) {
                 out_shape[i]};
       },
       value_of);
-}
-
-Graph fuse_layer_norm_residual(const Graph& g) {
-  const int n = static_cast<int>(g.nodes.size());
-  const Uses uses(g);
-  std::vector<int> absorbed_by(n, -1), residual(n, -1);  // per LayerNormGrad / per Add
-  for (int a = 0; a < n; ++a) {
-    const Node& add = g.nodes[a];
-    if (add.is_input() || add.prim->op() != Op::Add || add.dtype != DType::f32) continue;
-    for (int side = 0; side < 2; ++side) {
-      int l = add.inputs[side], r = add.inputs[1 - side];
-      const Node& lng = g.nodes[l];
-      if (lng.is_input() || lng.prim->op() != Op::LayerNormGrad || lng.dtype != DType::f32 ||
-          lng.prim->attrs<NormAttrs>().residual || !uses.read_once(l) || absorbed_by[l] >= 0 ||
-          g.nodes[r].shape != add.shape || lng.shape != add.shape || g.nodes[r].dtype != DType::f32)
-        continue;
-      absorbed_by[l] = a;
-      residual[a] = r;
-      break;
-    }
-  }
-  return rewrite_ops(g, [&](int i) -> Emit {
-    if (absorbed_by[i] >= 0) return {Emit::Drop};  // emitted in its Add's place
-    if (residual[i] < 0) return {};
-    const Node& add = g.nodes[i];
-    int l = add.inputs[0] == residual[i] ? add.inputs[1] : add.inputs[0];
-    NormAttrs attrs = g.nodes[l].prim->attrs<NormAttrs>();
-    attrs.residual = true;
-    std::vector<int> ins = g.nodes[l].inputs;
-    ins.push_back(residual[i]);
-    return {Emit::Replace, std::make_shared<Primitive>(Op::LayerNormGrad, attrs), ins};
-  });
 }
 
 }  // namespace kiln::compiler

@@ -33,6 +33,8 @@ class Rewriter {
  public:
   explicit Rewriter(const Graph& g);
   const Graph& old() const { return g_; }
+  // The new graph so far.
+  const Graph& current() const { return out_; }
   // The new id of old value i (-1 while it has none).
   int operator[](int i) const { return id_[i]; }
   // Old value i is read as new value `to` from now on.

@@ -4,6 +4,7 @@
 
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
+#include "compiler/rules.h"
 #include "ops/op_facts.h"
 
 namespace kiln::compiler {
@@ -83,68 +84,71 @@ Graph common_subexpression_elimination(const Graph& g) {
   return rebuild_forwarded(g, forward);
 }
 
-Graph simplify(const Graph& g) {
-  // Work on a copy whose primitives may be replaced (folded).
-  Graph w = g;
-  std::vector<int> forward = identity_forward(w);
-  auto resolve = [&](int i) {
-    while (forward[i] != i) i = forward[i];
-    return i;
+namespace {
+
+// simplify's rules. Each makes the graph smaller (or a chain shorter), so
+// they reach a fixed point.
+std::vector<Rule> simplify_rules() {
+  auto same_as_root = [](const std::string& x) {
+    return [x](const Match& m) {
+      return m.node(x).shape == m.root_node().shape && m.node(x).dtype == m.root_node().dtype;
+    };
   };
-  for (size_t i = 0; i < w.nodes.size(); ++i) {
-    Node& n = w.nodes[i];
-    if (n.is_input()) continue;
-    for (auto& k : n.inputs) k = resolve(k);
-    Op op = n.prim->op();
-    const Node& src = w.nodes[n.inputs.empty() ? 0 : n.inputs[0]];
-    bool same = !n.inputs.empty() && src.shape == n.shape && src.dtype == n.dtype;
-    if (op_has(op, kIdentityWhenSame) && same) {
-      forward[i] = n.inputs[0];  // an identity
-      continue;
-    }
-    if (op == Op::Cast) {
-      // narrow(widen(x)) = x, also through reshapes between them (bf16 mixed
+  // x itself where it has the root's shape, else x reshaped to it.
+  auto x_as_root = [](Build& b) {
+    const Node& root = b.m.root_node();
+    if (b.m.node("x").shape == root.shape) return b("x");
+    return b.add(Primitive(Op::Reshape, ShapeAttrs{root.shape}), {b("x")}, root.shape, root.dtype);
+  };
+  return {
+      // A reshape, transpose, broadcast, cast or stop_gradient that changes
+      // nothing.
+      {"identity",
+       op_if([](Op o) { return op_has(o, kIdentityWhenSame); }, {any("x")}),
+       same_as_root("x"),
+       {},
+       [](Build& b) { return b("x"); }},
+      // narrow(widen(x)) = x, also through a reshape between them (bf16 mixed
       // precision's VJPs: an op's bf16 gradient widened for the f32 side,
       // then narrowed again for the next bf16 GEMM).
-      int widened = n.inputs[0];
-      while (!w.nodes[widened].is_input() && w.nodes[widened].prim->op() == Op::Reshape)
-        widened = w.nodes[widened].inputs[0];
-      const Node& wide = w.nodes[widened];
-      if (!wide.is_input() && wide.prim->op() == Op::Cast &&
-          w.nodes[wide.inputs[0]].dtype == n.dtype && widens_exactly(n.dtype, wide.dtype)) {
-        const int x = wide.inputs[0];
-        if (w.nodes[x].shape == n.shape) {
-          forward[i] = x;
-        } else {
-          n.inputs[0] = x;
-          n.prim = std::make_shared<Primitive>(Op::Reshape, ShapeAttrs{n.shape});
-        }
-        continue;
-      }
-    }
-    if (op == Op::Reshape && !src.is_input() && src.prim->op() == Op::Reshape) {
-      n.inputs[0] = src.inputs[0];  // reshape(reshape(x)) = reshape(x)
-      if (w.nodes[n.inputs[0]].shape == n.shape) forward[i] = n.inputs[0];
-      continue;
-    }
-    if (op == Op::Transpose && !src.is_input() && src.prim->op() == Op::Transpose) {
-      const auto& outer = n.prim->attrs<PermAttrs>().perm;
-      const auto& inner = src.prim->attrs<PermAttrs>().perm;
-      std::vector<int> composed(outer.size());
-      bool identity = true;
-      for (size_t d = 0; d < outer.size(); ++d) {
-        composed[d] = inner[outer[d]];
-        identity &= composed[d] == static_cast<int>(d);
-      }
-      n.inputs[0] = src.inputs[0];
-      if (identity)
-        forward[i] = n.inputs[0];
-      else
-        n.prim = std::make_shared<Primitive>(Op::Transpose, PermAttrs{composed});
-    }
-  }
-  return dead_code_elimination(rebuild_forwarded(w, forward));
+      {"cast pair",
+       op(Op::Cast, {either({op(Op::Cast, {any("x")}).named("wide"),
+                             op(Op::Reshape, {op(Op::Cast, {any("x")}).named("wide")})})}),
+       [](const Match& m) {
+         const DType to = m.root_node().dtype;
+         return m.node("x").dtype == to && widens_exactly(to, m.node("wide").dtype);
+       },
+       {},
+       x_as_root},
+      // reshape(reshape(x)) = reshape(x)
+      {"reshape pair", op(Op::Reshape, {op(Op::Reshape, {any("x")})}), nullptr, {}, x_as_root},
+      // transpose(transpose(x)) = one transpose (or x)
+      {"transpose pair",
+       op(Op::Transpose, {op(Op::Transpose, {any("x")}).named("inner")}),
+       nullptr,
+       {},
+       [](Build& b) {
+         const auto& outer = b.m.root_node().prim->attrs<PermAttrs>().perm;
+         const auto& inner = b.m.node("inner").prim->attrs<PermAttrs>().perm;
+         std::vector<int> composed(outer.size());
+         bool identity = true;
+         for (size_t d = 0; d < outer.size(); ++d) {
+           composed[d] = inner[outer[d]];
+           identity &= composed[d] == static_cast<int>(d);
+         }
+         if (identity) return b("x");
+         const Node& root = b.m.root_node();
+         return b.add(Primitive(Op::Transpose, PermAttrs{composed}), {b("x")}, root.shape,
+                      root.dtype);
+       }},
+  };
 }
 
+}  // namespace
+
+Graph simplify(const Graph& g) {
+  static const std::vector<Rule> rules = simplify_rules();
+  return dead_code_elimination(apply_rules(g, rules, "simplify"));
+}
 
 }  // namespace kiln::compiler
