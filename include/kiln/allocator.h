@@ -32,13 +32,8 @@ Allocator& cpu_allocator();
 AllocatorStats cpu_allocator_stats();
 void cpu_allocator_trim();  // gives cached blocks back to the system
 
-// The allocator of each device type; backends register theirs (one for the
-// type, or one per device index).
-void register_allocator(DeviceType type, Allocator* alloc);
-void register_device_allocators(DeviceType type, Allocator* (*for_device)(Device));
-// Registers the built-in backends' kernels and allocators, once (defined by
-// the backends layer; allocator_for and the kernel dispatch call it first).
-void register_builtin_backends();
+// The allocator of a device (backends register theirs:
+// src/core/registration.h).
 Allocator& allocator_for(Device device);
 // The memory statistics of a device's allocator: the cpu's caching
 // allocator, or a CUDA device's pool (bytes_in_use, peak_in_use,

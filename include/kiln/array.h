@@ -5,7 +5,6 @@
 // each primitive as it is created; lazy execution and tracing keep the graph
 // and materialize it on eval(). Arrays are contiguous and row-major.
 #pragma once
-#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -20,29 +19,10 @@ namespace kiln {
 class Primitive;
 class Array;
 
-struct ArrayNode {
-  Shape shape;
-  DType dtype = DType::f32;
-  Device device;
-  std::shared_ptr<Buffer> buffer;        // set once materialized
-  size_t offset = 0;                     // byte offset into buffer (views of buffers)
-  std::shared_ptr<Primitive> primitive;  // null for leaves
-  std::vector<Array> inputs;             // graph edges, kept while someone may differentiate
-  uint64_t id = 0;                       // unique, increasing: creation order
-  bool donated = false;                  // its buffer was handed to a compiled function
-  // Eager differentiation frees the buffers of intermediates that no VJP rule
-  // reads once no handle but graph edges refers to them (see make_array):
-  // graph_users counts the other nodes whose `inputs` hold this one;
-  // value_needed is set when a VJP rule will read this value.
-  std::atomic<int32_t> graph_users{0};
-  bool value_needed = false;
-  ArrayNode() = default;
-  ArrayNode(const ArrayNode&) = delete;
-  ArrayNode& operator=(const ArrayNode&) = delete;
-  ~ArrayNode();
-  // Clears `inputs`, keeping the inputs' graph_users in step.
-  void drop_inputs();
-};
+// What an Array points to: its buffer, or the primitive and inputs that will
+// produce it, and the graph bookkeeping of differentiation. Internal
+// (src/core/array_node.h): the API reads it through Array.
+struct ArrayNode;
 
 class Array {
  public:
@@ -71,19 +51,22 @@ class Array {
   static Array empty(const Shape& shape, DType dtype, Device device = Device::cpu());
 
   bool valid() const { return node_ != nullptr; }
-  const Shape& shape() const { return node_->shape; }
+  const Shape& shape() const;
   int64_t dim(int axis) const;  // negative counts from the end
-  size_t ndim() const { return node_->shape.size(); }
-  int64_t size() const { return numel(node_->shape); }
-  size_t nbytes() const { return size() * size_of(node_->dtype); }
-  DType dtype() const { return node_->dtype; }
-  Device device() const { return node_->device; }
-  uint64_t id() const { return node_->id; }
+  size_t ndim() const { return shape().size(); }
+  int64_t size() const { return numel(shape()); }
+  size_t nbytes() const { return size() * size_of(dtype()); }
+  DType dtype() const;
+  Device device() const;
+  uint64_t id() const;
 
-  bool is_materialized() const { return node_->buffer != nullptr; }
-  bool has_primitive() const { return node_->primitive != nullptr; }
-  const std::shared_ptr<Primitive>& primitive() const { return node_->primitive; }
-  const std::vector<Array>& inputs() const { return node_->inputs; }
+  bool is_materialized() const;
+  bool has_primitive() const;
+  const std::shared_ptr<Primitive>& primitive() const;  // (opaque: src/ops/primitive.h)
+  const std::vector<Array>& inputs() const;
+  // The storage of a materialized array (null while pending), shared: what
+  // keeps it alive while another library reads it without a copy.
+  std::shared_ptr<Buffer> buffer() const;
 
   // Runs whatever is pending to produce this array (no-op when materialized).
   void eval() const;
@@ -122,6 +105,8 @@ class Array {
   }
   void copy_to_host(void* dst, DType dst_dtype) const;
 
+  // The node behind the handle (opaque here; the engine's code reads it
+  // through src/core/array_node.h).
   ArrayNode* node() const { return node_.get(); }
   const std::shared_ptr<ArrayNode>& node_ptr() const { return node_; }
   bool same(const Array& other) const { return node_ == other.node_; }

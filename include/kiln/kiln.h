@@ -8,7 +8,6 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/ops.h"
-#include "kiln/primitive.h"
 #include "kiln/random.h"
 #include "kiln/shape.h"
 #include "kiln/transforms.h"

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "kiln/array.h"
-#include "kiln/primitive.h"
 
 namespace kiln {
 
@@ -193,7 +192,6 @@ Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqk
 // LayerNorm's weight and bias gradients in one pass: [2, C] holding
 // sum(dy * x̂) and sum(dy) over all rows (x̂ the normalized x).
 Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);
-Array slice_grad(const Array& g, const SliceAttrs& attrs);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
 
 // Kernel time per primitive, collected when KILN_PROFILE=1: whether it is

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kiln/array.h"
-#include "kiln/primitive.h"
 
 namespace kiln::random {
 
@@ -42,21 +41,6 @@ Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p = 
 // Threefry-2x32 with 20 rounds: the block function used by all of the above.
 void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
 
-// The host-side core of every draw: elements 2j and 2j+1 of a draw from `key`
-// come from block j. Kernels and data sets share it, so an image filled on the
-// host equals random::normal(key, shape) of the same key.
-struct DrawSpec {
-  uint32_t key[2];  // the draw key: derived from the user's key by draw_key()
-  RandomKind kind;
-  double a, b;  // as in RandomAttrs; truncated normal: erf of the bounds
-  double lower = 0, upper = 0;  // truncated normal: the bounds, which draws never leave
-};
-DrawSpec draw_spec(const Key& key, RandomKind kind, double a = 0, double b = 1);
-// The spec of a Random primitive's draw: its key, or the bits of the i32[2]
-// key array `key_bits` (its input, when it has one), folded as the
-// attributes say. Every backend's Random kernel starts here.
-DrawSpec draw_spec(const RandomAttrs& attrs, const int32_t* key_bits);
-void draw_block(const DrawSpec& spec, uint64_t block, double out[2]);
 // Fills out[0..n) with a standard normal draw (serial; for data loaders).
 void fill_normal(const Key& key, float* out, int64_t n);
 

@@ -99,7 +99,7 @@ struct Export {
 bool is_exported(const Array& a) {
   if (!a.valid() || !a.is_materialized()) return false;
   std::lock_guard lock(exported_mutex);
-  return exported.count(a.node()->buffer.get()) != 0;
+  return exported.count(a.buffer().get()) != 0;
 }
 
 // A view of a's memory (materialized first) that keeps the memory alive.
@@ -109,19 +109,16 @@ nb::ndarray<Tags...> view_of(const Array& a, bool bits16_as_uint) {
     nb::gil_scoped_release release;
     a.eval();
   }
-  if (a.node()->donated)
-    kiln::fail("array",
-               "this array was donated to a jitted function; its memory now holds that "
-               "function's outputs");
+  void* data = a.raw();  // (fails for a donated array)
   std::vector<size_t> shape(a.shape().begin(), a.shape().end());
-  auto* owner = new Export(a.node()->buffer);
+  auto* owner = new Export(a.buffer());
   nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<Export*>(p); });
   nb::dlpack::dtype t = dlpack_dtype(a.dtype());
   if (bits16_as_uint && (a.dtype() == DType::bf16 || a.dtype() == DType::f16))
     t = nb::dtype<uint16_t>();
   int device_type =
       a.device().type == DeviceType::cuda ? nb::device::cuda::value : nb::device::cpu::value;
-  return nb::ndarray<Tags...>(a.raw(), shape.size(), shape.data(), keep, nullptr, t, device_type,
+  return nb::ndarray<Tags...>(data, shape.size(), shape.data(), keep, nullptr, t, device_type,
                               a.device().type == DeviceType::cuda ? a.device().index : 0);
 }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 // The text of ops/scalar_math.h (generated into the build by CMake).

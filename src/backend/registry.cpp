@@ -5,6 +5,7 @@
 // depend on which backends were built.
 #include <mutex>
 
+#include "core/registration.h"
 #include "kiln/allocator.h"
 #include "kiln/device.h"
 #include "ops/dispatch.h"

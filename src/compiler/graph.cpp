@@ -6,6 +6,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/array_node.h"
+
 namespace kiln::compiler {
 namespace {
 size_t mix(size_t h, size_t v) {

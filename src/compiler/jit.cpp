@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "compiler/executable.h"
+#include "core/array_node.h"
 #include "kiln/compiler.h"
 #include "kiln/ops.h"
 

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/registration.h"
 #include "kiln/allocator.h"
 #include "kiln/error.h"
 

@@ -4,6 +4,8 @@
 
 #include "kiln/array.h"
 
+#include "core/array_node.h"
+
 namespace kiln {
 
 ArrayNode::~ArrayNode() {
@@ -45,6 +47,34 @@ Array Array::from_data(const void* data, const Shape& shape, DType dtype, Device
   Array a = empty(shape, dtype, device);
   if (a.nbytes()) std::memcpy(a.raw(), data, a.nbytes());
   return a;
+}
+
+const Shape& Array::shape() const {
+  return node_->shape;
+}
+DType Array::dtype() const {
+  return node_->dtype;
+}
+Device Array::device() const {
+  return node_->device;
+}
+uint64_t Array::id() const {
+  return node_->id;
+}
+bool Array::is_materialized() const {
+  return node_->buffer != nullptr;
+}
+bool Array::has_primitive() const {
+  return node_->primitive != nullptr;
+}
+const std::shared_ptr<Primitive>& Array::primitive() const {
+  return node_->primitive;
+}
+const std::vector<Array>& Array::inputs() const {
+  return node_->inputs;
+}
+std::shared_ptr<Buffer> Array::buffer() const {
+  return node_->buffer;
 }
 
 int64_t Array::dim(int axis) const {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "kiln/data.h"
+#include "ops/draws.h"
 
 namespace kiln::data {
 namespace {

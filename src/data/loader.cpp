@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kiln/data.h"
+#include "ops/draws.h"
 
 namespace kiln::data {
 

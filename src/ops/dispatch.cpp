@@ -1,6 +1,7 @@
 // kiln ops: kernel dispatch and array construction.
 #include "ops/dispatch.h"
 
+#include "core/registration.h"
 #include "kiln/ops.h"
 #include "ops/op_defs.h"
 #include "ops/op_facts.h"

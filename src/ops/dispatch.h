@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/array_node.h"
 #include "kiln/array.h"
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kiln/array.h"
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 

@@ -9,7 +9,7 @@
 #include <array>
 #include <cstdint>
 
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 

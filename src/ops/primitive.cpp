@@ -4,7 +4,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 namespace {

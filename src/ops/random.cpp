@@ -3,8 +3,8 @@
 // (the block function and draws that every backend shares).
 #include "kiln/random.h"
 
-#include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/primitive.h"
 #include "ops/threefry.h"
 
 namespace kiln::random {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kiln/random.h"
+#include "ops/draws.h"
 
 #if !defined(KILN_HD)
 #if defined(__CUDACC__)

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln {
 namespace {

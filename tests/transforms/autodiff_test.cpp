@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/array_node.h"
 #include "kiln/kiln.h"
 
 namespace kiln {

@@ -9,9 +9,9 @@
 #include <type_traits>
 
 #include "kiln/array.h"
-#include "kiln/primitive.h"
 #include "ops/dispatch.h"
 #include "ops/indices.h"
+#include "ops/primitive.h"
 #include "ops/scalar.h"
 
 namespace kiln::cpu {

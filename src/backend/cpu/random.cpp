@@ -1,6 +1,7 @@
 // kiln cpu backend: random draws. Element i depends only on (key, i).
 #include "kiln/random.h"
 #include "backend/cpu/kernels.h"
+#include "ops/draws.h"
 
 namespace kiln::cpu {
 namespace {

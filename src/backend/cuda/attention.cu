@@ -183,6 +183,65 @@ __device__ __forceinline__ void load_t(const G* __restrict__ g, int64_t stride, 
   }
 }
 
+// What a block and its threads work on: the (batch, head) of blockIdx.x, the
+// tile of K::R row tokens from row0 (blockIdx.y), and per thread RQ rows from
+// r0 and a column group cg (score columns c0.., accumulator dims cg + CG·k).
+template <class K, typename S>
+struct Block {
+  AttnArgs<S> a;  // (a copy: a reference to a kernel parameter would put it in local memory)
+  int b, h, row0, cg, r0, c0;
+  int64_t e, ld;  // a token's q (k, v, dO, out) row: H·D; its qkv row: 3·H·D
+
+  __device__ explicit Block(const AttnArgs<S>& args)
+      : a(args),
+        b(static_cast<int>(blockIdx.x) / args.heads),
+        h(static_cast<int>(blockIdx.x) % args.heads),
+        row0(static_cast<int>(blockIdx.y) * K::R),
+        cg(static_cast<int>(threadIdx.x) % K::CG),
+        r0(static_cast<int>(threadIdx.x) / K::CG * K::RQ),
+        c0(cg * K::CK),
+        e(static_cast<int64_t>(args.heads) * args.dim),
+        ld(3 * e) {}
+
+  // Loads the tile of ROWS tokens from t0 of this head's q (part 0), k (1) or
+  // v (2), transposed into xt (row stride sx).
+  template <int ROWS>
+  __device__ __forceinline__ void load_qkv(int part, int t0, typename K::T* xt, int sx) const {
+    load_t<K, ROWS>(a.qkv + token(t0) * ld + part * e + head_offset(), ld, a.tokens - t0, a.dim, xt,
+                    sx);
+  }
+  // ... of this head's dO.
+  template <int ROWS>
+  __device__ __forceinline__ void load_dout(int t0, typename K::T* xt, int sx) const {
+    load_t<K, ROWS>(a.dout + token(t0) * e + head_offset(), e, a.tokens - t0, a.dim, xt, sx);
+  }
+  // Calls f(i, k, y, d) for each of this thread's rows i whose token exists
+  // and each of its dims d = cg + CG·k < D, y: the token's row of a.out at
+  // this head (rows `stride` apart: e for [B, T, H, D], ld for [B, T, 3, H, D]).
+  template <class F>
+  __device__ __forceinline__ void store_rows(int64_t stride, F f) const {
+#pragma unroll
+    for (int i = 0; i < K::RQ; ++i) {
+      const int t = row0 + r0 + i;
+      if (t >= a.tokens) continue;
+      S* y = a.out + token(t) * stride + head_offset();
+#pragma unroll
+      for (int k = 0; k < K::DPT; ++k) {
+        const int d = cg + K::CG * k;
+        if (d < a.dim) f(i, k, y, d);
+      }
+    }
+  }
+
+ private:
+  __device__ __forceinline__ int64_t token(int t) const {
+    return static_cast<int64_t>(b) * a.tokens + t;
+  }
+  __device__ __forceinline__ int64_t head_offset() const {
+    return static_cast<int64_t>(h) * a.dim;
+  }
+};
+
 // acc[i][j] += Σ_d at[d][r0 + i] · bt[d][c0 + j]: a thread's RQ × CK block
 // of the scores of transposed tiles at [DM][sa] and bt [DM][sb].
 template <class K, typename T>
@@ -280,21 +339,16 @@ template <class K, typename S>
 __global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<S> a) {
   using T = typename K::T;
   static_assert(std::is_same_v<T, acc_t<S>>);
-  constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
-                SR = K::SR, SC = K::SC;
+  constexpr int DM = K::DM, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT, SR = K::SR,
+                SC = K::SC;
   T* qt = dyn_smem<T>();
   T* kt = qt + DM * SR;
   T* vt = kt + DM * SC;
   T* pt = vt + DM * SC;
-  const int H = a.heads, D = a.dim, Tn = a.tokens;
-  const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
-  const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
-  const int q0 = static_cast<int>(blockIdx.y) * R;
-  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
-  const int cg = static_cast<int>(threadIdx.x) % CG;
-  const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
+  const Block<K, S> blk(a);
+  const int Tn = a.tokens, r0 = blk.r0, c0 = blk.c0;
 
-  load_t<K, R>(base + q0 * ld, ld, Tn - q0, D, qt, SR);
+  blk.template load_qkv<K::R>(0, blk.row0, qt, SR);
   T m[RQ], l[RQ], o[RQ][DPT];
 #pragma unroll
   for (int i = 0; i < RQ; ++i) {
@@ -304,8 +358,8 @@ __global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<S> a) {
     for (int k = 0; k < DPT; ++k) o[i][k] = T(0);
   }
   for (int k0 = 0; k0 < Tn; k0 += C) {
-    load_t<K, C>(base + k0 * ld + e, ld, Tn - k0, D, kt, SC);
-    load_t<K, C>(base + k0 * ld + 2 * e, ld, Tn - k0, D, vt, SC);
+    blk.template load_qkv<C>(1, k0, kt, SC);
+    blk.template load_qkv<C>(2, k0, vt, SC);
     __syncthreads();
     T s[RQ][CK] = {};
     tile_dot<K>(qt, SR, kt, SC, r0, c0, s);
@@ -321,21 +375,16 @@ __global__ void __launch_bounds__(K::NT) attention_fwd(AttnArgs<S> a) {
     }
     store_t<K>(pt, SR, r0, c0, s);
     __syncthreads();
-    tile_acc<K>(pt, SR, vt, SC, r0, cg, used_cols<K>(Tn - k0), o);
+    tile_acc<K>(pt, SR, vt, SC, r0, blk.cg, used_cols<K>(Tn - k0), o);
     __syncthreads();  // before the next tile overwrites kt, vt, pt
   }
 #pragma unroll
-  for (int i = 0; i < RQ; ++i) {
+  for (int i = 0; i < RQ; ++i) {  // (every lane takes part in the sums' shuffles)
     const T inv = T(1) / group_sum<CG>(l[i]);
-    const int t = q0 + r0 + i;
-    if (t >= Tn) continue;
-    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * e + static_cast<int64_t>(h) * D;
 #pragma unroll
-    for (int k = 0; k < DPT; ++k) {
-      const int d = cg + CG * k;
-      if (d < D) y[d] = convert<S>(o[i][k] * inv);
-    }
+    for (int k = 0; k < DPT; ++k) o[i][k] *= inv;
   }
+  blk.store_rows(blk.e, [&](int i, int k, S* y, int d) { y[d] = convert<S>(o[i][k]); });
 }
 
 // AttentionGrad, dQ and the row statistics: rows are queries, columns keys.
@@ -344,35 +393,33 @@ template <class K, typename S>
 __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<S> a) {
   using T = typename K::T;
   static_assert(std::is_same_v<T, acc_t<S>>);
-  constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
-                SR = K::SR, SC = K::SC;
+  constexpr int DM = K::DM, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT, SR = K::SR,
+                SC = K::SC;
   T* qt = dyn_smem<T>();
   T* ot = qt + DM * SR;
   T* kt = ot + DM * SR;
   T* vt = kt + DM * SC;
   T* st = vt + DM * SC;
-  const int H = a.heads, D = a.dim, Tn = a.tokens;
-  const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
-  const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
-  const int q0 = static_cast<int>(blockIdx.y) * R;
-  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
-  const S* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
-  const int cg = static_cast<int>(threadIdx.x) % CG;
-  const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
+  const Block<K, S> blk(a);
+  const int Tn = a.tokens, r0 = blk.r0, c0 = blk.c0;
+  // The scores' and dP's tiles of the keys from k0: s = Q Kᵀ, dp = dO Vᵀ.
+  auto scores = [&](int k0, T(&s)[RQ][CK], T(&dp)[RQ][CK]) {
+    blk.template load_qkv<C>(1, k0, kt, SC);
+    blk.template load_qkv<C>(2, k0, vt, SC);
+    __syncthreads();
+    tile_dot<K>(qt, SR, kt, SC, r0, c0, s);
+    tile_dot<K>(ot, SR, vt, SC, r0, c0, dp);
+  };
 
-  load_t<K, R>(base + q0 * ld, ld, Tn - q0, D, qt, SR);
-  load_t<K, R>(obase + q0 * e, e, Tn - q0, D, ot, SR);
+  blk.template load_qkv<K::R>(0, blk.row0, qt, SR);
+  blk.template load_dout<K::R>(blk.row0, ot, SR);
   // Pass 1: per row the max m, the sum l of exp(s - m) and c = Σ exp(s - m)·dP.
   T m[RQ], l[RQ], c[RQ];
 #pragma unroll
   for (int i = 0; i < RQ; ++i) m[i] = -std::numeric_limits<T>::infinity(), l[i] = c[i] = T(0);
   for (int k0 = 0; k0 < Tn; k0 += C) {
-    load_t<K, C>(base + k0 * ld + e, ld, Tn - k0, D, kt, SC);
-    load_t<K, C>(base + k0 * ld + 2 * e, ld, Tn - k0, D, vt, SC);
-    __syncthreads();
     T s[RQ][CK] = {}, dp[RQ][CK] = {};
-    tile_dot<K>(qt, SR, kt, SC, r0, c0, s);
-    tile_dot<K>(ot, SR, vt, SC, r0, c0, dp);
+    scores(k0, s, dp);
     scale_mask<K>(s, a.scale, c0, Tn - k0);
 #pragma unroll
     for (int i = 0; i < RQ; ++i) {
@@ -391,8 +438,8 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<S> a) {
     mu[i] = m[i] == -std::numeric_limits<T>::infinity() ? T(0) : m[i];
     il[i] = T(1) / group_sum<CG>(l[i]);
     dr[i] = group_sum<CG>(c[i]) * il[i];
-    const int t = q0 + r0 + i;
-    if (cg == 0 && t < Tn) {
+    const int t = blk.row0 + r0 + i;
+    if (blk.cg == 0 && t < Tn) {
       const int64_t at = static_cast<int64_t>(blockIdx.x) * Tn + t;
       a.stats[at] = mu[i];
       a.stats[a.rows + at] = il[i];
@@ -406,12 +453,8 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<S> a) {
 #pragma unroll
     for (int k = 0; k < DPT; ++k) dq[i][k] = T(0);
   for (int k0 = 0; k0 < Tn; k0 += C) {
-    load_t<K, C>(base + k0 * ld + e, ld, Tn - k0, D, kt, SC);
-    load_t<K, C>(base + k0 * ld + 2 * e, ld, Tn - k0, D, vt, SC);
-    __syncthreads();
     T s[RQ][CK] = {}, dp[RQ][CK] = {};
-    tile_dot<K>(qt, SR, kt, SC, r0, c0, s);
-    tile_dot<K>(ot, SR, vt, SC, r0, c0, dp);
+    scores(k0, s, dp);
 #pragma unroll
     for (int i = 0; i < RQ; ++i)
 #pragma unroll
@@ -421,20 +464,10 @@ __global__ void __launch_bounds__(K::NT) attention_dq(AttnArgs<S> a) {
       }
     store_t<K>(st, SR, r0, c0, s);
     __syncthreads();
-    tile_acc<K>(st, SR, kt, SC, r0, cg, used_cols<K>(Tn - k0), dq);
+    tile_acc<K>(st, SR, kt, SC, r0, blk.cg, used_cols<K>(Tn - k0), dq);
     __syncthreads();  // before the next tile overwrites kt, vt, st
   }
-#pragma unroll
-  for (int i = 0; i < RQ; ++i) {
-    const int t = q0 + r0 + i;
-    if (t >= Tn) continue;
-    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
-#pragma unroll
-    for (int k = 0; k < DPT; ++k) {
-      const int d = cg + CG * k;
-      if (d < D) y[d] = convert<S>(dq[i][k] * a.scale);
-    }
-  }
+  blk.store_rows(blk.ld, [&](int i, int k, S* y, int d) { y[d] = convert<S>(dq[i][k] * a.scale); });
 }
 
 // AttentionGrad, dK and dV: rows are keys, columns queries (Sᵀ = K Qᵀ and
@@ -444,34 +477,27 @@ template <class K, typename S>
 __global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<S> a) {
   using T = typename K::T;
   static_assert(std::is_same_v<T, acc_t<S>>);
-  constexpr int DM = K::DM, R = K::R, C = K::C, RQ = K::RQ, CG = K::CG, CK = K::CK, DPT = K::DPT,
-                SR = K::SR, SC = K::SC;
+  constexpr int DM = K::DM, C = K::C, RQ = K::RQ, CK = K::CK, DPT = K::DPT, SR = K::SR, SC = K::SC;
   T* kt = dyn_smem<T>();
   T* vt = kt + DM * SR;
   T* qt = vt + DM * SR;
   T* ot = qt + DM * SC;
   T* pt = ot + DM * SC;
   T* st = pt + C * SR;
-  const int H = a.heads, D = a.dim, Tn = a.tokens;
-  const int b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
-  const int64_t e = static_cast<int64_t>(H) * D, ld = 3 * e;
-  const int k0 = static_cast<int>(blockIdx.y) * R;
-  const S* base = a.qkv + static_cast<int64_t>(b) * Tn * ld + static_cast<int64_t>(h) * D;
-  const S* obase = a.dout + static_cast<int64_t>(b) * Tn * e + static_cast<int64_t>(h) * D;
+  const Block<K, S> blk(a);
+  const int Tn = a.tokens, r0 = blk.r0, c0 = blk.c0;
   const T* stats = a.stats + static_cast<int64_t>(blockIdx.x) * Tn;
-  const int cg = static_cast<int>(threadIdx.x) % CG;
-  const int r0 = static_cast<int>(threadIdx.x) / CG * RQ, c0 = cg * CK;
 
-  load_t<K, R>(base + k0 * ld + e, ld, Tn - k0, D, kt, SR);
-  load_t<K, R>(base + k0 * ld + 2 * e, ld, Tn - k0, D, vt, SR);
+  blk.template load_qkv<K::R>(1, blk.row0, kt, SR);
+  blk.template load_qkv<K::R>(2, blk.row0, vt, SR);
   T dk[RQ][DPT], dv[RQ][DPT];
 #pragma unroll
   for (int i = 0; i < RQ; ++i)
 #pragma unroll
     for (int k = 0; k < DPT; ++k) dk[i][k] = dv[i][k] = T(0);
   for (int q0 = 0; q0 < Tn; q0 += C) {
-    load_t<K, C>(base + q0 * ld, ld, Tn - q0, D, qt, SC);
-    load_t<K, C>(obase + q0 * e, e, Tn - q0, D, ot, SC);
+    blk.template load_qkv<C>(0, q0, qt, SC);
+    blk.template load_dout<C>(q0, ot, SC);
     // This thread's columns' statistics (0 past T, where P is set to 0).
     T mu[CK], il[CK], dr[CK];
 #pragma unroll
@@ -497,24 +523,14 @@ __global__ void __launch_bounds__(K::NT) attention_dkv(AttnArgs<S> a) {
     store_t<K>(pt, SR, r0, c0, s);
     store_t<K>(st, SR, r0, c0, dp);
     __syncthreads();
-    tile_acc<K>(pt, SR, ot, SC, r0, cg, used_cols<K>(Tn - q0), dv);
-    tile_acc<K>(st, SR, qt, SC, r0, cg, used_cols<K>(Tn - q0), dk);
+    tile_acc<K>(pt, SR, ot, SC, r0, blk.cg, used_cols<K>(Tn - q0), dv);
+    tile_acc<K>(st, SR, qt, SC, r0, blk.cg, used_cols<K>(Tn - q0), dk);
     __syncthreads();  // before the next tile overwrites qt, ot, pt, st
   }
-#pragma unroll
-  for (int i = 0; i < RQ; ++i) {
-    const int t = k0 + r0 + i;
-    if (t >= Tn) continue;
-    S* y = a.out + (static_cast<int64_t>(b) * Tn + t) * ld + static_cast<int64_t>(h) * D;
-#pragma unroll
-    for (int k = 0; k < DPT; ++k) {
-      const int d = cg + CG * k;
-      if (d < D) {
-        y[e + d] = convert<S>(dk[i][k] * a.scale);
-        y[2 * e + d] = convert<S>(dv[i][k]);
-      }
-    }
-  }
+  blk.store_rows(blk.ld, [&](int i, int k, S* y, int d) {
+    y[blk.e + d] = convert<S>(dk[i][k] * a.scale);
+    y[2 * blk.e + d] = convert<S>(dv[i][k]);
+  });
 }
 
 // Host side.

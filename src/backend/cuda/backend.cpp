@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_common.h"
+#include "core/registration.h"
 #include "kiln/device.h"
 
 namespace kiln::cuda {

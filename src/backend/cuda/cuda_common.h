@@ -12,8 +12,8 @@
 #include "kiln/allocator.h"
 #include "kiln/array.h"
 #include "kiln/error.h"
-#include "kiln/primitive.h"
 #include "ops/dispatch.h"
+#include "ops/primitive.h"
 
 namespace kiln::cuda {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/primitive.h"
+#include "ops/primitive.h"
 
 namespace kiln::cuda {
 

@@ -10,6 +10,7 @@
 
 #include "backend/collectives.h"
 #include "backend/ref/ref_common.h"
+#include "core/registration.h"
 #include "kiln/allocator.h"
 
 namespace kiln::ref {

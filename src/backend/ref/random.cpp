@@ -5,6 +5,7 @@
 
 #include "backend/ref/ref_common.h"
 #include "kiln/random.h"
+#include "ops/draws.h"
 
 namespace kiln::ref {
 namespace {

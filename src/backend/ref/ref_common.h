@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "kiln/array.h"
-#include "kiln/primitive.h"
 #include "ops/dispatch.h"
 #include "ops/indices.h"
 #include "ops/op_facts.h"
+#include "ops/primitive.h"
 #include "ops/scalar.h"
 
 namespace kiln::ref {

@@ -6,6 +6,7 @@
 #include "kiln/ops.h"
 #include "ops/op_defs.h"
 #include "ops/op_facts.h"
+#include "ops/vjp.h"
 
 namespace kiln::defs {
 

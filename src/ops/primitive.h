@@ -1,4 +1,5 @@
-// kiln — the primitive set. Each primitive is an Op (an enum with traits) plus
+// kiln ops: the primitive set (internal: the public API is the ops of
+// kiln/ops.h). Each primitive is an Op (an enum with traits) plus
 // typed attributes. Its shape/dtype rule lives with its constructor in ops.cpp,
 // its operand count and VJP rule in its family's definitions (src/ops/defs/),
 // its facts in src/ops/op_facts.h, and each backend has one kernel table
@@ -76,7 +77,6 @@ enum class Op : uint8_t {
       Count
 };
 inline constexpr int kOpCount = static_cast<int>(Op::Count);
-
 
 const char* op_name(Op op);
 inline constexpr OpKind kOpKinds[] = {
