@@ -70,6 +70,8 @@ MatmulDims matmul_dims(const Shape& a, const Shape& b, bool transpose_a, bool tr
     fail(who, "operands must have rank >= 2, got " + str(a) + " @ " + str(b));
   const size_t ra = a.size(), rb = b.size();
   MatmulDims d;
+  d.ta = transpose_a;
+  d.tb = transpose_b;
   d.m = a[ra - (transpose_a ? 1 : 2)];
   d.k = a[ra - (transpose_a ? 2 : 1)];
   d.n = b[rb - (transpose_b ? 2 : 1)];

@@ -95,10 +95,16 @@ std::string check_type(const Primitive& p, const std::vector<Aval>& in, const Av
 // and op(b) [batch_b..., k, n]; the batch dimensions are equal, or one
 // operand has rank 2 and is shared by every batch. Fails (naming `who`)
 // where the shapes do not fit.
-struct MatmulDims {
+// A GEMM's dimensions: C (m x n) = op(A) (m x k) · op(B) (k x n), A and/or B
+// transposed (ta, tb), per batch; what every backend's GEMM set-up starts from.
+struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
   int64_t batch_a = 1, batch_b = 1;  // the product of each operand's batch dimensions
-  Shape out;                         // [batch..., m, n]
+  bool ta = false, tb = false;
+  bool operator==(const GemmDims&) const = default;
+};
+struct MatmulDims : GemmDims {
+  Shape out;  // [batch..., m, n]
 };
 MatmulDims matmul_dims(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b,
                        const char* who);

@@ -25,9 +25,7 @@
 namespace kiln::cpu {
 namespace {
 
-struct GemmShape {
-  int64_t batch_a, batch_b, m, n, k;
-  bool ta, tb;
+struct GemmShape : GemmDims {
   DType in, out;
   std::vector<EpilogueStep> epilogue;  // oneDNN post-ops
   bool operator==(const GemmShape&) const = default;
@@ -233,16 +231,9 @@ void gemm_f32(const GemmShape& s, const void* a, const void* b, void* c) {
 }
 
 GemmShape gemm_shape(const MatmulAttrs& attrs, const Array& a, const Array& b) {
-  const MatmulDims d =
-      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   GemmShape s;
-  s.ta = attrs.transpose_a;
-  s.tb = attrs.transpose_b;
-  s.m = d.m;
-  s.k = d.k;
-  s.n = d.n;
-  s.batch_a = d.batch_a;
-  s.batch_b = d.batch_b;
+  static_cast<GemmDims&>(s) =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   s.in = a.dtype();
   s.out = attrs.out;
   // A batch against a rank-2 right operand is one GEMM with batch*M rows.
@@ -385,7 +376,7 @@ void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, c
 bool native_bf16_gemm() {
   static const bool native = [] {
     try {
-      GemmShape s{1, 1, 16, 16, 16, false, false, DType::bf16, DType::f32, {}};
+      GemmShape s{{16, 16, 16, 1, 1, false, false}, DType::bf16, DType::f32, {}};
       matmul_cache().get(s);
       return true;
     } catch (const dnnl::error&) {
@@ -404,7 +395,7 @@ std::string bf16_gemm_unit() {
     // stops at AVX512_CORE). Asked at a size where AMX pays (oneDNN keeps tiny
     // GEMMs on AVX512-BF16 even on an AMX CPU).
     try {
-      GemmShape s{1, 1, 1024, 1024, 1024, false, true, DType::bf16, DType::f32, {}};
+      GemmShape s{{1024, 1024, 1024, 1, 1, false, true}, DType::bf16, DType::f32, {}};
       const std::string impl = matmul_cache().get(s).pd.impl_info_str();
       if (impl.find("amx") != std::string::npos) return "AMX";
       if (impl.find("bf16") != std::string::npos) return "AVX512-BF16";

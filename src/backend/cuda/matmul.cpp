@@ -78,23 +78,18 @@ cublasLtHandle_t handle(int device) {
 
 // One GEMM in kiln's terms: C[batch] (M x N) = op(A[batch]) · op(B[batch]);
 // stride_a/stride_b: elements between an operand's batches (0: shared).
-struct Gemm {
-  int64_t batch = 1, m = 0, n = 0, k = 0;
+// (batch_a and batch_b stay as matmul_dims found them.)
+struct Gemm : GemmDims {
+  int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0;
-  bool ta = false, tb = false;
   DType in = DType::f32, out = DType::f32;
 };
 
 Gemm gemm_of(const MatmulAttrs& attrs, const Array& a, const Array& b, DType out) {
-  const MatmulDims d =
-      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   Gemm g;
-  g.ta = attrs.transpose_a;
-  g.tb = attrs.transpose_b;
-  g.m = d.m;
-  g.k = d.k;
-  g.n = d.n;
-  const int64_t batch_a = d.batch_a, batch_b = d.batch_b;
+  static_cast<GemmDims&>(g) =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
+  const int64_t batch_a = g.batch_a, batch_b = g.batch_b;
   g.batch = std::max(batch_a, batch_b);
   g.in = a.dtype();
   g.out = out;

@@ -14,22 +14,14 @@
 namespace kiln::ref {
 namespace {
 
-struct Gemm {
-  int64_t batch_a, batch_b, batch, m, n, k;
-  bool ta, tb;
+struct Gemm : GemmDims {
+  int64_t batch = 1;  // max(batch_a, batch_b)
 };
 
 Gemm gemm_of(const MatmulAttrs& attrs, const Array& a, const Array& b) {
-  const MatmulDims d =
-      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   Gemm g;
-  g.ta = attrs.transpose_a;
-  g.tb = attrs.transpose_b;
-  g.m = d.m;
-  g.k = d.k;
-  g.n = d.n;
-  g.batch_a = d.batch_a;
-  g.batch_b = d.batch_b;
+  static_cast<GemmDims&>(g) =
+      matmul_dims(a.shape(), b.shape(), attrs.transpose_a, attrs.transpose_b, "matmul");
   g.batch = std::max(g.batch_a, g.batch_b);
   return g;
 }
