@@ -3,6 +3,7 @@
 // AttentionGrad kernels, which never store the scores. Four rules, one per
 // value the graph reads (o, dV, dQ, dK); their replacements share one packed
 // qkv and one AttentionGrad (Build makes an op once per sweep).
+#include "compiler/fusion.h"
 #include "compiler/passes.h"
 #include "compiler/rules.h"
 
@@ -10,10 +11,6 @@ namespace kiln::compiler {
 namespace {
 
 constexpr DType kF32 = DType::f32;
-
-bool is_f32(const Node& n) {
-  return n.dtype == kF32;
-}
 
 Pattern f32_op(Op o, std::vector<Pattern> operands) {
   return op(o, std::move(operands)).where(is_f32);
@@ -81,6 +78,7 @@ class Fused {
   explicit Fused(Build& b) : b_(b) {
     bhtd_ = b.m.node("q").shape;
     bthd_ = Shape{bhtd_[0], bhtd_[2], bhtd_[1], bhtd_[3]};
+    bt1hd_ = Shape{bthd_[0], bthd_[1], 1, bthd_[2], bthd_[3]};
     bt3hd_ = Shape{bthd_[0], bthd_[1], 3, bthd_[2], bthd_[3]};
     scale_ = scale_of(b.m, "s", "s0");
   }
@@ -93,7 +91,6 @@ class Fused {
 
   // The gradient of q (0), k (1) or v (2), [B, H, T, D]; q's is d(q ∘ c) ∘ c.
   int gradient(int j) {
-    const Shape bt1hd{bthd_[0], bthd_[1], 1, bthd_[2], bthd_[3]};
     const int all = b_.add(Primitive(Op::AttentionGrad, AttentionAttrs{1.0}),
                            {qkv(), swap_heads(b_("g"), bthd_)}, bt3hd_, kF32);
     int d = -1;
@@ -101,7 +98,7 @@ class Fused {
       Shape start{0, 0, part, 0, 0}, stop = bt3hd_;
       stop[2] = part + 1;
       int x = b_.add(Primitive(Op::Slice, SliceAttrs{start, stop, Shape(5, 1), bt3hd_}), {all},
-                     bt1hd, kF32);
+                     bt1hd_, kF32);
       x = b_.add(Primitive(Op::Reshape, ShapeAttrs{bthd_}), {x}, bthd_, kF32);
       if (part == j) d = x;
     }
@@ -111,19 +108,18 @@ class Fused {
 
  private:
   Build& b_;
-  Shape bhtd_, bthd_, bt3hd_;
+  Shape bhtd_, bthd_, bt1hd_, bt3hd_;  // [B, T, 1, H, D]: one of q, k, v packed
   Op scale_;
 
   // The packed [B, T, 3, H, D] of q ∘ c, k and v: (q kᵀ) ∘ c = (q ∘ c) kᵀ
   // for ∘ = · or /, so that the kernel needs no constant the graph does not
   // know.
   int qkv() {
-    const Shape bt1hd{bthd_[0], bthd_[1], 1, bthd_[2], bthd_[3]};
     int qc = swap_heads(b_("q"), bthd_);
     if (scale_ != Op::Count) qc = b_.add(Primitive(scale_), {qc, b_("c")}, bthd_, kF32);
     std::vector<int> parts;
     for (int x : {qc, swap_heads(b_("k"), bthd_), swap_heads(b_("v"), bthd_)})
-      parts.push_back(b_.add(Primitive(Op::Reshape, ShapeAttrs{bt1hd}), {x}, bt1hd, kF32));
+      parts.push_back(b_.add(Primitive(Op::Reshape, ShapeAttrs{bt1hd_}), {x}, bt1hd_, kF32));
     return b_.add(Primitive(Op::Concatenate, AxisAttrs{2}), parts, bt3hd_, kF32);
   }
 

@@ -16,10 +16,6 @@
 namespace kiln::compiler {
 namespace {
 
-bool is_f32(const Node& n) {
-  return n.dtype == DType::f32;
-}
-
 // The GEMM an epilogue step joins: an f32 Matmul of f32 or bf16 operands
 // with a nonempty sum (k > 0), or a MatmulEpilogue already.
 bool gemm_with_epilogue(const Graph& g, const Node& mm) {

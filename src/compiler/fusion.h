@@ -7,6 +7,11 @@
 
 namespace kiln::compiler {
 
+// Whether a value is f32, the dtype the fusing passes fuse (a pattern test).
+inline bool is_f32(const Node& n) {
+  return n.dtype == DType::f32;
+}
+
 // Whether op `node` (an f32 op of the fact table's kFusable set) may join a
 // fused elementwise program on its device: its backend says it runs it.
 bool backend_fuses(const Node& node);
