@@ -19,6 +19,9 @@ struct CompileStats {
   size_t nodes_traced = 0, nodes_compiled = 0;
   size_t arena_bytes = 0, intermediate_bytes = 0;
   int inplace = 0, donated = 0;
+  // jit: ops on captured constants run once at compile time, and the bytes
+  // of their results that the compiled graph reads.
+  size_t nodes_folded = 0, folded_bytes = 0;
   double compile_ms = 0;  // jit: tracing included
 };
 
@@ -29,7 +32,10 @@ struct JitOptions {
 
 // jit(f) traces f once per input signature (shapes, dtypes, devices) into a
 // graph, compiles it (DCE, CSE, simplification, a static memory plan) and
-// replays the executable on later calls. A donated argument's buffer may be
+// replays the executable on later calls. Arrays that f closes over (not its
+// arguments) are constants: the ops that read only them run once, at
+// compile time (a forward pass that captures its parameters casts and
+// concatenates its weights once, not on every call). A donated argument's buffer may be
 // reused for an output; its old handle then raises a clear error if used.
 class Jitted {
  public:

@@ -155,6 +155,11 @@ struct ApplyOptions {
   // attention probabilities (when training with a non-zero
   // attention_probs_dropout_prob) always takes the unfused path.
   bool fused_attention = true;
+  // No backward pass follows (predict, evaluation): in bf16 mode the MLP's
+  // activation then reads the intermediate linear's f32 sum, which a
+  // compiled forward fuses into the GEMM (training rounds that sum to bf16
+  // first, since the backward pass keeps it). f32 mode is unaffected.
+  bool inference = false;
 };
 
 // ViTForImageClassification with HuggingFace's parameter names and shapes.

@@ -114,20 +114,32 @@ struct Jitted::Impl {
       outputs = f(tracers);
     }
     std::vector<Array> leaves;
-    Graph g = compiler::capture(outputs, leaves);
-    JitEntry e;
-    std::vector<bool> donated(leaves.size(), false);
+    Graph traced = compiler::capture(outputs, leaves);
+    // Per traced slot: the argument it takes, else the constant it captured.
+    std::vector<int> arg_of(leaves.size(), -1);
+    std::vector<Array> constants(leaves.size());
     for (size_t s = 0; s < leaves.size(); ++s) {
-      int arg = -1;
       for (size_t i = 0; i < tracers.size(); ++i)
-        if (leaves[s].same(tracers[i])) arg = static_cast<int>(i);
+        if (leaves[s].same(tracers[i])) arg_of[s] = static_cast<int>(i);
+      if (arg_of[s] < 0) constants[s] = leaves[s];
+    }
+    const compiler::PassOptions passes = compiler::PassOptions::from_env();
+    compiler::FoldedGraph folded = compiler::fold_constants(traced, constants, passes);
+    JitEntry e;
+    std::vector<bool> donated(folded.from_slot.size(), false);
+    for (size_t s = 0; s < folded.from_slot.size(); ++s) {
+      const int from = folded.from_slot[s];
+      const int arg = from >= 0 ? arg_of[from] : -1;
       e.arg_of_slot.push_back(arg);
-      e.constant_of_slot.push_back(arg < 0 ? leaves[s] : Array());
+      e.constant_of_slot.push_back(from < 0 ? folded.value[s] : constants[from]);
       for (int d : opt.donate)
         if (d == arg) donated[s] = true;
     }
-    e.exe = std::make_shared<Executable>(g, donated, compiler::PassOptions::from_env());
+    e.exe = std::make_shared<Executable>(folded.graph, donated, passes);
     last = e.exe->stats();
+    last.nodes_traced = traced.num_ops();
+    last.nodes_folded = static_cast<size_t>(folded.folded_ops);
+    last.folded_bytes = static_cast<size_t>(folded.folded_bytes);
     // Tracing counts as compilation: the time from the call to a runnable executable.
     last.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

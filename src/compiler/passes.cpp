@@ -54,7 +54,8 @@ PassOptions PassOptions::from_env() {
       {"no_plan", &PassOptions::plan},
       {"no_inplace", &PassOptions::inplace},
       {"no_attention", &PassOptions::attention},
-      {"no_cast", &PassOptions::cast}};
+      {"no_cast", &PassOptions::cast},
+      {"no_fold", &PassOptions::fold}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

@@ -87,13 +87,37 @@ Graph rematerialize(const Graph& g, int gap = 64);
 Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inputs);
 
 // Which passes run; KILN_COMPILE=no_dce,no_cse,no_simplify,no_fuse,no_epilogue,no_reduce,
-// no_norm,no_remat,no_plan,no_inplace,no_attention,no_cast turns some off (for
+// no_norm,no_remat,no_plan,no_inplace,no_attention,no_cast,no_fold turns some off (for
 // bisecting a bug).
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
-       norm = true, remat = true, plan = true, inplace = true, attention = true, cast = true;
+       norm = true, remat = true, plan = true, inplace = true, attention = true, cast = true,
+       fold = true;
   static PassOptions from_env();
 };
+
+// A jitted function's graph with its constants folded: `graph`'s input slot
+// s takes the argument slot from_slot[s] of the traced graph took, or, where
+// from_slot[s] is -1, the folded value value[s].
+struct FoldedGraph {
+  Graph graph;
+  std::vector<int> from_slot;
+  std::vector<Array> value;
+  int folded_ops = 0;
+  int64_t folded_bytes = 0;
+};
+
+// Constant folding for jit: the ops that read only captured constants
+// (`constants[slot]` valid: an array the traced function closed over, not
+// an argument) run once, now, and the values that the rest of the graph
+// reads of them become inputs (as XLA folds closed-over arrays). A model
+// whose parameters a jitted function captures casts and concatenates its
+// weights at compile time, not on every call. Not folded: outputs, draws and
+// fills, collectives, and ops larger than their operands together (a
+// broadcast). With nothing to fold (or PassOptions::fold off) the graph is
+// returned as it is.
+FoldedGraph fold_constants(const Graph& g, const std::vector<Array>& constants,
+                           const PassOptions& opt);
 
 // Runs the passes that PassOptions enables, in order; the graph verifier
 // checks the traced graph and each pass's result, and KILN_DEBUG=2 prints

@@ -449,11 +449,14 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
     x = x + std::move(attn);
     Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
     // bf16 mixed precision keeps the MLP's widest activation in bf16, as
-    // autocast does: the intermediate linear's output (bias added in f32,
-    // then rounded; compiled, the GEMM writes it so) and the activation of
-    // it, which the next GEMM reads as it is. f32 mode is unchanged.
+    // autocast does: in training, the intermediate linear's output (bias
+    // added in f32, then rounded; compiled, the GEMM writes it so), which the
+    // backward pass keeps, and the activation of it, which the next GEMM
+    // reads as it is. Inference keeps nothing for a backward pass: the
+    // activation reads the f32 sum, and compiled, the GEMM's epilogue applies
+    // it and writes bf16 once. f32 mode is unchanged.
     Array pre_act = linear(p, pre + "intermediate.dense", hn2, dt);
-    if (dt == DType::bf16) pre_act = astype(pre_act, DType::bf16);
+    if (dt == DType::bf16 && !opt.inference) pre_act = astype(pre_act, DType::bf16);
     Array mid = activate(c.hidden_act, pre_act);
     Array out = dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
     x = x + std::move(out);

@@ -12,7 +12,8 @@ namespace {
 std::tuple<Array, Array, Array> batch_metrics(const nn::ViTForImageClassification& model,
                                               const Params& p, const Array& x, const Array& y,
                                               nn::Layout layout, DType matmul_dtype) {
-  Array logits = model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype});
+  Array logits =
+      model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype, .inference = true});
   const nn::ViTConfig& cfg = model.config();
   Array loss = cfg.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
                    ? sum(softmax_cross_entropy(logits, y))

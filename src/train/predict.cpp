@@ -24,15 +24,14 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
     fail("predict", "batch size must be positive, got " + std::to_string(opt.batch_size));
   if (opt.top_k <= 0) fail("predict", "--top-k must be positive, got " + std::to_string(opt.top_k));
   const nn::ViTForImageClassification model(cfg);
-  const nn::ApplyOptions apply{.layout = nn::Layout::NCHW, .matmul_dtype = opt.matmul_dtype};
-  std::vector<std::string> names;
-  for (auto& [name, p] : params) names.push_back(name);
+  const nn::ApplyOptions apply{
+      .layout = nn::Layout::NCHW, .matmul_dtype = opt.matmul_dtype, .inference = true};
+  // The compiled forward pass closes over the parameters: constants, so
+  // their casts and concatenations run once, when it compiles.
   std::optional<Jitted> forward;
   if (opt.compiled)
     forward.emplace(jit([&](const std::vector<Array>& args) {
-      const size_t np = names.size();
-      return std::vector<Array>{model.apply(
-          unflatten(names, std::vector<Array>(args.begin(), args.begin() + np)), args[np], apply)};
+      return std::vector<Array>{model.apply(params, args[0], apply)};
     }));
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
   const std::string fn = score_function(cfg);
@@ -46,14 +45,11 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
                                .drop_last = false,
                                .workers = opt.workers,
                                .limit = (n + opt.batch_size - 1) / opt.batch_size});
-  const std::vector<Array> flat = flatten(params);
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     data::Batch batch = loader.next();
     Array logits;
     if (forward) {
-      std::vector<Array> args = flat;
-      args.push_back(batch.images.to(device));
-      logits = (*forward)(args)[0];
+      logits = (*forward)({batch.images.to(device)})[0];
     } else {
       logits = model.apply(params, batch.images.to(device), apply);
     }

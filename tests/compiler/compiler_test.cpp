@@ -857,6 +857,84 @@ TEST(Jit, ReadingATracedValueIsAClearError) {
   }
 }
 
+// Arrays a jitted function closes over are constants: what reads only them
+// (a concatenation, a scaling, a transpose of weights) runs once, when it
+// compiles, and the graph reads the result; a broadcast (larger than what it
+// reads) and an output stay in the graph, and KILN_COMPILE=no_fold keeps
+// everything there. Either way the values are eager's.
+TEST(Jit, OpsOnCapturedConstantsRunOnceAtCompileTime) {
+  Array w1 = random::normal(random::Key(2), {4, 3}), w2 = random::normal(random::Key(3), {4, 3});
+  Array small = random::normal(random::Key(4), {3});
+  auto f = [&](const std::vector<Array>& x) {
+    Array w = transpose(concatenate({w1, w2}, 0) * 0.5, {1, 0});  // [3, 8]
+    Array wide = broadcast_to(small, {5, 3});
+    return std::vector<Array>{matmul(x[0] + wide, w), w1 * 2.0};
+  };
+  Array x = random::normal(random::Key(5), {5, 3});
+  const std::vector<Array> want = f({x});
+  for (bool fold : {true, false}) {
+    SCOPED_TRACE(fold ? "folded" : "KILN_COMPILE=no_fold");
+    if (!fold) setenv("KILN_COMPILE", "no_fold", 1);
+    Jitted g = jit(f);
+    std::vector<Array> a = g({x}), b = g({x});
+    unsetenv("KILN_COMPILE");
+    for (const auto& got : {a, b}) {
+      EXPECT_EQ(got[0].to_vector<float>(), want[0].to_vector<float>());
+      EXPECT_EQ(got[1].to_vector<float>(), want[1].to_vector<float>());
+    }
+    EXPECT_EQ(g.cache_stats().compiles, 1u);
+    // Concatenate, Mul and Transpose fold into one [3, 8] f32 input.
+    EXPECT_EQ(g.last_compile().nodes_folded, fold ? 3u : 0u);
+    EXPECT_EQ(g.last_compile().folded_bytes, fold ? 3u * 8 * 4 : 0u);
+    EXPECT_EQ(g.last_compile().nodes_traced, 7u);  // the scalar 0.5 and 2.0 are captured arrays
+    // The output made of constants alone is computed anew by each call.
+    EXPECT_NE(a[1].buffer(), b[1].buffer());
+  }
+}
+
+// In bf16 mixed precision, a forward pass with nothing to keep for a
+// backward one (ApplyOptions::inference: predict, evaluation) applies the
+// MLP's GELU to the f32 sum inside the intermediate GEMM's epilogue, which
+// writes bf16 once; training rounds the sum to bf16 first (the backward
+// pass keeps it) and runs GELU on its own. The two differ by that rounding.
+TEST(Jit, Bf16InferenceFusesTheMlpActivationIntoItsGemm) {
+  const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
+  const nn::ViTConfig cfg = io::load_vit_config(dir + "config.json");
+  ASSERT_EQ(cfg.hidden_act, nn::Activation::Gelu);
+  const nn::ViTForImageClassification model(cfg);
+  const Params params = io::load_safetensors(dir + "model.safetensors").tensors;
+  Array x = random::normal(random::Key(6), {2, 3, 32, 32});
+  std::vector<Array> logits;
+  for (bool inference : {false, true}) {
+    SCOPED_TRACE(inference ? "inference" : "training");
+    nn::ApplyOptions o{.matmul_dtype = DType::bf16, .inference = inference};
+    auto f = [&](const std::vector<Array>& a) {
+      return std::vector<Array>{model.apply(params, a[0], o)};
+    };
+    Graph g = compiler::optimize(trace(f, {x.shape()}), {});
+    EXPECT_EQ(count_ops(g, Op::Gelu), inference ? 0 : cfg.num_hidden_layers);
+    int gelu_steps = 0;
+    for (const auto& n : g.nodes)
+      if (n.prim && n.prim->op() == Op::MatmulEpilogue)
+        for (const auto& st : n.prim->attrs<EpilogueAttrs>().steps) gelu_steps += st.op == Op::Gelu;
+    EXPECT_EQ(gelu_steps, inference ? cfg.num_hidden_layers : 0);
+    logits.push_back(f({x})[0]);
+    // Compiled, the parameters are captured constants; the values stay eager's.
+    std::vector<float> eager = logits.back().to_vector<float>();
+    std::vector<float> jitted = jit(f)({x})[0].to_vector<float>();
+    ASSERT_EQ(jitted.size(), eager.size());
+    for (size_t k = 0; k < eager.size(); ++k)
+      EXPECT_NEAR(jitted[k], eager[k], 1e-4 + 1e-3 * std::abs(eager[k])) << k;
+  }
+  std::vector<float> t = logits[0].to_vector<float>(), i = logits[1].to_vector<float>();
+  float worst = 0, scale = 0;
+  for (size_t k = 0; k < t.size(); ++k) {
+    worst = std::max(worst, std::abs(t[k] - i[k]));
+    scale = std::max(scale, std::abs(t[k]));
+  }
+  EXPECT_LT(worst, 0.02f * scale) << "inference should differ from training by bf16 rounding";
+}
+
 TEST(Jit, DonatedParametersKeepTheirBuffersAndOldHandlesFail) {
   Jitted step = jit(
       [](const std::vector<Array>& x) {
