@@ -287,6 +287,8 @@ nb::dict compile_dict(const kiln::CompileStats& s) {
   d["intermediate_bytes"] = s.intermediate_bytes;
   d["inplace"] = s.inplace;
   d["donated"] = s.donated;
+  d["nodes_folded"] = s.nodes_folded;
+  d["folded_bytes"] = s.folded_bytes;
   d["compile_ms"] = s.compile_ms;
   return d;
 }
@@ -985,7 +987,8 @@ void bind_nn_io(nb::module_& m) {
           "apply",
           [](const ViTForImageClassification& vit, const kiln::Params& params, const Array& pixels,
              kiln::nn::Layout layout, bool train, std::optional<kiln::random::Key> key,
-             std::optional<Array> key_array, DType matmul_dtype, bool fused_attention) {
+             std::optional<Array> key_array, DType matmul_dtype, bool fused_attention,
+             bool inference) {
             kiln::nn::ApplyOptions o;
             o.layout = layout;
             o.train = train;
@@ -993,10 +996,12 @@ void bind_nn_io(nb::module_& m) {
             if (key_array) o.dropout_key_array = *key_array;
             o.matmul_dtype = matmul_dtype;
             o.fused_attention = fused_attention;
+            o.inference = inference;
             return vit.apply(params, pixels, o);
           },
           "params"_a, "pixels"_a, "layout"_a, "train"_a, "dropout_key"_a.none(),
-          "dropout_key_array"_a.none(), "matmul_dtype"_a, "fused_attention"_a, NoGil())
+          "dropout_key_array"_a.none(), "matmul_dtype"_a, "fused_attention"_a,
+          "inference"_a = false, NoGil())
       .def("loss", &ViTForImageClassification::loss, "logits"_a, "labels"_a,
            "label_smoothing"_a = 0.0, NoGil());
   m.def("_key_array", &kiln::random::key_array, "key"_a, "device"_a = Device::cpu());

@@ -155,3 +155,28 @@ def test_dropout_key_array_draws_anew_under_jit():
     assert not np.allclose(a, b) and np.array_equal(a, c)
     eager = np.asarray(model.apply(params, x, train=True, dropout_key=kiln.random.key(5)))
     np.testing.assert_allclose(eager, a, rtol=1e-5, atol=1e-6)
+
+
+def test_a_jitted_forward_closing_over_the_parameters_folds_their_casts():
+    cfg = kiln.nn.ViTConfig("vit-tiny", num_labels=3, image_size=16, patch_size=8,
+                            num_hidden_layers=2)
+    model = kiln.nn.ViTForImageClassification(cfg)
+    params = model.init(kiln.random.key(0))
+    x = kiln.random.normal(kiln.random.key(1), (2, 3, 16, 16))
+    # params are captured, not arguments: constants, folded when it compiles
+    f = kiln.jit(lambda x: model.apply(params, x, precision="bf16", inference=True))
+    got = np.asarray(f(x))
+    folded = f.last_compile()
+    # per layer: the query/key/value weights and biases concatenated (2), the
+    # weights of 4 linears cast to bf16; the patch and classifier weights cast
+    assert folded["nodes_folded"] >= 2 * (2 + 4) + 2, folded
+    assert folded["folded_bytes"] > 0
+    eager = np.asarray(model.apply(params, x, precision="bf16", inference=True))
+    np.testing.assert_allclose(got, eager, rtol=1e-3, atol=1e-3)
+    # inference differs from training's forward by one bf16 rounding of the MLP's sum
+    train_fwd = np.asarray(model.apply(params, x, precision="bf16"))
+    np.testing.assert_allclose(got, train_fwd, rtol=0.05, atol=0.05)
+    # with the parameters as arguments there is nothing to fold
+    g = kiln.jit(lambda p, x: model.apply(p, x, precision="bf16", inference=True))
+    np.testing.assert_allclose(np.asarray(g(params, x)), got, rtol=1e-6, atol=1e-6)
+    assert g.last_compile()["nodes_folded"] == 0

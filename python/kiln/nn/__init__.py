@@ -51,11 +51,16 @@ class ViTForImageClassification:
 
     def apply(self, params: dict, pixel_values: Any, *, layout: str = "NCHW",
               train: bool = False, dropout_key: Any = None, precision: str = "fp32",
-              fused_attention: bool = True) -> Array:
+              fused_attention: bool = True, inference: bool = False) -> Array:
         """The logits [B, num_labels] of pixel_values [B, C, H, W] (or
         [B, H, W, C] with layout="NHWC"). ``train`` turns dropout on, drawn
         from ``dropout_key`` (a Key, or its kiln.random.key_data array inside
-        jit); ``precision`` "bf16" rounds the matmuls' operands to bf16."""
+        jit); ``precision`` "bf16" rounds the matmuls' operands to bf16.
+        ``inference``: no gradient will be taken (prediction, evaluation);
+        in bf16 the MLP's activation then reads the f32 sum, which jit fuses
+        into the GEMM. A jitted function that closes over ``params`` instead
+        of taking them casts and concatenates the weights once, when it
+        compiles."""
         if precision not in _PRECISIONS:
             raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
         key = key_array = None
@@ -64,7 +69,7 @@ class ViTForImageClassification:
         elif dropout_key is not None:
             key_array = asarray(dropout_key)
         return self._vit.apply(params, asarray(pixel_values), getattr(Layout, layout), train, key,
-                               key_array, _PRECISIONS[precision], fused_attention)
+                               key_array, _PRECISIONS[precision], fused_attention, inference)
 
     __call__ = apply
 
