@@ -30,6 +30,7 @@ bool program_ok(const FusedAttrs& f) {
     if (!op_has(ins.op, kFusable) || ins.a < 0 || ins.a >= self || ins.b >= self || ins.b >= regs)
       return false;
     if ((op_kind(ins.op) == OpKind::Unary) != (ins.b < 0)) return false;
+    if (ins.round_bf16) return false;  // the generated kernels compute in f32 only
   }
   return !f.program.empty() || f.reads.size() == 1;
 }

@@ -1,6 +1,6 @@
-// kiln compiler: elementwise fusion — chains of f32 elementwise ops become
-// one FusedElementwise kernel — and the pieces the other fusing passes share
-// (compiler/fusion.h).
+// kiln compiler: elementwise fusion — chains of f32 (or of bf16) elementwise
+// ops become one FusedElementwise kernel — and the pieces the other fusing
+// passes share (compiler/fusion.h).
 #include <algorithm>
 #include <unordered_map>
 
@@ -16,10 +16,12 @@ bool backend_fuses(const Node& node) {
   const Op op = node.prim->op();
   if (!op_has(op, kFusable)) return false;
   const bool unary = op_kind(op) == OpKind::Unary;
+  const bool bf16 = node.dtype == DType::bf16;  // of bf16 operands, rounding its result
   FusedAttrs one{std::vector<FusedRead>(unary ? 1 : 2, FusedRead::Whole),
-                 {{op, 0, unary ? -1 : 1}}};
+                 {{op, 0, unary ? -1 : 1, bf16}}};
+  const DType dt = bf16 ? DType::bf16 : DType::f32;
   return backend_supports(node.device, Primitive(Op::FusedElementwise, std::move(one)),
-                          std::vector<DType>(unary ? 1 : 2, DType::f32), DType::f32);
+                          std::vector<DType>(unary ? 1 : 2, dt), dt);
 }
 
 bool read_mode(const Shape& in, const Shape& out, FusedRead& mode) {
@@ -73,12 +75,17 @@ std::vector<int> program_inputs(const Graph& g, int i) {
 Graph fuse_elementwise(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
   const Uses uses(g);
+  // An f32 op, or a bf16 op of bf16 operands: the program computes in f32
+  // and rounds a bf16 op's result to bf16, as the op stores it unfused (a
+  // chain's ops share a dtype: elementwise ops keep their operands').
   auto fusable = [&](int i) {
     const Node& node = g.nodes[i];
-    if (node.is_input() || node.dtype != DType::f32 || !backend_fuses(node)) return false;
+    if (node.is_input() || (node.dtype != DType::f32 && node.dtype != DType::bf16) ||
+        !backend_fuses(node))
+      return false;
     FusedRead mode;
     for (int k : node.inputs)
-      if (g.nodes[k].dtype != DType::f32 || !read_mode(g.nodes[k].shape, node.shape, mode))
+      if (g.nodes[k].dtype != node.dtype || !read_mode(g.nodes[k].shape, node.shape, mode))
         return false;
     return true;
   };
@@ -90,7 +97,8 @@ Graph fuse_elementwise(const Graph& g) {
     group[i] = i;
     members[i] = {i};
     for (int k : g.nodes[i].inputs) {
-      if (group[k] < 0 || group[k] == i || !uses.read_once(k) || g.nodes[k].shape != g.nodes[i].shape)
+      if (group[k] < 0 || group[k] == i || !uses.read_once(k) ||
+          g.nodes[k].shape != g.nodes[i].shape || g.nodes[k].dtype != g.nodes[i].dtype)
         continue;
       int from = group[k];
       for (int m : members[from]) group[m] = i;
@@ -129,8 +137,9 @@ Graph fuse_elementwise(const Graph& g) {
     int ni = static_cast<int>(ext.size());
     auto resolve = [&](int r) { return r <= -2 ? ni + (-2 - r) : r; };
     for (auto& [m, ab] : pending)
-      attrs.program.push_back(
-          {g.nodes[m].prim->op(), resolve(ab.first), ab.second == -1 ? -1 : resolve(ab.second)});
+      attrs.program.push_back({g.nodes[m].prim->op(), resolve(ab.first),
+                               ab.second == -1 ? -1 : resolve(ab.second),
+                               g.nodes[m].dtype == DType::bf16});
     return {Emit::Replace, std::make_shared<Primitive>(Op::FusedElementwise, attrs), ext};
   });
 }

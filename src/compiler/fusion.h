@@ -12,8 +12,9 @@ inline bool is_f32(const Node& n) {
   return n.dtype == DType::f32;
 }
 
-// Whether op `node` (an f32 op of the fact table's kFusable set) may join a
-// fused elementwise program on its device: its backend says it runs it.
+// Whether op `node` (an op of the fact table's kFusable set, f32, or bf16 of
+// bf16 operands, whose result the program rounds to bf16) may join a fused
+// elementwise program on its device: its backend says it runs it.
 bool backend_fuses(const Node& node);
 
 // How a fused kernel reads an operand of shape `in` for an output of shape

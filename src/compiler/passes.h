@@ -17,6 +17,9 @@ Graph simplify(const Graph& g);
 
 // Fuses chains of f32 elementwise ops (each intermediate read by one op of the
 // chain only) into FusedElementwise kernels: one pass over memory per chain.
+// Chains of bf16 ops fuse too where the backend runs them: the program
+// computes in f32 and rounds each op's result to bf16, as the unfused ops do
+// (bf16 mixed precision's GELU backward, g · gelu'(x), is one kernel).
 Graph fuse_elementwise(const Graph& g);
 
 // Folds the elementwise ops that follow an f32 matmul (bias add, scaling,

@@ -78,7 +78,7 @@ void print_program(std::ostream& os, const FusedAttrs& f) {
     const auto& in = f.program[i];
     os << (i ? "; " : " ") << "r" << f.reads.size() + i << "=" << op_name(in.op) << "(r" << in.a;
     if (in.b >= 0) os << ",r" << in.b;
-    os << ")";
+    os << ")" << (in.round_bf16 ? ":bf16" : "");
   }
 }
 

@@ -217,7 +217,10 @@ struct RandomAttrs {
 struct FusedInstr {
   Op op;
   int a, b;  // registers; b = -1 for unary ops
-  KILN_FIELDS(op, a, b)
+  // The result is rounded to bf16 (and kept as f32): the op computed on bf16
+  // values in the unfused graph, which rounds each result as it stores it.
+  bool round_bf16 = false;
+  KILN_FIELDS(op, a, b, round_bf16)
   bool operator==(const FusedInstr&) const = default;
 };
 enum class FusedRead : uint8_t { Whole, Scalar, Row };

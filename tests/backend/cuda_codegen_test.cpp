@@ -258,6 +258,9 @@ TEST(CudaCodegen, RefusesWhatItCannotGenerate) {
   EXPECT_FALSE(codegen::can_generate(many));
   FusedAttrs forward_ref{{FusedRead::Whole}, {{Op::Exp, 1, -1}}};  // reads its own register
   EXPECT_FALSE(codegen::can_generate(forward_ref));
+  FusedAttrs rounded{{FusedRead::Whole}, {{Op::Exp, 0, -1, true}}};  // a bf16 op's rounding
+  EXPECT_FALSE(codegen::can_generate(rounded));
+  EXPECT_TRUE(codegen::can_generate(FusedAttrs{{FusedRead::Whole}, {{Op::Exp, 0, -1}}}));
 }
 
 #ifdef KILN_HAVE_CUDA

@@ -13,6 +13,7 @@
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/optim.h"
+#include "ops/dispatch.h"
 #include "ops/op_facts.h"
 
 namespace kiln {
@@ -239,6 +240,65 @@ TEST(Passes, CastsFoldIntoTheKernelsBesideThem) {
   Graph on_cuda = traced_graph;
   for (auto& n : on_cuda.nodes) n.device = Device{DeviceType::cuda, 3};
   EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::Cast), 5);
+}
+
+// Chains of bf16 ops fuse too (the GELU backward of bf16 mixed precision,
+// g · gelu'(x), and what follows it): the program computes in f32 and rounds
+// each op's result to bf16 as the unfused op stores it, so jit equals eager
+// bit for bit on the cpu and ref backends. A chain that mixes in an f32 op
+// through a cast stays apart from it, and CUDA's generated kernels (f32
+// only) leave bf16 chains alone.
+TEST(Passes, Bf16ChainsFuseRoundingEachOp) {
+  auto f = [](const std::vector<Array>& x) {
+    Array a = astype(x[0], DType::bf16), g = astype(x[1], DType::bf16);
+    Array bias = astype(x[2], DType::bf16);
+    Array dx = g * gelu_grad(a);       // GeluGrad, Mul
+    Array out = neg(dx * 3.0 + bias);  // Mul by a scalar, Add of a row, Neg
+    return std::vector<Array>{out, astype(dx, DType::f32) * x[0]};
+  };
+  const std::vector<Shape> shapes{{6, 8}, {6, 8}, {8}};
+  Graph traced_graph = trace(f, shapes);
+  Graph g = compiler::optimize(traced_graph, {});
+  int bf16_programs = 0, rounded = 0, instructions = 0;
+  for (const auto& n : g.nodes) {
+    if (n.is_input() || n.prim->op() != Op::FusedElementwise || n.dtype != DType::bf16) continue;
+    ++bf16_programs;
+    for (const auto& ins : n.prim->attrs<FusedAttrs>().program) {
+      ++instructions;
+      rounded += ins.round_bf16;
+    }
+  }
+  // dx is read twice (by the rest of the chain and by the f32 output): two
+  // programs, GeluGrad·g and the three ops after it, every op rounded.
+  EXPECT_EQ(bf16_programs, 2);
+  EXPECT_EQ(instructions, 5);
+  EXPECT_EQ(rounded, 5);
+  EXPECT_EQ(count_ops(g, Op::GeluGrad), 0);
+  expect_jit_equals_eager_on_cpu_and_ref(f, shapes, 41);
+  {  // FusedElementwise's fallback of basic primitives rounds as its kernels do
+    std::vector<Array> args = random_args(shapes, 41);
+    const std::vector<Array> eager = f(args);
+    set_forced_fallbacks({Op::FusedElementwise});
+    const std::vector<Array> compiled = jit(f)(args);
+    set_forced_fallbacks({});
+    for (size_t i = 0; i < eager.size(); ++i)
+      EXPECT_EQ(astype(compiled[i], DType::f32).to_vector<float>(),
+                astype(eager[i], DType::f32).to_vector<float>())
+          << "output " << i;
+  }
+  // The values of bf16 rounding at every op differ from those of f32 math
+  // rounded once: the test above can fail.
+  auto once = [](const std::vector<Array>& x) {
+    Array a = astype(x[0], DType::bf16), g = astype(x[1], DType::bf16);
+    Array dx = astype(astype(g, DType::f32) * gelu_grad(astype(a, DType::f32)), DType::bf16);
+    return std::vector<Array>{dx};
+  };
+  std::vector<Array> args = random_args(shapes, 41);
+  EXPECT_NE(astype(f(args)[1], DType::f32).to_vector<float>(),
+            (astype(once(args)[0], DType::f32) * args[0]).to_vector<float>());
+  Graph on_cuda = traced_graph;
+  for (auto& n : on_cuda.nodes) n.device = Device{DeviceType::cuda, 3};
+  EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::GeluGrad), 1);
 }
 
 // The same through reshapes, into GEMMs (a MatmulEpilogue's and a Matmul's

@@ -1,6 +1,6 @@
-// kiln cpu backend: FusedElementwise — a chain of f32 elementwise ops run as
-// one pass over memory. The output is processed in chunks small enough that
-// every intermediate register stays in L1.
+// kiln cpu backend: FusedElementwise — a chain of elementwise ops run as one
+// pass over memory, in f32 (an instruction of bf16 values rounds its result). The output is
+// processed in chunks small enough that every intermediate register stays in L1.
 #include <algorithm>
 
 #include "backend/cpu/kernels.h"
@@ -24,6 +24,12 @@ inline void map2(float* y, const float* a, const float* b, int64_t n, F f) {
 inline void widen(const uint16_t* x, int64_t n, float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = widen_bf16(x[i]);
+}
+
+// y rounded to bf16 in place (an instruction of bf16 values).
+inline void round_in_place(float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = widen_bf16(narrow_bf16(y[i]));
 }
 
 }  // namespace
@@ -118,6 +124,7 @@ struct BodyEval {
       bool last = i + 1 == body.program.size();
       float* dst = last && last_dst ? last_dst : scratch + (ni + i) * kChunk;
       run_pointwise(ins.op, dst, reg[ins.a], ins.b >= 0 ? reg[ins.b] : nullptr, n);
+      if (ins.round_bf16) round_in_place(dst, n);
       reg[ni + i] = dst;
     }
     return reg[nregs - 1];

@@ -48,7 +48,7 @@ Values run_program(const FusedAttrs& f, std::vector<Values> reg, int64_t n, DTyp
         for (int64_t i = 0; i < n; ++i) y[i] = static_cast<double>(scalar<k>(a[i], b[i]));
       }
     });
-    round_to(y, dt);
+    round_to(y, ins.round_bf16 ? DType::bf16 : dt);
     reg.push_back(std::move(y));
   }
   if (reg.empty()) fail("FusedElementwise", "a program without registers");

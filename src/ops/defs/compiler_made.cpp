@@ -126,7 +126,8 @@ Array run_program(const FusedAttrs& f, std::vector<Array> regs, const Shape& ove
   for (const FusedInstr& i : f.program) {
     std::vector<Array> operands{regs[i.a]};
     if (i.b >= 0) operands.push_back(regs[i.b]);
-    regs.push_back(apply(Primitive(i.op), std::move(operands)));
+    Array r = apply(Primitive(i.op), std::move(operands));
+    regs.push_back(i.round_bf16 ? astype(astype(r, DType::bf16), DType::f32) : r);
   }
   return regs.back().shape() == over ? regs.back() : broadcast_to(regs.back(), over);
 }
