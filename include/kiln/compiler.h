@@ -35,8 +35,9 @@ struct JitOptions {
 // replays the executable on later calls. Arrays that f closes over (not its
 // arguments) are constants: the ops that read only them run once, at
 // compile time (a forward pass that captures its parameters casts and
-// concatenates its weights once, not on every call). A donated argument's buffer may be
-// reused for an output; its old handle then raises a clear error if used.
+// concatenates its weights once, not on every call). A donated argument's
+// buffer may be reused for an output; its old handle then raises a clear
+// error if used.
 class Jitted {
  public:
   Jitted(VectorFn f, JitOptions opt);

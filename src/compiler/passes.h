@@ -100,8 +100,8 @@ struct PassOptions {
 };
 
 // A jitted function's graph with its constants folded: `graph`'s input slot
-// s takes the argument slot from_slot[s] of the traced graph took, or, where
-// from_slot[s] is -1, the folded value value[s].
+// s takes what the traced graph's slot from_slot[s] took (an argument or a
+// captured constant), or, where from_slot[s] is -1, the folded value value[s].
 struct FoldedGraph {
   Graph graph;
   std::vector<int> from_slot;

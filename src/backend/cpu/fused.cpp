@@ -1,6 +1,7 @@
 // kiln cpu backend: FusedElementwise — a chain of elementwise ops run as one
-// pass over memory, in f32 (an instruction of bf16 values rounds its result). The output is
-// processed in chunks small enough that every intermediate register stays in L1.
+// pass over memory, in f32 (an instruction of bf16 values rounds its
+// result). The output is processed in chunks small enough that every
+// intermediate register stays in L1.
 #include <algorithm>
 
 #include "backend/cpu/kernels.h"
