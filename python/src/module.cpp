@@ -122,6 +122,36 @@ nb::ndarray<Tags...> view_of(const Array& a, bool bits16_as_uint) {
                               a.device().type == DeviceType::cuda ? a.device().index : 0);
 }
 
+// The elements of a strided array (strides in elements, any sign) in C
+// order: a row of the last dimension at a time, one memcpy per row where the
+// row is contiguous.
+std::vector<uint8_t> gather(const void* data, const Shape& shape,
+                            const std::vector<int64_t>& strides, size_t elem) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<uint8_t> out(static_cast<size_t>(n) * elem);
+  if (n == 0) return out;
+  const auto* base = static_cast<const uint8_t*>(data);
+  const size_t nd = shape.size();
+  const int64_t row = nd ? shape[nd - 1] : 1, step = nd ? strides[nd - 1] : 1;
+  std::vector<int64_t> idx(nd, 0);
+  uint8_t* dst = out.data();
+  for (int64_t r = 0; r < n / row; ++r) {
+    int64_t off = 0;
+    for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * strides[d];
+    const uint8_t* src = base + off * static_cast<int64_t>(elem);
+    if (step == 1) {
+      std::memcpy(dst, src, row * elem);
+    } else {
+      for (int64_t j = 0; j < row; ++j)
+        std::memcpy(dst + j * elem, src + j * step * static_cast<int64_t>(elem), elem);
+    }
+    dst += row * elem;
+    for (int d = static_cast<int>(nd) - 2; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+  }
+  return out;
+}
+
 // A new kiln array holding a copy of x (any DLPack-capable or numpy array),
 // in x's dtype, or `bits_of`: x's bytes read as that dtype (ml_dtypes'
 // bfloat16 reaches here as uint16).
@@ -138,10 +168,10 @@ Array from_ndarray(nb::ndarray<nb::ro> x, std::optional<Device> device,
   }
   Shape shape;
   for (size_t i = 0; i < x.ndim(); ++i) shape.push_back(static_cast<int64_t>(x.shape(i)));
+  bool contiguous = true;
   int64_t expect = 1;
   for (int i = static_cast<int>(x.ndim()) - 1; i >= 0; --i) {
-    if (x.shape(i) != 1 && x.stride(i) != expect)
-      kiln::fail("asarray", "the array is not C-contiguous (pass np.ascontiguousarray(x))");
+    if (x.shape(i) != 1 && x.stride(i) != expect) contiguous = false;
     expect *= static_cast<int64_t>(x.shape(i));
   }
   Device src = Device::cpu();
@@ -159,7 +189,16 @@ Array from_ndarray(nb::ndarray<nb::ro> x, std::optional<Device> device,
                "importing device arrays is not supported yet; move it to the host "
                "first (x.cpu())");
   }
-  Array a = Array::from_data(x.data(), shape, dt, Device::cpu());
+  if (contiguous) {
+    Array a = Array::from_data(x.data(), shape, dt, Device::cpu());
+    return dst == Device::cpu() ? a : a.to(dst);
+  }
+  // A strided view (a transposed or sliced PyTorch tensor): gathered in C
+  // order, a row of the last dimension at a time.
+  std::vector<int64_t> strides(x.ndim());
+  for (size_t i = 0; i < x.ndim(); ++i) strides[i] = x.stride(i);
+  std::vector<uint8_t> packed = gather(x.data(), shape, strides, kiln::size_of(dt));
+  Array a = Array::from_data(packed.data(), shape, dt, Device::cpu());
   return dst == Device::cpu() ? a : a.to(dst);
 }
 
