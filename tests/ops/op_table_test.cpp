@@ -1119,6 +1119,37 @@ TEST(RefBackend, FusedPrimitivesMatchCpu) {
   check_fused_primitives_on(Device::ref());
 }
 
+// A bf16 unary op is the f32 op on the widened values, rounded once: the
+// cpu kernel widens blocks of 512 values, so lengths that end mid-block and
+// split over the threads must give exactly that too.
+TEST(Elementwise, Bf16UnaryOpsAreTheF32OpsRounded) {
+  using F = std::function<Array(const Array&)>;
+  const std::vector<std::pair<const char*, F>> ops{
+      {"gelu", [](auto& x) { return gelu(x); }},
+      {"gelu_tanh", [](auto& x) { return gelu_tanh(x); }},
+      {"gelu_grad", [](auto& x) { return gelu_grad(x); }},
+      {"exp", [](auto& x) { return exp(x); }},
+      {"tanh", [](auto& x) { return tanh(x); }},
+      {"erf", [](auto& x) { return erf(x); }},
+      {"sqrt_abs", [](auto& x) { return sqrt(abs(x)); }},
+      {"neg", [](auto& x) { return neg(x); }}};
+  for (int64_t n : {int64_t{1}, int64_t{511}, int64_t{513}, int64_t{70001}}) {
+    const Array x = astype(random::normal(random::Key(7), {n}) * 3.0, DType::bf16);
+    const Array wide = astype(x, DType::f32);
+    for (const auto& [name, f] : ops) {
+      SCOPED_TRACE(std::string(name) + " over " + std::to_string(n));
+      const Array got = f(x);
+      ASSERT_EQ(got.dtype(), DType::bf16);
+      const Array want = astype(f(wide), DType::bf16);
+      const auto* g = static_cast<const uint16_t*>(got.raw());
+      const auto* w = static_cast<const uint16_t*>(want.raw());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += g[i] != w[i];
+      EXPECT_EQ(differ, 0);
+    }
+  }
+}
+
 // The dtypes the table does not run: integer arithmetic (exact, integer
 // division truncating), integer reductions and layout ops, and bf16 (within
 // one bf16 rounding of the cpu's f32 math).

