@@ -175,9 +175,9 @@ void BM_sgemm_per_head(benchmark::State& state, BatchedGemm g) {
 
 // The fused attention primitive on ViT-S/16's packed qkv at batch 32, forward
 // (2 GEMMs per head) and backward (5 GEMMs per head: the scores are recomputed).
-void BM_attention(benchmark::State& state, bool backward) {
-  Array qkv = random::normal(random::Key(1), {32, kT, 3, 6, kD});
-  Array dout = random::normal(random::Key(2), {32, kT, 6, kD});
+void BM_attention(benchmark::State& state, bool backward, DType dt) {
+  Array qkv = astype(random::normal(random::Key(1), {32, kT, 3, 6, kD}), dt);
+  Array dout = astype(random::normal(random::Key(2), {32, kT, 6, kD}), dt);
   for (auto _ : state) {
     Array r = backward ? attention_grad(qkv, dout, 0.125) : attention(qkv, 0.125);
     benchmark::DoNotOptimize(r.raw());
@@ -374,12 +374,14 @@ int register_all() {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
-  benchmark::RegisterBenchmark("attention_f32/forward/fused", BM_attention, false)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark("attention_f32/backward/fused", BM_attention, true)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
+  for (DType dt : {DType::f32, DType::bf16})
+    for (bool backward : {false, true})
+      benchmark::RegisterBenchmark((std::string("attention_") + name_of(dt) +
+                                    (backward ? "/backward/fused" : "/forward/fused"))
+                                       .c_str(),
+                                   BM_attention, backward, dt)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   benchmark::RegisterBenchmark("attention_f32/vjp/fused", BM_attention_vjp, true)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
