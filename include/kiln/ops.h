@@ -195,8 +195,9 @@ Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
 
 // Kernel time per primitive, collected when KILN_PROFILE=1: whether it is
-// on, the table so far (one line per primitive, most time first), and a
-// fresh start (after warm-up steps).
+// on, the table so far (one line per primitive, most time first; with
+// KILN_PROFILE=shapes then the costliest primitive and operand shapes), and
+// a fresh start (after warm-up steps).
 bool kernel_profile_enabled();
 std::string kernel_profile_report();
 void kernel_profile_reset();

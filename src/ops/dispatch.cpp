@@ -148,6 +148,7 @@ KernelProfile& kernel_profile() {
     auto* k = new KernelProfile();  // never destroyed: kernels may run during exit
     const char* e = std::getenv("KILN_PROFILE");
     k->enabled = e && *e && *e != '0';
+    k->by_shape = e && std::string(e) == "shapes";
     return k;
   }();
   return *p;
@@ -218,9 +219,20 @@ void run_kernel_with(const Primitive& prim, const std::vector<Array>& inputs, Ar
   k(ctx, prim, inputs, out);
   if (table->synchronize) table->synchronize(on);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string key;
+  if (prof.by_shape) {
+    key = std::string(op_name(prim.op())) + " -> " + name_of(out.dtype) + str(out.shape) +
+          (inputs.empty() ? "" : " from");
+    for (const Array& x : inputs) key += std::string(" ") + name_of(x.dtype()) + str(x.shape());
+  }
   std::lock_guard<std::mutex> lock(prof.mu);
   prof.seconds[static_cast<int>(prim.op())] += s;
   prof.calls[static_cast<int>(prim.op())] += 1;
+  if (prof.by_shape) {
+    auto& [sec, calls] = prof.shapes[key];
+    sec += s;
+    calls += 1;
+  }
 }
 
 void synchronize(Device device) {
@@ -242,6 +254,7 @@ void KernelProfile::reset() {
   std::lock_guard<std::mutex> lock(mu);
   seconds.fill(0);
   calls.fill(0);
+  shapes.clear();
 }
 
 std::string KernelProfile::report() {
@@ -261,6 +274,22 @@ std::string KernelProfile::report() {
                   op_name(static_cast<Op>(i)), seconds[i], 100 * seconds[i] / total,
                   static_cast<unsigned long long>(calls[i]));
     os << line;
+  }
+  if (by_shape) {
+    std::vector<std::pair<std::string, std::pair<double, uint64_t>>> rows(shapes.begin(),
+                                                                          shapes.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    constexpr size_t kTop = 40;
+    os << "by primitive and shapes (KILN_PROFILE=shapes), the " << std::min(kTop, rows.size())
+       << " of " << rows.size() << " that took longest\n";
+    for (size_t i = 0; i < std::min(kTop, rows.size()); ++i) {
+      char line[64];
+      std::snprintf(line, sizeof line, "  %9.3f s %6.1f%% %7llu calls  ", rows[i].second.first,
+                    100 * rows[i].second.first / total,
+                    static_cast<unsigned long long>(rows[i].second.second));
+      os << line << rows[i].first << "\n";
+    }
   }
   return os.str();
 }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/array_node.h"
@@ -86,12 +87,15 @@ int debug_level();
 void set_forced_fallbacks(const std::vector<Op>& ops);
 // Whether `op` runs its fallback on `device`.
 bool runs_fallback(Device device, Op op);
-// Kernel time per primitive, collected when KILN_PROFILE=1.
+// Kernel time per primitive, collected when KILN_PROFILE=1; with
+// KILN_PROFILE=shapes also per primitive and operand shapes (the top lines).
 struct KernelProfile {
   bool enabled = false;
+  bool by_shape = false;
   std::mutex mu;
   std::array<double, kOpCount> seconds{};
   std::array<uint64_t, kOpCount> calls{};
+  std::unordered_map<std::string, std::pair<double, uint64_t>> shapes;  // key: op and shapes
   std::string report();
   void reset();
 };
