@@ -230,22 +230,33 @@ void fused_reduce_kernel(const KernelContext&, const Primitive& p,
     });
     return;
   }
-  // Column sums: each job owns a block of up to kChunk outputs and walks the
-  // reduced axis (float accumulators, in the Sum kernel's order).
-  const int64_t width = column_block(outer, inner, kChunk);
+  // Column sums: each job owns a block of up to kWide outputs (one block per
+  // thread where there is one row of outputs) and walks the reduced axis, a
+  // row's block in chunks of kChunk (float accumulators, in the Sum kernel's
+  // order). Wide blocks read each row in one long piece: the hardware
+  // prefetchers follow that, not kChunk-wide pieces a whole row apart (a
+  // bias gradient of [6304, 1536] bf16 values: 2.3 -> 1.4 ms in a ViT-S
+  // step).
+  constexpr int64_t kWide = 4096;
+  const int64_t width = column_block(outer, inner, kWide);
   const int64_t blocks = (inner + width - 1) / width;
   parallel_for(outer * blocks, reduced * width * body.nregs, [&](int64_t b, int64_t e) {
     std::vector<float> scratch(scratch_regs * kChunk);
     std::vector<const float*> reg(scratch_regs);
-    std::vector<float> acc(kChunk);
+    std::vector<float> acc(kWide);
     for (int64_t job = b; job < e; ++job) {
       int64_t o = job / blocks, i0 = (job % blocks) * width, n = std::min(width, inner - i0);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t r = 0; r < reduced; ++r) {
-        const float* v = body.run((o * reduced + r) * inner + i0, n, scratch.data(), reg);
-        for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
-      }
-      store(o * inner + i0, n, acc.data(), scratch.data(), reg);
+      std::fill_n(acc.begin(), n, 0.0f);
+      for (int64_t r = 0; r < reduced; ++r)
+        for (int64_t c = 0; c < n; c += kChunk) {
+          const int64_t m = std::min(kChunk, n - c);
+          const float* v = body.run((o * reduced + r) * inner + i0 + c, m, scratch.data(), reg);
+          float* a = acc.data() + c;
+#pragma omp simd
+          for (int64_t i = 0; i < m; ++i) a[i] += v[i];
+        }
+      for (int64_t c = 0; c < n; c += kChunk)
+        store(o * inner + i0 + c, std::min(kChunk, n - c), acc.data() + c, scratch.data(), reg);
     }
   });
 }

@@ -45,8 +45,11 @@ void reduce_typed(const T* x, T* y, const ReduceView& v) {
     });
     return;
   }
-  // Column reduction: accumulate whole inner rows, vectorized over inner.
-  constexpr int64_t kTile = 512;
+  // Column reduction: accumulate whole inner rows, vectorized over inner, a
+  // block of columns per thread where there is one row of outputs (a long
+  // piece of each row, which the hardware prefetchers follow; fused.cpp's
+  // column sums likewise).
+  constexpr int64_t kTile = 4096;
   const int64_t tile = column_block(v.outer, v.inner, kTile);
   int64_t tiles = (v.inner + tile - 1) / tile;
   parallel_for(v.outer * tiles, v.reduced * tile, [&](int64_t b, int64_t e) {
