@@ -250,6 +250,13 @@ void BM_exp(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(exp(a).raw());
   state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
 }
+// bf16 mixed precision's casts (eager mode runs one per linear operand and
+// gradient): GB/s over bytes read + written.
+void BM_cast(benchmark::State& state, DType from, DType to) {
+  Array a = astype(random::normal(random::Key(1), {M, 1536}), from);
+  for (auto _ : state) benchmark::DoNotOptimize(astype(a, to).raw());
+  state.SetBytesProcessed(state.iterations() * a.size() * (size_of(from) + size_of(to)));
+}
 void BM_softmax_attention(benchmark::State& state) {
   Array a = random::normal(random::Key(1), {32 * 12, 197, 197});
   for (auto _ : state) benchmark::DoNotOptimize(softmax(a).raw());
@@ -390,6 +397,12 @@ int register_all() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("attention_f32/forward/unfused", BM_attention_unfused)
       ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("cast/f32_to_bf16", BM_cast, DType::f32, DType::bf16)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("cast/bf16_to_f32", BM_cast, DType::bf16, DType::f32)
+      ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   for (bool fused : {true, false})
     benchmark::RegisterBenchmark(fused ? "bias_step/fused" : "bias_step/unfused", BM_bias_step,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -1147,6 +1148,36 @@ TEST(Elementwise, Bf16UnaryOpsAreTheF32OpsRounded) {
       for (int64_t i = 0; i < n; ++i) differ += g[i] != w[i];
       EXPECT_EQ(differ, 0);
     }
+  }
+}
+
+// Casts between f32 and bf16 (the cpu Cast kernel, split over the threads)
+// give bf16's own rounding bit for bit: to nearest even, NaN kept quiet,
+// infinities and subnormals kept; and bf16 -> f32 is exact. Lengths with odd
+// tails.
+TEST(Elementwise, F32Bf16CastsRoundAsTheBf16Type) {
+  std::vector<uint32_t> bits{0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                             0xffc00001u, 0x7f800001u, 0x7f7fffffu, 0x00000001u, 0x807fffffu,
+                             0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7f8000u};
+  for (uint64_t i = 0; bits.size() < 70001; i += 61357) bits.push_back(static_cast<uint32_t>(i));
+  std::vector<float> v(bits.size());
+  std::memcpy(v.data(), bits.data(), bits.size() * 4);
+  for (size_t n : {size_t{14}, size_t{1000}, bits.size()}) {
+    SCOPED_TRACE(n);
+    const Array x =
+        Array::from_vector(std::vector<float>(v.begin(), v.begin() + n), {static_cast<int64_t>(n)});
+    const Array y = astype(x, DType::bf16);
+    const auto* got = static_cast<const uint16_t*>(y.raw());
+    int64_t differ = 0;
+    for (size_t i = 0; i < n; ++i) differ += got[i] != bf16(v[i]).bits;
+    EXPECT_EQ(differ, 0);
+    const std::vector<float> back = astype(y, DType::f32).to_vector<float>();
+    differ = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(bf16(v[i]));
+      differ += std::memcmp(&back[i], &want, 4) != 0;
+    }
+    EXPECT_EQ(differ, 0);
   }
 }
 
