@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/sgemm.h"
 #include "kiln/kiln.h"
 
@@ -175,13 +176,16 @@ void BM_sgemm_per_head(benchmark::State& state, BatchedGemm g) {
 
 // The fused attention primitive on ViT-S/16's packed qkv at batch 32, forward
 // (2 GEMMs per head) and backward (5 GEMMs per head: the scores are recomputed).
-void BM_attention(benchmark::State& state, bool backward, DType dt) {
+// amx: whether kiln's AMX kernels may run (bf16 on an AMX CPU; else oneMKL).
+void BM_attention(benchmark::State& state, bool backward, DType dt, bool amx) {
   Array qkv = astype(random::normal(random::Key(1), {32, kT, 3, 6, kD}), dt);
   Array dout = astype(random::normal(random::Key(2), {32, kT, 6, kD}), dt);
+  cpu::set_amx_kernels(amx);
   for (auto _ : state) {
     Array r = backward ? attention_grad(qkv, dout, 0.125) : attention(qkv, 0.125);
     benchmark::DoNotOptimize(r.raw());
   }
+  cpu::set_amx_kernels(true);
   set_flops(state, (backward ? 5.0 : 2.0) * 2.0 * kHeads * kT * kT * kD);
 }
 
@@ -383,12 +387,16 @@ int register_all() {
   }
   for (DType dt : {DType::f32, DType::bf16})
     for (bool backward : {false, true})
-      benchmark::RegisterBenchmark((std::string("attention_") + name_of(dt) +
-                                    (backward ? "/backward/fused" : "/forward/fused"))
-                                       .c_str(),
-                                   BM_attention, backward, dt)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+      for (bool amx : {true, false}) {
+        if (!amx && (dt != DType::bf16 || !cpu::amx_kernels())) continue;
+        benchmark::RegisterBenchmark(
+            (std::string("attention_") + name_of(dt) +
+             (backward ? "/backward/fused" : "/forward/fused") + (amx ? "" : "/no_amx"))
+                .c_str(),
+            BM_attention, backward, dt, amx)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
   benchmark::RegisterBenchmark("attention_f32/vjp/fused", BM_attention_vjp, true)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();

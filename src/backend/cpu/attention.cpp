@@ -7,11 +7,16 @@
 // are never transposed into place. The T×T scores stay in a per-thread buffer
 // (cache-resident at ViT's T = 197) and are never stored: the backward
 // recomputes them, which costs one T×T×D GEMM per job and saves B·H·T² values
-// of memory per layer.
+// of memory per layer. In bf16 on a CPU with AMX (and head dims that are
+// multiples of 32) the GEMMs run on kiln's own AMX kernels (amx.h) on
+// operands laid out per job, rather than on oneMKL, which spends a third of
+// its time at these sizes packing them.
 #include "backend/cpu/avx512.h"  // first: see its note on GCC's warnings
 
 #include <limits>
+#include <utility>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
 
@@ -356,6 +361,283 @@ void attention_grad_bf16(const Array& qkv_a, const Array& dout_a, const Attentio
   });
 }
 
+#if KILN_CPU_AVX512
+// ---- bf16 on kiln's AMX kernels (amx.h): the same products, sums and
+// roundings as above, with the operands laid out per job as the tiles take
+// them (a few µs of shuffles a job where oneMKL packs each GEMM's operands
+// itself): A row-major, B in AMX's pair layout, both zero-padded to whole
+// tiles (16 rows and columns, 32 along k), which the buffers of a thread keep
+// from their allocation (each job writes only inside its sizes).
+
+inline __mmask32 lanes32(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
+}
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// Rows [rows, cols] (ld apart) into dst (ldd apart).
+void copy_rows(const bits* src, int64_t ld, int64_t rows, int64_t cols, bits* dst, int64_t ldd) {
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ldd, src + i * ld, cols * sizeof(bits));
+}
+
+// B [k, n] (rows ld apart) in the pair layout: dst row r interleaves rows 2r
+// and 2r + 1 (zeros past k).
+void pair_rows(const bits* src, int64_t ld, int64_t k, int64_t n, bits* dst, int64_t ldd) {
+  alignas(64) static const uint16_t lo_hi[64] = {
+      0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+      11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
+      22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_hi), hi = _mm512_load_si512(lo_hi + 32);
+  for (int64_t r = 0; 2 * r < k; ++r) {
+    const bits* s0 = src + 2 * r * ld;
+    const bool odd = 2 * r + 1 == k;
+    bits* d = dst + r * ldd;
+    for (int64_t j = 0; j < n; j += 32) {
+      const __mmask32 m = lanes32(n - j);
+      const __m512i x0 = _mm512_maskz_loadu_epi16(m, s0 + j);
+      const __m512i x1 = odd ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, s0 + ld + j);
+      const int64_t count = 2 * std::min<int64_t>(32, n - j);
+      _mm512_mask_storeu_epi16(d + 2 * j, lanes32(count), _mm512_permutex2var_epi16(x0, lo, x1));
+      if (count > 32)
+        _mm512_mask_storeu_epi16(d + 2 * j + 32, lanes32(count - 32),
+                                 _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+  }
+}
+
+// The permutes of transpose16: for stage st (blocks of s = 8 >> st lanes),
+// the new row with bit s clear (keep) and set (take), from rows x and y
+// (lanes 16 + l of y).
+struct TransposeIndices {
+  alignas(64) int idx[4][2][16];
+  constexpr TransposeIndices() : idx() {
+    for (int st = 0; st < 4; ++st) {
+      const int s = 8 >> st;
+      for (int l = 0; l < 16; ++l) {
+        idx[st][0][l] = (l & s) ? 16 + l - s : l;
+        idx[st][1][l] = (l & s) ? 16 + l : l + s;
+      }
+    }
+  }
+};
+constexpr TransposeIndices kTranspose;
+
+// Transposes 16 x 16 32-bit lanes in place: r[i][l] <- r[l][i]. Four
+// stages of block swaps (8, 4, 2, 1 lanes), two permutes per row pair each;
+// every index a constant, so that r stays in registers.
+template <int St, int... I>
+__attribute__((always_inline)) inline void transpose_stage(__m512i (&r)[16],
+                                                           std::integer_sequence<int, I...>) {
+  constexpr int s = 8 >> St;
+  const __m512i keep = _mm512_load_si512(kTranspose.idx[St][0]);
+  const __m512i take = _mm512_load_si512(kTranspose.idx[St][1]);
+  auto swap = [&](auto i) {
+    constexpr int a = decltype(i)::value;
+    if constexpr (!(a & s)) {
+      const __m512i x = r[a], y = r[a + s];
+      r[a] = _mm512_permutex2var_epi32(x, keep, y);
+      r[a + s] = _mm512_permutex2var_epi32(x, take, y);
+    }
+  };
+  (swap(std::integral_constant<int, I>{}), ...);
+}
+__attribute__((always_inline)) inline void transpose16(__m512i (&r)[16]) {
+  constexpr auto rows = std::make_integer_sequence<int, 16>{};
+  transpose_stage<0>(r, rows);
+  transpose_stage<1>(r, rows);
+  transpose_stage<2>(r, rows);
+  transpose_stage<3>(r, rows);
+}
+
+// Row i of a 16-row block that starts at row i0 of n: the mask m, or none
+// past n (masked loads and stores neither read nor write there, nor fault).
+inline __mmask16 row_mask(int64_t i0, int i, int64_t n, __mmask16 m) {
+  return i0 + i < n ? m : __mmask16(0);
+}
+
+// Bᵀ for M [n, k] (rows ld apart, k even) in the pair layout: dst row r holds
+// M[j][2r], M[j][2r + 1] for each row j (a transpose of 32-bit pairs).
+void pair_cols(const bits* src, int64_t ld, int64_t n, int64_t k, bits* dst, int64_t ldd) {
+  __m512i r[16];
+  for (int64_t j0 = 0; j0 < n; j0 += 16)
+    for (int64_t c0 = 0; c0 < k; c0 += 32) {
+      const __mmask16 m = avx512::lanes((k - c0) / 2), rows = avx512::lanes(n - j0);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = _mm512_maskz_loadu_epi32(row_mask(j0, i, n, m), src + (j0 + i) * ld + c0);
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p)
+        _mm512_mask_storeu_epi32(dst + (c0 / 2 + p) * ldd + 2 * j0, row_mask(c0, 2 * p, k, rows),
+                                 r[p]);
+    }
+}
+
+// Mᵀ for M [rows, cols] (rows ld apart, cols even) into dst [cols][ldd].
+void transpose_rows(const bits* src, int64_t ld, int64_t rows, int64_t cols, bits* dst,
+                    int64_t ldd) {
+  __m512i r[16];
+  for (int64_t i0 = 0; i0 < rows; i0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      const __mmask16 m = avx512::lanes((cols - c0) / 2), out = avx512::lanes(rows - i0);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = _mm512_maskz_loadu_epi32(row_mask(i0, i, rows, m), src + (i0 + i) * ld + c0);
+      transpose16(r);  // r[p]: columns c0 + 2p and c0 + 2p + 1 of rows i0..i0 + 15
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) {
+        const __mmask16 w = row_mask(c0, 2 * p, cols, out);
+        _mm256_mask_storeu_epi16(dst + (c0 + 2 * p) * ldd + i0, w, _mm512_cvtepi32_epi16(r[p]));
+        _mm256_mask_storeu_epi16(dst + (c0 + 2 * p + 1) * ldd + i0, w,
+                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[p], 16)));
+      }
+    }
+}
+
+// y[i][c] = bf16(alpha · x[c][i]) for i < rows, c < cols: x [cols][ldx] f32
+// (ldx >= rows rounded up to 16), y rows ld apart; rounded by avx512::to_bf16.
+void store_transposed(const float* x, int64_t ldx, int64_t rows, int64_t cols, float alpha, bits* y,
+                      int64_t ld) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  __m512i r[16];
+  for (int64_t i0 = 0; i0 < rows; i0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      const __mmask16 m = avx512::lanes(cols - c0);
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c)
+        r[c] = _mm512_maskz_loadu_epi32(row_mask(c0, c, cols, 0xffff), x + (c0 + c) * ldx + i0);
+      transpose16(r);  // r[i]: columns c0..c0 + 15 of row i0 + i
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        _mm256_mask_storeu_epi16(y + (i0 + i) * ld + c0, row_mask(i0, i, rows, m),
+                                 avx512::to_bf16(_mm512_mul_ps(_mm512_castsi512_ps(r[i]), va)));
+    }
+}
+
+// r *= c in place; returns the row's max.
+float scale_row_max(float* r, int64_t t, float c) {
+  const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 vc = _mm512_set1_ps(c);
+  __m512 m = lowest;
+  for (int64_t j = 0; j < t; j += 16) {
+    const __mmask16 k = avx512::lanes(t - j);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), vc);
+    _mm512_mask_storeu_ps(r + j, k, x);
+    m = _mm512_mask_max_ps(m, k, m, x);
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+// A job's tile sizes and buffers (one set per thread, zeroed once).
+struct AmxJob {
+  int64_t t, d, tp, tk;  // tokens, head dim, tokens rounded to 16 and to 32
+  std::vector<bits> qa, ka, kb, pa, pb, dta;
+  std::vector<float> s, dp, o, c2;
+  std::vector<float> inv;
+  explicit AmxJob(const Dims& g, bool backward)
+      : t(g.t), d(g.d), tp(round_up(g.t, 16)), tk(round_up(g.t, 32)) {
+    qa.assign(tp * d, 0);   // a [t, d] operand (Q, dO)
+    kb.assign(tp * d, 0);   // pairs of Kᵀ or Vᵀ columns [d / 2][2 tp]
+    pa.assign(tp * tk, 0);  // E, or dS: [tp][tk]
+    ka.assign(tk * d, 0);   // pairs of V or K rows [tk / 2][2 d]
+    s.assign(tp * tp, 0);
+    o.assign(tp * d, 0);
+    inv.assign(t, 0);
+    if (backward) {
+      pb.assign(tk * tp, 0);  // pairs of P or dS rows [tk / 2][2 tp]
+      dta.assign(d * tk, 0);  // dOᵀ or Qᵀ [d][tk]
+      dp.assign(tp * tp, 0);
+      c2.assign(d * tp, 0);
+    }
+  }
+  // S = Q Kᵀ (unscaled) for q, k rows ld apart, into s [tp][tp].
+  void scores(const bits* q, const bits* k, int64_t ld) {
+    copy_rows(q, ld, t, d, qa.data(), d);
+    pair_cols(k, ld, t, d, kb.data(), 2 * tp);
+    amx::gemm(tp / 16, tp / 16, d / 32, qa.data(), d, kb.data(), 2 * tp, s.data(), tp);
+  }
+  // o [tp][d] = pa [tp][tk] · (rows of x [t, d], ld apart)
+  void times_rows(const bits* x, int64_t ld) {
+    pair_rows(x, ld, t, d, ka.data(), 2 * d);
+    amx::gemm(tp / 16, d / 16, tk / 32, pa.data(), tk, ka.data(), 2 * d, o.data(), d);
+  }
+  // c2 [d][tp] = (x [t, d], rows ld apart)ᵀ · pa [t, t], i.e. (paᵀ x)ᵀ
+  void transposed_times_pa(const bits* x, int64_t ld) {
+    transpose_rows(x, ld, t, d, dta.data(), tk);
+    pair_rows(pa.data(), tk, t, t, pb.data(), 2 * tp);
+    amx::gemm(d / 16, tp / 16, tk / 32, dta.data(), tk, pb.data(), 2 * tp, c2.data(), tp);
+  }
+};
+
+void attention_bf16_amx(const Array& qkv_a, const AttentionAttrs& at, bits* out) {
+  const Dims g = dims_of(qkv_a);
+  const bits* qkv = static_cast<const bits*>(qkv_a.raw());
+  const int64_t ld = 3 * g.e();
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 4 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
+    AmxJob w(g, false);
+    amx::begin();
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const bits* q = qkv + bi * g.t * ld + hi * g.d;
+      w.scores(q, q + g.e(), ld);
+      for (int64_t i = 0; i < g.t; ++i) {
+        float* r = w.s.data() + i * w.tp;
+        const float m = scale_row_max(r, g.t, scale);
+        w.inv[i] = 1.0f / exp_row_bf16(r, g.t, m, w.pa.data() + i * w.tk);
+      }
+      w.times_rows(q + 2 * g.e(), ld);
+      store_rows(w.o.data(), g.t, g.d, out + bi * g.t * g.e() + hi * g.d, g.e(), w.inv.data());
+    }
+    amx::end();
+  });
+}
+
+void attention_grad_bf16_amx(const Array& qkv_a, const Array& dout_a, const AttentionAttrs& at,
+                             bits* dqkv) {
+  const Dims g = dims_of(qkv_a);
+  const bits* qkv = static_cast<const bits*>(qkv_a.raw());
+  const bits* dout = static_cast<const bits*>(dout_a.raw());
+  const int64_t ld = 3 * g.e();
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 10 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
+    AmxJob w(g, true);
+    std::vector<float> scale_rows(g.t, scale);
+    amx::begin();
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t base = bi * g.t * ld + hi * g.d;
+      const bits *q = qkv + base, *k = q + g.e(), *v = q + 2 * g.e();
+      bits *dq = dqkv + base, *dk = dq + g.e(), *dv = dq + 2 * g.e();
+      const bits* d_o = dout + bi * g.t * g.e() + hi * g.d;
+      w.scores(q, k, ld);
+      for (int64_t i = 0; i < g.t; ++i) {  // P in f32 (in s) and in bf16 (in pa)
+        float* r = w.s.data() + i * w.tp;
+        const float m = scale_row_max(r, g.t, scale);
+        scale_row_bf16(r, g.t, 1.0f / exp_row(r, g.t, m), w.pa.data() + i * w.tk);
+      }
+      w.transposed_times_pa(d_o, g.e());  // dVᵀ = dOᵀ P
+      store_transposed(w.c2.data(), w.tp, g.t, g.d, 1.0f, dv, ld);
+      copy_rows(d_o, g.e(), g.t, g.d, w.qa.data(), g.d);  // dP = dO Vᵀ
+      pair_cols(v, ld, g.t, g.d, w.kb.data(), 2 * w.tp);
+      amx::gemm(w.tp / 16, w.tp / 16, g.d / 32, w.qa.data(), g.d, w.kb.data(), 2 * w.tp,
+                w.dp.data(), w.tp);
+      for (int64_t i = 0; i < g.t; ++i) {  // dS in bf16, in pa
+        const float *pr = w.s.data() + i * w.tp, *dr = w.dp.data() + i * w.tp;
+        softmax_grad_row_bf16(pr, dr, g.t, dot_row(pr, dr, g.t), w.pa.data() + i * w.tk);
+      }
+      w.times_rows(k, ld);  // dQ = scale · dS K
+      store_rows(w.o.data(), g.t, g.d, dq, ld, scale_rows.data());
+      w.transposed_times_pa(q, ld);  // dKᵀ = Qᵀ dS
+      store_transposed(w.c2.data(), w.tp, g.t, g.d, scale, dk, ld);
+    }
+    amx::end();
+  });
+}
+#endif
+
 void attention_kernel(const KernelContext&, const Primitive& p,
                       const std::vector<Array>& in, ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
@@ -366,7 +648,12 @@ void attention_kernel(const KernelContext&, const Primitive& p,
   switch (in[0].dtype()) {
     case DType::f32: return attention_typed<float>(in[0], at, static_cast<float*>(y));
     case DType::f64: return attention_typed<double>(in[0], at, static_cast<double*>(y));
-    case DType::bf16: return attention_bf16(in[0], at, static_cast<bits*>(y));
+    case DType::bf16:
+#if KILN_CPU_AVX512
+      if (amx_kernels() && dims_of(in[0]).d % 32 == 0)
+        return attention_bf16_amx(in[0], at, static_cast<bits*>(y));
+#endif
+      return attention_bf16(in[0], at, static_cast<bits*>(y));
     default:
       fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
   }
@@ -382,7 +669,12 @@ void attention_grad_kernel(const KernelContext&, const Primitive& p,
   switch (in[0].dtype()) {
     case DType::f32: return attention_grad_typed<float>(in[0], in[1], at, static_cast<float*>(y));
     case DType::f64: return attention_grad_typed<double>(in[0], in[1], at, static_cast<double*>(y));
-    case DType::bf16: return attention_grad_bf16(in[0], in[1], at, static_cast<bits*>(y));
+    case DType::bf16:
+#if KILN_CPU_AVX512
+      if (amx_kernels() && dims_of(in[0]).d % 32 == 0)
+        return attention_grad_bf16_amx(in[0], in[1], at, static_cast<bits*>(y));
+#endif
+      return attention_grad_bf16(in[0], in[1], at, static_cast<bits*>(y));
     default:
       fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
   }
