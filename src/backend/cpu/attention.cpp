@@ -216,6 +216,22 @@ Dims dims_of(const Array& qkv) {
   return {s[0], s[1], s[3], s[4]};
 }
 
+// The rows of a backward job (batch bi, head hi): q, k, v in qkv and dq, dk,
+// dv in dqkv (rows 3·H·D apart), dO in dout (rows H·D apart).
+template <typename T>
+struct JobRows {
+  int64_t bi, hi;
+  const T *q, *k, *v, *d_o;
+  T *dq, *dk, *dv;
+  JobRows(const T* qkv, const T* dout, T* dqkv, const Dims& g, int64_t job)
+      : bi(job / g.h), hi(job % g.h) {
+    const int64_t base = bi * g.t * 3 * g.e() + hi * g.d;
+    q = qkv + base, k = q + g.e(), v = q + 2 * g.e();
+    dq = dqkv + base, dk = dq + g.e(), dv = dq + 2 * g.e();
+    d_o = dout + bi * g.t * g.e() + hi * g.d;
+  }
+};
+
 // P = softmax(scale · Q Kᵀ) for job (batch bi, head hi) into p [t, t].
 template <typename T>
 void probabilities(const T* qkv, const Dims& g, int64_t bi, int64_t hi, T scale, T* p) {
@@ -256,11 +272,10 @@ void attention_grad_typed(const Array& qkv_a, const Array& dout_a, const Attenti
   parallel_for(g.b * g.h, 10 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
     std::vector<T> p(g.t * g.t), dp(g.t * g.t);
     for (int64_t job = j0; job < j1; ++job) {
-      int64_t bi = job / g.h, hi = job % g.h;
-      const int64_t base = bi * g.t * ld + hi * g.d;
-      const T *q = qkv + base, *k = q + g.e(), *v = q + 2 * g.e();
-      T *dq = dqkv + base, *dk = dq + g.e(), *dv = dq + 2 * g.e();
-      const T* d_o = dout + bi * g.t * g.e() + hi * g.d;
+      const JobRows<T> jr(qkv, dout, dqkv, g, job);
+      const int64_t bi = jr.bi, hi = jr.hi;
+      const T *q = jr.q, *k = jr.k, *v = jr.v, *d_o = jr.d_o;
+      T *dq = jr.dq, *dk = jr.dk, *dv = jr.dv;
       probabilities(qkv, g, bi, hi, scale, p.data());
       gemm(true, false, g.t, g.d, g.t, T(1), p.data(), g.t, d_o, g.e(), dv, ld);
       gemm(false, true, g.t, g.t, g.d, T(1), d_o, g.e(), v, ld, dp.data(), g.t);
@@ -336,11 +351,10 @@ void attention_grad_bf16(const Array& qkv_a, const Array& dout_a, const Attentio
     std::vector<float> p(g.t * g.t), dp(g.t * g.t), o(g.t * g.d);
     std::vector<bits> p16(g.t * g.t);
     for (int64_t job = j0; job < j1; ++job) {
-      int64_t bi = job / g.h, hi = job % g.h;
-      const int64_t base = bi * g.t * ld + hi * g.d;
-      const bits *q = qkv + base, *k = q + g.e(), *v = q + 2 * g.e();
-      bits *dq = dqkv + base, *dk = dq + g.e(), *dv = dq + 2 * g.e();
-      const bits* d_o = dout + bi * g.t * g.e() + hi * g.d;
+      const JobRows<bits> jr(qkv, dout, dqkv, g, job);
+      const int64_t bi = jr.bi, hi = jr.hi;
+      const bits *q = jr.q, *k = jr.k, *v = jr.v, *d_o = jr.d_o;
+      bits *dq = jr.dq, *dk = jr.dk, *dv = jr.dv;
       scores16(qkv, g, bi, hi, scale, p.data());
       for (int64_t i = 0; i < g.t; ++i) {  // P in f32 and in bf16
         float* r = p.data() + i * g.t;
@@ -607,11 +621,9 @@ void attention_grad_bf16_amx(const Array& qkv_a, const Array& dout_a, const Atte
     std::vector<float> scale_rows(g.t, scale);
     amx::begin();
     for (int64_t job = j0; job < j1; ++job) {
-      const int64_t bi = job / g.h, hi = job % g.h;
-      const int64_t base = bi * g.t * ld + hi * g.d;
-      const bits *q = qkv + base, *k = q + g.e(), *v = q + 2 * g.e();
-      bits *dq = dqkv + base, *dk = dq + g.e(), *dv = dq + 2 * g.e();
-      const bits* d_o = dout + bi * g.t * g.e() + hi * g.d;
+      const JobRows<bits> jr(qkv, dout, dqkv, g, job);
+      const bits *q = jr.q, *k = jr.k, *v = jr.v, *d_o = jr.d_o;
+      bits *dq = jr.dq, *dk = jr.dk, *dv = jr.dv;
       w.scores(q, k, ld);
       for (int64_t i = 0; i < g.t; ++i) {  // P in f32 (in s) and in bf16 (in pa)
         float* r = w.s.data() + i * w.tp;
