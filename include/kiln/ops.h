@@ -213,13 +213,13 @@ std::string cpu_gemm_library_reason();
 // AVX-512, or the library capped by ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS)
 // or "SSE" (no AVX2 with FMA).
 std::string cpu_gemm_isa();
-// Whether bf16 matmuls run natively (oneDNN: AVX-512 BF16 or AMX); elsewhere
-// their bf16 operands are widened to f32 and run at the f32 rate.
+// Whether bf16 matmuls run natively (oneDNN on a bf16 unit: AVX512-BF16 or
+// AMX); elsewhere (AVX2-only CPUs, AVX-512 without BF16, capped libraries)
+// kiln widens their bf16 operands to f32 and runs them at the f32 rate.
 bool cpu_bf16_gemm_native();
 // The unit bf16 GEMMs run on, as the library chose it for this CPU and its
-// caps: "AMX" (tiles), "AVX512-BF16" (dot products), or, where they run at
-// the f32 rate (widened to f32, or converted by oneDNN on AVX-512 without
-// BF16), the f32 GEMMs' ISA (cpu_gemm_isa()).
+// caps: "AMX" (tiles), "AVX512-BF16" (dot products), or, where they are
+// widened to f32, the f32 GEMMs' ISA (cpu_gemm_isa()).
 std::string cpu_bf16_gemm_unit();
 
 }  // namespace kiln

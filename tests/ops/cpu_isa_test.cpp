@@ -1,7 +1,8 @@
 // What the CPU backend does on each x86-64 ISA: the vector ISA its GEMMs run
 // (which the utilization line's peak follows), and bf16 matmuls on every CPU:
-// natively where oneDNN has a bf16 GEMM (AVX-512 BF16, AMX), widened to f32
-// where it has none (AVX2-only CPUs, or a capped oneDNN). scripts/test-isa.sh
+// natively where oneDNN runs them on a bf16 unit (AVX-512 BF16, AMX), widened
+// to f32 where there is none (AVX2-only CPUs, AVX-512 without BF16, or a
+// capped oneDNN). scripts/test-isa.sh
 // runs the suite with the ISA capped at AVX2 and sets KILN_EXPECT_GEMM_ISA.
 #include <gtest/gtest.h>
 
@@ -26,6 +27,18 @@ TEST(CpuIsa, GemmIsaIsTheOneTheCpuAndTheCapsAllow) {
     if (std::string(expected) == "AVX2") {
       EXPECT_FALSE(cpu_bf16_gemm_native());
     }
+  }
+}
+
+// bf16 GEMMs run natively exactly where they run on a bf16 unit; on a CPU
+// without one (AVX-512 without BF16 included, where oneDNN would convert to
+// f32 inside its matmul at a fifth of the f32 rate) kiln widens them.
+TEST(CpuIsa, Bf16GemmsAreNativeOnlyOnABf16Unit) {
+  const std::string unit = cpu_bf16_gemm_unit();
+  EXPECT_EQ(cpu_bf16_gemm_native(), unit == "AMX" || unit == "AVX512-BF16") << unit;
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    EXPECT_FALSE(cpu_bf16_gemm_native());
+    EXPECT_EQ(unit, cpu_gemm_isa());
   }
 }
 

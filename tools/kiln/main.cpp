@@ -99,12 +99,10 @@ int run_info() {
   std::printf("CPU ISA:  %s (oneDNN's choice)\n", isa_name);
   std::printf("f32 GEMM: %s on %s; %s\n", cpu_gemm_library().c_str(), cpu_gemm_isa().c_str(),
               cpu_gemm_library_reason().c_str());
-  const std::string bf16_unit = cpu_bf16_gemm_unit();
   std::printf("bf16 GEMM: %s\n",
-              !cpu_bf16_gemm_native() ? "none on this CPU: bf16 operands widened to f32"
-              : bf16_unit == "AMX" || bf16_unit == "AVX512-BF16"
-                  ? ("oneDNN on " + bf16_unit).c_str()
-                  : ("oneDNN, converted to f32 on " + bf16_unit + " (no bf16 unit)").c_str());
+              cpu_bf16_gemm_native()
+                  ? ("oneDNN on " + cpu_bf16_gemm_unit()).c_str()
+                  : "no bf16 unit on this CPU: bf16 operands widened to f32 by kiln");
   std::string devices = "cpu, ref";
   for (int i = 0; i < cuda_device_count(); ++i)
     devices += ", cuda:" + std::to_string(i) + " (" + device_name(Device::cuda(i)) + ")";

@@ -19,10 +19,11 @@ void register_transfer(KernelTable& t);
 // Whether MatmulEpilogue runs these steps on these dtypes (oneDNN has a
 // post-op for each step; matmul.cpp).
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out);
-// Whether oneDNN runs bf16 matmuls on this CPU (probed once; matmul.cpp).
+// Whether bf16 matmuls run natively (oneDNN on a bf16 unit) on this CPU,
+// rather than widened to f32 by kiln (probed once; matmul.cpp).
 bool native_bf16_gemm();
-// The matrix unit bf16 GEMMs run on: "AMX", "AVX512-BF16", or "" where they
-// run at the f32 rate (widened, or converted by oneDNN below AVX512-BF16).
+// The matrix unit oneDNN runs bf16 GEMMs on: "AMX", "AVX512-BF16", or ""
+// where there is none (kiln widens the operands and runs them at the f32 rate).
 std::string bf16_gemm_unit();
 
 // y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs

@@ -6,11 +6,11 @@
 //   1.1-2.5x faster than its f32 matmul primitive on the transposed ViT
 //   shapes);
 // - f32 with a batch: the matmul primitive, fastest on small batched GEMMs;
-// - bf16 (AMX where the CPU has it): the matmul primitive, f32 accumulation,
-//   bf16 or f32 output; where oneDNN has no bf16 GEMM for the CPU (AVX2-only
-//   CPUs, or ONEDNN_MAX_CPU_ISA below AVX-512), the bf16 operands are widened
-//   to f32 (exactly) and run on the f32 path: the same products of
-//   bf16-rounded values, summed in f32, at the f32 rate;
+// - bf16 on a bf16 unit (AMX or AVX512-BF16): the matmul primitive, f32
+//   accumulation, bf16 or f32 output; where the CPU has no bf16 unit (AVX2-only
+//   CPUs, AVX-512 without BF16, or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16),
+//   the bf16 operands are widened to f32 (exactly) and run on the f32 path:
+//   the same products of bf16-rounded values, summed in f32, at the f32 rate;
 // - f64: a plain blocked loop (reference precision for gradient checks).
 // Primitives are created once per shape and cached.
 #include <mutex>
@@ -397,37 +397,31 @@ void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, c
 
 }  // namespace
 
-bool native_bf16_gemm() {
-  static const bool native = [] {
-    try {
-      GemmShape s{{16, 16, 16, 1, 1, false, false}, DType::bf16, DType::f32, {}};
-      matmul_cache().get(s);
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return native;
-}
-
+// oneDNN names its kernel for a bf16 GEMM: brg:avx512_core_amx_bf16 (AMX
+// tiles), brg:avx512_core_bf16 (AVX512-BF16 dot products), or gemm:jit (bf16
+// converted to f32 inside oneDNN, on AVX-512 CPUs without a bf16 unit or
+// where ONEDNN_MAX_CPU_ISA stops at AVX512_CORE). Asked at a size where AMX
+// pays (oneDNN keeps tiny GEMMs on AVX512-BF16 even on an AMX CPU).
 std::string bf16_gemm_unit() {
   static const std::string unit = []() -> std::string {
-    if (!native_bf16_gemm()) return "";
-    // oneDNN names its kernel: brg:avx512_core_amx_bf16 (AMX tiles),
-    // brg:avx512_core_bf16 (AVX512-BF16 dot products), or gemm:jit (bf16
-    // converted to f32 and multiplied at the f32 rate, where ONEDNN_MAX_CPU_ISA
-    // stops at AVX512_CORE). Asked at a size where AMX pays (oneDNN keeps tiny
-    // GEMMs on AVX512-BF16 even on an AMX CPU).
     try {
       GemmShape s{{1024, 1024, 1024, 1, 1, false, true}, DType::bf16, DType::f32, {}};
       const std::string impl = matmul_cache().get(s).pd.impl_info_str();
       if (impl.find("amx") != std::string::npos) return "AMX";
       if (impl.find("bf16") != std::string::npos) return "AVX512-BF16";
-    } catch (const dnnl::error&) {
+    } catch (const dnnl::error&) {  // no bf16 GEMM at all (AVX2-only CPUs)
     }
     return "";
   }();
   return unit;
+}
+
+// bf16 GEMMs go to oneDNN only where they run on a bf16 unit: its gemm:jit
+// conversion path runs 4-5x slower than widening the operands and calling
+// the f32 GEMM (ViT-S qkv forward 359 against 77 ms on an AVX-512 Xeon
+// without AVX512-BF16, bench/results/2026-12-03-bf16-without-bf16-unit-cpu/).
+bool native_bf16_gemm() {
+  return !bf16_gemm_unit().empty();
 }
 
 bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inputs, DType out) {
