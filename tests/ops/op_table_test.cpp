@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -1471,9 +1472,10 @@ TEST(Attention, F32KernelsMatchF64) {
 // summed in f32, so what remains is the rounding of P and dS to bf16 before
 // their GEMMs (on the cpu; the cuda kernels keep them f32) and of the
 // outputs (~2^-9 relative each).
-void expect_bf16_attention_matches_f64(Device dev, int64_t max_tokens) {
+void expect_bf16_attention_matches_f64(Device dev, int64_t max_tokens,
+                                       const std::vector<Shape>& shapes = kAttentionShapes) {
   uint32_t seed = 300;
-  for (const Shape& s : kAttentionShapes) {
+  for (const Shape& s : shapes) {
     if (s[1] > max_tokens) continue;
     SCOPED_TRACE(str(s) + " on " + dev.str());
     Array qkv = astype(random::normal(random::Key(seed++), s), DType::bf16);
@@ -1526,12 +1528,41 @@ TEST(Attention, AmxKernelsRunWhereTheCpuHasAmx) {
   EXPECT_TRUE(cpu::amx_kernels());
 }
 
-// The cuda backend's bf16 attention (bf16 loads and stores, f32 arithmetic)
-// likewise, at ViT's token count too.
+// The cuda backend's bf16 attention likewise, at ViT's token count too, on
+// both of its kernels: the SIMT ones (bf16 loads and stores, f32 arithmetic)
+// and, with KILN_CUDA_BF16_ATTENTION=tensor-cores, the tensor-core ones
+// (attention_tc.cu: head dims up to 128 padded to 32, 64 or 128; wider ones
+// stay on the SIMT kernels).
 TEST(Attention, GpuBf16KernelsMatchF64OnTheRoundedInputs) {
   KILN_REQUIRE_GPU();
-  expect_bf16_attention_matches_f64(test_gpu(),
-                                    gpu_tests_on_ref() ? 37 : std::numeric_limits<int64_t>::max());
+  std::vector<Shape> shapes = kAttentionShapes;
+  shapes.insert(shapes.end(), {{1, 70, 3, 2, 128}, {2, 65, 3, 1, 96}, {1, 9, 3, 1, 160}});
+  const char* before = std::getenv("KILN_CUDA_BF16_ATTENTION");
+  const std::string saved = before ? before : "";
+  for (const char* kernels : {"simt", "tensor-cores"}) {
+    SCOPED_TRACE(std::string("KILN_CUDA_BF16_ATTENTION=") + kernels);
+    setenv("KILN_CUDA_BF16_ATTENTION", kernels, 1);
+    expect_bf16_attention_matches_f64(
+        test_gpu(), gpu_tests_on_ref() ? 37 : std::numeric_limits<int64_t>::max(), shapes);
+  }
+  if (!gpu_tests_on_ref()) {  // a bad value names the variable and what it takes
+    setenv("KILN_CUDA_BF16_ATTENTION", "fast", 1);
+    Array qkv = astype(random::normal(random::Key(1), {1, 3, 3, 1, 64}), DType::bf16);
+    try {
+      attention(qkv.to(test_gpu()), 0.125).to(Device::cpu());
+      ADD_FAILURE() << "no error for KILN_CUDA_BF16_ATTENTION=fast";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("KILN_CUDA_BF16_ATTENTION is 'fast', expected "
+                                           "tensor-cores or simt"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  if (before) {
+    setenv("KILN_CUDA_BF16_ATTENTION", saved.c_str(), 1);
+  } else {
+    unsetenv("KILN_CUDA_BF16_ATTENTION");
+  }
 }
 
 // ---- The CUDA backend against the cpu, case by case. GPU tests: their

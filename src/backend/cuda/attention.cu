@@ -27,26 +27,21 @@
 // as they are loaded into shared memory, everything is computed in f32 (the
 // scores, softmax and statistics, P and dS, unrounded), and the outputs are
 // rounded to bf16 as they are stored; half the global memory traffic of f32,
-// the same arithmetic (bf16 tensor-core tiles are the next step).
+// the same arithmetic. attention_tc.cu runs bf16 on tensor cores instead,
+// with KILN_CUDA_BF16_ATTENTION=tensor-cores (opt-in until it has run on a
+// GPU).
 #include <cmath>
 #include <limits>
-#include <mutex>
-#include <set>
 #include <type_traits>
-#include <utility>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/attention.cuh"
 
 namespace kiln::cuda {
 namespace {
-
-// The dynamic shared memory of a block.
-template <typename T>
-__device__ __forceinline__ T* dyn_smem() {
-  extern __shared__ __align__(16) unsigned char attention_smem[];
-  return reinterpret_cast<T*>(attention_smem);
-}
+using attn::args_of;
+using attn::AttnArgs;
+using attn::dyn_smem;
+using attn::launch;
 
 // Device side.
 
@@ -64,23 +59,6 @@ struct Tiling {
   static_assert(R % RQ == 0 && C % CG == 0 && DM % CG == 0 && 32 % CG == 0);
   static_assert(NT % 32 == 0, "whole warps");
   static_assert(DM % 8 == 0 && R % 4 == 0 && C % 4 == 0, "load_t's and tile_acc's steps");
-};
-
-// What one launch reads and writes, in storage type S (computed in T =
-// acc_t<S>). qkv [B, T, 3, H, D]; dout [B, T, H, D]; out [B, T, H, D]
-// (forward) or dqkv [B, T, 3, H, D]; stats: per query row (index
-// (b·H + h)·T + t) the softmax's max m (0 where it is -inf), 1/l and
-// rowsum(P ⊙ dP), `rows` = B·H·T apart.
-template <typename S>
-struct AttnArgs {
-  using T = acc_t<S>;
-  const S* qkv;
-  const S* dout;
-  S* out;
-  T* stats;
-  int64_t rows;
-  int tokens, heads, dim;
-  T scale;
 };
 
 __device__ __forceinline__ float exp_of(float x) {
@@ -568,37 +546,6 @@ void visit_tiling(int64_t d, const char* who, F&& f) {
   fail(who, "head_dim " + std::to_string(d) + " has no cuda kernel (at most 256)");
 }
 
-// Launches kernel fn (`name`) of op `who` over grid (B·H, tiles) with
-// `smem` bytes of dynamic shared memory, raising the kernel's limit on this
-// device once where it needs more than the default 48 KiB.
-template <typename S>
-void launch(void (*fn)(AttnArgs<S>), const KernelContext& ctx, cudaStream_t s, int64_t bh,
-            int64_t tiles, int threads, size_t smem, const AttnArgs<S>& args, const char* who,
-            const char* name) {
-  if (bh > 0x7fffffffLL || tiles > 65535)
-    fail(who, "too many heads or tokens for one launch (B·H = " + std::to_string(bh) + ", " +
-                  std::to_string(tiles) + " tiles)");
-  const int dev = ctx.device.index;
-  if (smem > device_info(dev).shared_per_block_optin)
-    fail(who, "needs " + std::to_string(smem) +
-                  " bytes of shared memory per block, the device has " +
-                  std::to_string(device_info(dev).shared_per_block_optin));
-  if (smem > 48 * 1024) {
-    static std::mutex mu;
-    static std::set<std::pair<const void*, int>> raised;
-    std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_pair(reinterpret_cast<const void*>(fn), dev);
-    if (!raised.count(key)) {
-      KILN_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-      raised.insert(key);
-    }
-  }
-  fn<<<dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles)), threads, smem, s>>>(args);
-  check_launch(name);
-}
-
 template <typename F>
 void visit_attention_dtype(DType dt, const char* op, F&& f) {
   switch (dt) {
@@ -607,20 +554,6 @@ void visit_attention_dtype(DType dt, const char* op, F&& f) {
     case DType::bf16: return f(__nv_bfloat16{});
     default: fail(op, std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
   }
-}
-
-template <typename S>
-AttnArgs<S> args_of(const Array& qkv, const Primitive& p) {
-  using T = acc_t<S>;
-  const Shape& sh = qkv.shape();
-  AttnArgs<S> a{};
-  a.qkv = ptr<S>(qkv);
-  a.rows = sh[0] * sh[1] * sh[3];
-  a.tokens = static_cast<int>(sh[1]);
-  a.heads = static_cast<int>(sh[3]);
-  a.dim = static_cast<int>(sh[4]);
-  a.scale = static_cast<T>(p.attrs<AttentionAttrs>().scale);
-  return a;
 }
 
 void attention_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
@@ -632,6 +565,13 @@ void attention_kernel(const KernelContext& ctx, const Primitive& p, const std::v
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
     if (numel(out.shape) == 0) return;
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+      if (attn::tensor_core_attention(sh[4], p.name())) {
+        AttnArgs<S> a = args_of<S>(in[0], p);
+        a.out = y;
+        return attn::attention_fwd_tc(ctx, s, a, sh[0] * sh[3], p.name());
+      }
+    }
     visit_tiling<T>(sh[4], p.name(), [&](auto tiling) {
       using K = decltype(tiling);
       AttnArgs<S> a = args_of<S>(in[0], p);
@@ -652,21 +592,26 @@ void attention_grad_kernel(const KernelContext& ctx, const Primitive& p,
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
     if (numel(out.shape) == 0) return;
+    AttnArgs<S> a = args_of<S>(in[0], p);
+    a.dout = ptr<S>(in[1]);
+    a.out = y;
+    const size_t stat_bytes = 3 * static_cast<size_t>(a.rows) * sizeof(T);
+    a.stats = static_cast<T*>(ctx.scratch->allocate(stat_bytes));
+    // Released once both kernels are queued (stream-ordered), or on a failed launch.
+    struct Release {
+      Allocator* alloc;
+      void* mem;
+      size_t bytes;
+      ~Release() { alloc->release(mem, bytes); }
+    } release{ctx.scratch, a.stats, stat_bytes};
+    const int64_t bh = sh[0] * sh[3];
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+      if (attn::tensor_core_attention(sh[4], p.name()))
+        return attn::attention_grad_tc(ctx, s, a, bh, p.name());
+    }
     visit_tiling<T>(sh[4], p.name(), [&](auto tiling) {
       using K = decltype(tiling);
-      AttnArgs<S> a = args_of<S>(in[0], p);
-      a.dout = ptr<S>(in[1]);
-      a.out = y;
-      const size_t stat_bytes = 3 * static_cast<size_t>(a.rows) * sizeof(T);
-      a.stats = static_cast<T*>(ctx.scratch->allocate(stat_bytes));
-      // Released once both kernels are queued (stream-ordered), or on a failed launch.
-      struct Release {
-        Allocator* alloc;
-        void* mem;
-        size_t bytes;
-        ~Release() { alloc->release(mem, bytes); }
-      } release{ctx.scratch, a.stats, stat_bytes};
-      const int64_t bh = sh[0] * sh[3], tiles = (sh[1] + K::R - 1) / K::R;
+      const int64_t tiles = (sh[1] + K::R - 1) / K::R;
       const size_t dq_smem = sizeof(T) * (2 * K::DM * K::SR + 2 * K::DM * K::SC + K::C * K::SR);
       const size_t dkv_smem =
           sizeof(T) * (2 * K::DM * K::SR + 2 * K::DM * K::SC + 2 * K::C * K::SR);
