@@ -155,6 +155,32 @@ struct Where {
   }
 };
 
+// One step of the online softmax for this lane's half row of a score tile
+// in y (f32, row stride LS): the row's running max m (both halves', one
+// shuffle; NaN-free; the exponent's offset mu is 0 while the max is -inf, so
+// that exp(-inf - mu) = 0) grows to cover scale · y over the first `valid`
+// columns (-inf past them); p = exp(scale · y - mu); returns the factor alpha
+// by which the sums so far are rescaled.
+template <class L>
+__device__ __forceinline__ float online_step(const float* y, const Where& w, int valid, float scale,
+                                             float& m, float (&p)[L::HC]) {
+  float mx = -kInf;
+#pragma unroll
+  for (int j = 0; j < L::HC; ++j) {
+    const int c = w.half * L::HC + j;
+    p[j] = c < valid ? y[w.r * L::LS + c] * scale : -kInf;
+    mx = max_of(mx, p[j]);
+  }
+  mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  const float mn = max_of(m, mx);
+  const float mu = mn == -kInf ? 0.0f : mn;
+  const float alpha = expf(m - mu);
+  m = mn;
+#pragma unroll
+  for (int j = 0; j < L::HC; ++j) p[j] = expf(p[j] - mu);
+  return alpha;
+}
+
 // Stores accumulators acc (16 × DM) to this warp's scratch y and writes this
 // lane's row (token t, when it exists) and half of the dims, times `mul`, to
 // part `part` of the output row (`stride` apart).
@@ -199,25 +225,13 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttnArgs<bf1
     __syncthreads();
     warp_gemm<L::DM, kCols, true>(qw, L::LD, ks, L::LD, ys, L::LS);
     __syncwarp();
-    // The online softmax over this lane's half row of scores.
-    float s[L::HC], mx = -kInf;
-#pragma unroll
-    for (int j = 0; j < L::HC; ++j) {
-      const int c = w.half * L::HC + j;
-      s[j] = c < Tn - k0 ? ys[w.r * L::LS + c] * a.scale : -kInf;
-      mx = max_of(mx, s[j]);
-    }
-    mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float mn = max_of(m, mx);
-    const float mu = mn == -kInf ? 0.0f : mn;
-    const float alpha = expf(m - mu);
-    m = mn;
+    float p[L::HC];
+    const float alpha = online_step<L>(ys, w, Tn - k0, a.scale, m, p);
     l *= alpha;
 #pragma unroll
     for (int j = 0; j < L::HC; ++j) {
-      const float p = expf(s[j] - mu);
-      l += p;
-      ps[w.r * L::LP + w.half * L::HC + j] = __float2bfloat16_rn(p);
+      l += p[j];
+      ps[w.r * L::LP + w.half * L::HC + j] = __float2bfloat16_rn(p[j]);
     }
 #pragma unroll
     for (int k = 0; k < L::HD; ++k) o[k] *= alpha;
@@ -272,25 +286,14 @@ __global__ void __launch_bounds__(kThreads) attention_dq_tc_kernel(AttnArgs<bf16
   float m = -kInf, l = 0.0f, c = 0.0f;
   for (int k0 = 0; k0 < Tn; k0 += kCols) {
     scores(k0);
-    float s[L::HC], mx = -kInf;
-#pragma unroll
-    for (int j = 0; j < L::HC; ++j) {
-      const int col = w.half * L::HC + j;
-      s[j] = col < Tn - k0 ? ys[w.r * L::LS + col] * a.scale : -kInf;
-      mx = max_of(mx, s[j]);
-    }
-    mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float mn = max_of(m, mx);
-    const float mu = mn == -kInf ? 0.0f : mn;
-    const float alpha = expf(m - mu);
-    m = mn;
+    float p[L::HC];
+    const float alpha = online_step<L>(ys, w, Tn - k0, a.scale, m, p);
     l *= alpha;
     c *= alpha;
 #pragma unroll
     for (int j = 0; j < L::HC; ++j) {
-      const float p = expf(s[j] - mu);
-      l += p;
-      c += p * zs[w.r * L::LS + w.half * L::HC + j];
+      l += p[j];
+      c += p[j] * zs[w.r * L::LS + w.half * L::HC + j];
     }
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
