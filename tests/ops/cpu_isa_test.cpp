@@ -2,8 +2,8 @@
 // (which the utilization line's peak follows), and bf16 matmuls on every CPU:
 // natively where oneDNN runs them on a bf16 unit (AVX-512 BF16, AMX), widened
 // to f32 where there is none (AVX2-only CPUs, AVX-512 without BF16, or a
-// capped oneDNN). scripts/test-isa.sh
-// runs the suite with the ISA capped at AVX2 and sets KILN_EXPECT_GEMM_ISA.
+// capped oneDNN). scripts/test-isa.sh runs the suite with the ISA capped at
+// AVX2 and sets KILN_EXPECT_GEMM_ISA.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1470,8 +1470,8 @@ TEST(Attention, F32KernelsMatchF64) {
 // The bf16 attention kernels of `dev` against f64 on the same bf16 values
 // (shapes with at most `max_tokens` tokens): the products are exact and
 // summed in f32, so what remains is the rounding of P and dS to bf16 before
-// their GEMMs (on the cpu; the cuda kernels keep them f32) and of the
-// outputs (~2^-9 relative each).
+// their GEMMs (on the cpu and the cuda tensor-core kernels; the cuda SIMT
+// kernels keep them f32) and of the outputs (~2^-9 relative each).
 void expect_bf16_attention_matches_f64(Device dev, int64_t max_tokens,
                                        const std::vector<Shape>& shapes = kAttentionShapes) {
   uint32_t seed = 300;

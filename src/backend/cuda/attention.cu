@@ -565,17 +565,14 @@ void attention_kernel(const KernelContext& ctx, const Primitive& p, const std::v
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
     if (numel(out.shape) == 0) return;
+    AttnArgs<S> a = args_of<S>(in[0], p);
+    a.out = y;
     if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-      if (attn::tensor_core_attention(sh[4], p.name())) {
-        AttnArgs<S> a = args_of<S>(in[0], p);
-        a.out = y;
+      if (attn::tensor_core_attention(sh[4], p.name()))
         return attn::attention_fwd_tc(ctx, s, a, sh[0] * sh[3], p.name());
-      }
     }
     visit_tiling<T>(sh[4], p.name(), [&](auto tiling) {
       using K = decltype(tiling);
-      AttnArgs<S> a = args_of<S>(in[0], p);
-      a.out = y;
       const size_t smem = sizeof(T) * (K::DM * K::SR + 2 * K::DM * K::SC + K::C * K::SR);
       launch<S>(attention_fwd<K, S>, ctx, s, sh[0] * sh[3], (sh[1] + K::R - 1) / K::R, K::NT, smem,
                 a, p.name(), "attention_fwd");
