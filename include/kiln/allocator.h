@@ -43,6 +43,9 @@ AllocatorStats device_memory_stats(Device device);
 class Buffer {
  public:
   Buffer(Allocator* alloc, size_t bytes, Device device);
+  // A buffer over memory that kiln did not allocate (another library's),
+  // which its owner frees, never kiln: it must outlive the buffer.
+  Buffer(void* borrowed, size_t bytes, Device device);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -51,7 +54,7 @@ class Buffer {
   Device device() const { return device_; }
 
  private:
-  Allocator* alloc_;
+  Allocator* alloc_;  // null for borrowed memory
   void* ptr_;
   size_t bytes_;
   Device device_;

@@ -32,6 +32,13 @@ class Array {
   // A new materialized array holding a copy of `data` (n elements of dtype).
   static Array from_data(const void* data, const Shape& shape, DType dtype,
                          Device device = Device::cpu());
+  // A new materialized array on `device` holding a copy of `data`, memory on
+  // that device itself (another library's device array, through DLPack):
+  // the copy is queued on the device's stream, behind the work queued there
+  // (device_stream says which stream another library orders its writes
+  // before), and has finished when this returns, so that the memory may be
+  // freed then. On a host device (cpu, ref): from_data.
+  static Array from_device_data(const void* data, const Shape& shape, DType dtype, Device device);
   template <typename T>
   static Array from_vector(const std::vector<T>& v, const Shape& shape) {
     if (static_cast<int64_t>(v.size()) != numel(shape))

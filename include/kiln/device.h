@@ -40,4 +40,10 @@ std::string device_name(Device device);
 // The host backends' kernels finish before they return: nothing to wait for.
 void synchronize(Device device);
 
+// The stream (a cudaStream_t) that kiln's work on a CUDA device queues on:
+// what another library orders its work against when it hands kiln its
+// memory (DLPack's `stream` argument). Null on the host devices; fails naming
+// the reason where the device is unavailable.
+void* device_stream(Device device);
+
 }  // namespace kiln

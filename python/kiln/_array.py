@@ -152,11 +152,22 @@ def array(x: Any, dtype: Any = None, device: Any = None) -> Array:
 
 def from_dlpack(x: Any, device: Any = None) -> Array:
     """A kiln array holding a copy of any array that exports ``__dlpack__``
-    (PyTorch, JAX, numpy, CuPy)."""
+    (PyTorch, JAX, numpy, CuPy), host or CUDA memory; on the array's own
+    device unless ``device`` says otherwise."""
     dev = _device(device)
     if isinstance(x, np.ndarray):
         return _from_numpy(x, dev)
+    if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):
+        kind, index = x.__dlpack_device__()
+        if int(kind) == _DLPACK_CUDA:
+            # The producer orders its pending writes before kiln's stream,
+            # which the copy then runs on (the DLPack stream protocol).
+            stream = _kiln._stream(Device(f"cuda:{int(index)}"))
+            return _kiln._from_ndarray(x.__dlpack__(stream=stream), dev)
     return _kiln._from_ndarray(x, dev)
+
+
+_DLPACK_CUDA = 2  # DLPack's kDLCUDA
 
 
 def zeros(shape: Any, dtype: Any = float32, device: Any = None) -> Array:

@@ -183,11 +183,14 @@ Array from_ndarray(nb::ndarray<nb::ro> x, std::optional<Device> device,
   Device dst = device.value_or(src);
   nb::gil_scoped_release release;
   if (src.type == DeviceType::cuda) {
-    // Another framework's device memory: copied on the device through a
-    // host staging copy that kiln's Copy primitive makes.
-    kiln::fail("asarray",
-               "importing device arrays is not supported yet; move it to the host "
-               "first (x.cpu())");
+    // Another library's device memory (its writes ordered before kiln's
+    // stream by the producer: kiln.from_dlpack passes that stream to
+    // __dlpack__), copied on the device before this returns.
+    if (!contiguous)
+      kiln::fail("asarray", "a strided (non-contiguous) device array of shape " + kiln::str(shape) +
+                                ": make it contiguous first (x.contiguous())");
+    Array a = Array::from_device_data(x.data(), shape, dt, src);
+    return dst == src ? a : a.to(dst);
   }
   if (contiguous) {
     Array a = Array::from_data(x.data(), shape, dt, Device::cpu());
@@ -692,6 +695,11 @@ void bind_ops(nb::module_& m) {
   // ---- creation ----
   m.def("_from_ndarray", &from_ndarray, "x"_a, "device"_a = nb::none(), "bits_of"_a = nb::none(),
         "A new array holding a copy of x (numpy or DLPack), in x's dtype.");
+  m.def(
+      "_stream",
+      [](const Device& d) { return reinterpret_cast<uintptr_t>(kiln::device_stream(d)); }, "d"_a,
+      "The stream (as an integer) that kiln's work on a CUDA device queues on: DLPack's "
+      "`stream` argument to a producer; 0 on host devices.");
   m.def("_exported", &is_exported, "a"_a, "Whether a numpy or DLPack view of a's memory is alive.");
   m.def("zeros", &kiln::zeros, "shape"_a, "dtype"_a = DType::f32, "device"_a = Device::cpu(),
         NoGil(), kiln_doc("zeros"));

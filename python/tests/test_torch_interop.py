@@ -107,3 +107,48 @@ def test_unsupported_torch_dtypes_are_named():
         kiln.from_dlpack(torch.zeros(3, dtype=torch.uint8))
     with pytest.raises(kiln.KilnError, match="complex64"):
         kiln.from_dlpack(torch.zeros(3, dtype=torch.complex64))
+
+
+_KILN_GPUS = sum(d.type == "cuda" for d in kiln.devices())
+
+
+class _CudaProducer:
+    """A DLPack producer on CUDA device 0 (another library's GPU array) that
+    records the stream its consumer asks it to order its writes before."""
+
+    def __init__(self):
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        self.streams.append(stream)
+        raise BufferError("a stand-in: no device memory behind it")
+
+
+@pytest.mark.skipif(_KILN_GPUS > 0, reason="a CUDA GPU is visible")
+def test_a_device_array_without_a_gpu_is_a_clear_error():
+    x = _CudaProducer()
+    with pytest.raises(kiln.KilnError, match="cuda"):
+        kiln.from_dlpack(x)
+    assert x.streams == []  # refused before the producer was asked for its memory
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or _KILN_GPUS == 0,
+                    reason="needs a CUDA GPU for both PyTorch and kiln")
+def test_cuda_tensors_both_ways():
+    t = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6) * 0.5
+    a = kiln.from_dlpack(t)  # a copy on the GPU, ordered after torch's writes
+    assert a.device == kiln.Device("cuda:0") and a.shape == (4, 6)
+    t.add_(1.0)  # the copy does not change with the tensor
+    np.testing.assert_array_equal(np.asarray(a.to(kiln.Device("cpu"))),
+                                  (t - 1.0).cpu().numpy())
+    back = torch.from_dlpack(a * 2.0)  # torch reads kiln's device memory in place
+    assert back.is_cuda and torch.equal(back, (t - 1.0) * 2.0)
+    x = _CudaProducer()
+    with pytest.raises(BufferError):
+        kiln.from_dlpack(x)
+    assert x.streams == [kiln._kiln._stream(kiln.Device("cuda:0"))] and x.streams[0] > 2
+    with pytest.raises(kiln.KilnError, match="contiguous"):
+        kiln.from_dlpack(t.T)

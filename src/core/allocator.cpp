@@ -110,8 +110,11 @@ void cpu_allocator_trim() {
 Buffer::Buffer(Allocator* alloc, size_t bytes, Device device)
     : alloc_(alloc), ptr_(alloc->allocate(bytes)), bytes_(bytes), device_(device) {}
 
+Buffer::Buffer(void* borrowed, size_t bytes, Device device)
+    : alloc_(nullptr), ptr_(borrowed), bytes_(bytes), device_(device) {}
+
 Buffer::~Buffer() {
-  alloc_->release(ptr_, bytes_);
+  if (alloc_) alloc_->release(ptr_, bytes_);
 }
 
 }  // namespace kiln

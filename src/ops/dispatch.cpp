@@ -240,6 +240,16 @@ void synchronize(Device device) {
   if (table && table->synchronize) table->synchronize(device);
 }
 
+void* device_stream(Device device) {
+  if (device.host_visible()) return nullptr;
+  const KernelTable* table = table_for(device.type);
+  if (!table || !table->stream)
+    fail("device_stream",
+         "no backend is available for " + device.str() +
+             (device.type == DeviceType::cuda ? ": " + cuda_unavailable_reason() : ""));
+  return table->stream(device);
+}
+
 bool kernel_profile_enabled() {
   return kernel_profile().enabled;
 }

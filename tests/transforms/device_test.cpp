@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "../gpu_device.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -44,15 +46,55 @@ TEST(Devices, NamesParseAndAMissingGpuIsAClearError) {
   EXPECT_EQ(device_name(Device::cpu()), "cpu");
   synchronize(Device::cpu());  // the host backends have nothing queued
   synchronize(kRef);
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA GPU is visible";
+  EXPECT_EQ(device_stream(Device::cpu()), nullptr);  // nor a stream
+  EXPECT_EQ(device_stream(kRef), nullptr);
+  if (cuda_device_count() > 0) {
+    EXPECT_NE(device_stream(Device::cuda()), nullptr);
+    GTEST_SKIP() << "a CUDA GPU is visible";
+  }
   EXPECT_FALSE(cuda_unavailable_reason().empty());
   // Using a CUDA device says why there is none.
-  try {
-    (void)zeros({2}, DType::f32, Device::cuda());
-    FAIL() << "an array was made on a missing GPU";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
-  }
+  auto says_why = [](auto use, const char* what) {
+    try {
+      use();
+      ADD_FAILURE() << what << " on a missing GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos)
+          << e.what();
+    }
+  };
+  says_why([] { (void)zeros({2}, DType::f32, Device::cuda()); }, "an array was made");
+  says_why([] { (void)device_stream(Device::cuda()); }, "a stream was named");
+  const float host[2] = {1, 2};
+  says_why([&] { (void)Array::from_device_data(host, {2}, DType::f32, Device::cuda()); },
+           "device memory was copied");
+}
+
+// Another library's device memory (DLPack): copied on the device, at any
+// offset, before from_device_data returns; the copy outlives the source.
+TEST(Devices, GpuFromDeviceDataCopiesMemoryKilnDidNotAllocate) {
+  KILN_REQUIRE_GPU();
+  const Device d = test_gpu();
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  Array src = Array::from_vector(v, {12}).to(d);
+  src.eval();
+  const auto* p = static_cast<const float*>(src.raw());
+  Array a = Array::from_device_data(p + 3, {2, 4}, DType::f32, d);
+  EXPECT_EQ(a.device(), d);
+  EXPECT_EQ(a.shape(), (Shape{2, 4}));
+  EXPECT_NE(a.raw(), static_cast<const void*>(p + 3));
+  Array b = Array::from_device_data(p, {3, 2}, DType::i64, d);  // the same bytes, as int64
+  Array e = Array::from_device_data(p, {0, 5}, DType::bf16, d);
+  EXPECT_THROW(Array::from_device_data(p, {-1, 2}, DType::f32, d), Error);
+  src = Array();  // the source goes away; the copies hold
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(v.begin() + 3, v.begin() + 11));
+  std::vector<int64_t> bits(6);
+  std::memcpy(bits.data(), v.data(), sizeof(int64_t) * 6);
+  EXPECT_EQ(b.to_vector<int64_t>(), bits);
+  EXPECT_EQ(e.shape(), (Shape{0, 5}));
+  EXPECT_EQ(e.dtype(), DType::bf16);
+  EXPECT_EQ((a * 2.0).to_vector<float>()[0], 2.0f * v[3]);  // an array like any other
 }
 
 TEST(Devices, CreationRunsOnTheDevice) {
