@@ -18,8 +18,9 @@
 #      failed tests run again in a fresh process (100 / 170, further rounds
 #      90 each while 330 s are left);
 #   3. kiln jit on ViT-B/16, batch 32, tf32: with an empty kernel cache
-#      (cold), again (warm: time to first step), in bf16, and in tf32 with
-#      every gradient bucket through NCCL (one rank) (4 x 15 / 120 + 3 x 60);
+#      (cold), again (warm: time to first step), in bf16 (with the SIMT and
+#      the tensor-core attention kernels), and in tf32 with every gradient
+#      bucket through NCCL (one rank) (5 x 15 / 120 + 4 x 60);
 #   4. the measured tf32 and bf16 matmul rates (PyTorch) (20 / 2 x 60);
 #   5. the reference experiment in tf32 beside the peers (bench/compare.py:
 #      kiln eager, lazy and jit, PyTorch eager, torch.compile, JAX jit)
@@ -115,6 +116,7 @@ section() {  # section TITLE FILE: FILE's text under a heading, or why it is mis
   if [ -s "$2" ]; then cat "$2"; else echo "${3:-not run (the check ended before this step)}"; fi
 }
 last_loss() { grep -h '"loss"' "$work/kiln-$1.jsonl" 2>/dev/null | tail -1 | grep -o '"loss": *[-0-9.eE+na]*' | cut -d: -f2 | tr -d ' ' | grep . || echo "n/a"; }
+median_of() { grep -h -o '^median [0-9.]* m*s' "$work/kiln-$1.txt" 2>/dev/null | tail -1 | grep . || echo "n/a"; }
 step_status() { awk -F'\t' -v s="$1" '$1 == s {v = $2} END {print v}' "$work/steps.tsv"; }
 write_summary() {
   {
@@ -143,7 +145,9 @@ write_summary() {
     echo
     echo "The NCCL path (every gradient bucket through an all-reduce of one rank) against the same run without it, last step's loss: $(last_loss jit-tf32-nccl) vs $(last_loss jit-tf32-warm)."
     local name
-    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-tf32-nccl jit-tf32-profile; do
+    echo
+    echo "The bf16 attention on tensor cores (KILN_CUDA_BF16_ATTENTION=tensor-cores) against the SIMT kernels, step and last step's loss: $(median_of jit-bf16-tc), $(last_loss jit-bf16-tc) vs $(median_of jit-bf16), $(last_loss jit-bf16)."
+    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-bf16-tc jit-tf32-nccl jit-tf32-profile; do
       echo
       echo "### kiln $name: $(cat "$work/kiln-$name.status" 2>/dev/null || echo 'not run')"
       if [ -s "$work/kiln-$name.txt" ]; then
@@ -449,6 +453,9 @@ train jit-tf32-warm 60 --mode jit "${tf32[@]}"
 # (KILN_DEBUG=1: the compiler verifies every pass and says if the step could
 # not be recorded as a graph; only the first step, untimed, pays for it.)
 KILN_DEBUG=1 train jit-bf16 60 --mode jit --precision bf16
+# The same run with the bf16 attention on tensor cores (opt-in until it has
+# run on a GPU): its step time and loss beside jit-bf16's decide the default.
+KILN_CUDA_BF16_ATTENTION=tensor-cores train jit-bf16-tc 60 --mode jit --precision bf16
 # The same run as jit-tf32-warm with every gradient bucket through an
 # all-reduce (on CUDA a NCCL communicator of one rank): the same losses.
 train jit-tf32-nccl 60 --mode jit "${tf32[@]}" --all-reduce always

@@ -97,10 +97,12 @@ SH
 }
 
 sections=("## Steps" "## Issue #16's targets" "## GPU tests" "## kiln runs" "### kiln jit-tf32-cold"
-          "### kiln jit-tf32-warm" "### kiln jit-bf16" "### kiln jit-tf32-nccl" "### kiln jit-tf32-profile"
+          "### kiln jit-tf32-warm" "### kiln jit-bf16" "### kiln jit-bf16-tc" "### kiln jit-tf32-nccl"
+          "### kiln jit-tf32-profile"
           "## The reference experiment in tf32 beside the peers" "## The reference experiment in bf16 beside the peers"
           "## compute-sanitizer" "## The reference script as written")
-steps=("the machine" "GPU tests" "kiln jit-tf32-cold" "kiln jit-tf32-warm" "kiln jit-bf16" "kiln jit-tf32-nccl"
+steps=("the machine" "GPU tests" "kiln jit-tf32-cold" "kiln jit-tf32-warm" "kiln jit-bf16" "kiln jit-bf16-tc"
+       "kiln jit-tf32-nccl"
        "matmul rates" "comparison, tf32" "kiln jit-tf32-profile" "compute-sanitizer" "the reference script"
        "comparison, bf16")
 targets=("kiln jit step ≤ 0.7× the fastest peer's (tf32)" "kiln jit bf16 MFU ≥ 50% of the measured bf16 matmul rate"
@@ -157,9 +159,11 @@ crash='GPU tests \| failed \([0-9]+ passed, [0-9]+ skipped, 1 failed, 1 crashed 
 rounds='round 1: [0-9]+ tests, shard 1 of [0-9]+: failed \(killed by signal 11: SEGV\)'
 settled='failed: AllPrimitives/OpTable.GpuForwardMatchesCpu/sum_all|passed in a fresh process \(first failed\)'
 bf16_failed='### kiln jit-bf16: failed \(exit status 3: rehearsal: this kiln run was made to fail\)'
+tensor_cores='against the SIMT kernels, step and last step.s loss: median [0-9.]+ m?s, [-0-9.e]+ vs median [0-9.]+ m?s, [-0-9.e]+\.'
 bf16_target='MFU .*\| failed \(kiln jit-bf16: failed \(exit status 3'
 if [ "$form" = cheap ]; then
-  scenario no-peers "$tmp/python-bare" vit-fmnist 2 520 no "$no_peer" "$kiln_row" 'kiln jit-tf32-warm \| ok'
+  scenario no-peers "$tmp/python-bare" vit-fmnist 2 520 no "$no_peer" "$kiln_row" 'kiln jit-tf32-warm \| ok' \
+    "$tensor_cores"
   scenario faults "$tmp/python-bare" vit-fmnist 2 520 yes "$crash" "$rounds" "$settled" "$bf16_failed" "$bf16_target"
   scenario out-of-time "$tmp/python-bare" vit-fmnist 2 30 no 'kiln jit-tf32-cold \| skipped \([0-9]+ s left\)' \
     'comparison, tf32 \| skipped \([0-9-]+ s left\)' 'not measured'
