@@ -167,7 +167,7 @@ def from_dlpack(x: Any, device: Any = None) -> Array:
     return _kiln._from_ndarray(x, dev)
 
 
-_DLPACK_CUDA = 2  # DLPack's kDLCUDA
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLPack's kDLCPU and kDLCUDA
 
 
 def zeros(shape: Any, dtype: Any = float32, device: Any = None) -> Array:
@@ -237,14 +237,24 @@ def _array_protocol(self: Array, dtype: Any = None, copy: bool | None = None) ->
 
 def _dlpack(self: Array, *, stream: Any = None, max_version: Any = None,
             dl_device: Any = None, copy: bool | None = None) -> Any:
-    if copy and self.device.type != "cuda":
-        return np.array(self).__dlpack__(max_version=max_version)  # a copy of its own
-    self.eval()  # what it is pending on runs, then
-    if self.device.type == "cuda":
-        _kiln.synchronize(self.device)  # has finished before the consumer reads on its stream
-    kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device),
-                                ("copy", copy)) if v is not None}
-    return self._dlpack_view().__dlpack__(**kwargs)
+    a = self
+    if dl_device is not None and tuple(int(v) for v in dl_device) != _dlpack_device(self):
+        # The array API's request for another device: the host only, by a copy.
+        if int(dl_device[0]) != _DLPACK_CPU:
+            raise BufferError(f"kiln cannot export an array on {self.device} to DLPack device "
+                              f"{tuple(dl_device)} (the host, (1, 0), by a copy)")
+        if copy is False:
+            raise BufferError(f"an array on {self.device} reaches the host only by a copy "
+                              "(copy=False)")
+        a, dl_device = self.to(Device("cpu")), None
+    elif copy:
+        a = _kiln._copy(self)  # a copy of its own, on the array's device
+    a.eval()  # what it is pending on runs, then
+    if a.device.type == "cuda":
+        _kiln.synchronize(a.device)  # has finished before the consumer reads on its stream
+    kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device))
+              if v is not None}
+    return a._dlpack_view().__dlpack__(**kwargs)
 
 
 def _dlpack_device(self: Array) -> tuple[int, int]:

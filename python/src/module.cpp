@@ -696,6 +696,15 @@ void bind_ops(nb::module_& m) {
   m.def("_from_ndarray", &from_ndarray, "x"_a, "device"_a = nb::none(), "bits_of"_a = nb::none(),
         "A new array holding a copy of x (numpy or DLPack), in x's dtype.");
   m.def(
+      "_copy",
+      [](const Array& a) {
+        nb::gil_scoped_release release;
+        a.eval();
+        return Array::from_device_data(a.raw(), a.shape(), a.dtype(), a.device());
+      },
+      "a"_a,
+      "A new array holding a copy of a's values, on a's device (a DLPack copy=True export).");
+  m.def(
       "_stream",
       [](const Device& d) { return reinterpret_cast<uintptr_t>(kiln::device_stream(d)); }, "d"_a,
       "The stream (as an integer) that kiln's work on a CUDA device queues on: DLPack's "

@@ -107,6 +107,12 @@ def test_dlpack_both_ways_with_numpy():
     c = np.from_dlpack(a, copy=True)  # a copy of its own
     np.testing.assert_array_equal(c, np.asarray(a))
     assert not np.shares_memory(c, np.asarray(a))
+    h = np.from_dlpack(a, device="cpu")  # the array API's dl_device=(1, 0): its own device
+    assert np.shares_memory(h, np.asarray(a))
+    for copy in (True, None):  # a view of a slice is copied from its offset
+        np.testing.assert_array_equal(np.from_dlpack(a[1:], copy=copy), [[3.5, 4.5, 5.5]])
+    with pytest.raises(BufferError, match=r"DLPack device \(2, 0\)"):
+        a.__dlpack__(dl_device=(2, 0))
     with kiln.lazy():
         pending = kiln.ones((3,)) * 4.0
         np.testing.assert_array_equal(np.from_dlpack(pending), [4, 4, 4])  # run first
