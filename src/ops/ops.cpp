@@ -125,7 +125,8 @@ Array Array::from_device_data(const void* data, const Shape& shape, DType dtype,
   int64_t bytes = static_cast<int64_t>(size_of(dtype));
   for (auto d : shape)
     if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
-      fail("from_device_data", "shape " + str(shape) + " of " + name_of(dtype) + " is invalid");
+      fail("from_device_data", "shape " + str(shape) + " of " + name_of(dtype) +
+                                   ": expected dimensions >= 0 holding under 2^63 bytes");
   in->buffer =
       std::make_shared<Buffer>(const_cast<void*>(data), static_cast<size_t>(bytes), device);
   auto out = std::make_shared<ArrayNode>();
