@@ -8,7 +8,9 @@
 #   bash bench/bf16_vs_autocast.sh OUT_DIR [model] [rounds]
 # Writes OUT_DIR/<model>-<peer>-<round>.{jsonl,txt} and OUT_DIR/summary.md
 # (median step of each run, the median of the runs, ratios, peak RSS, the
-# CPU). PyTorch comes from bench/peers/.venv-gpu-machine (bench/peers/setup_venv.sh).
+# CPU, the peer's PyTorch version). PyTorch comes from bench/peers/.venv
+# (bench/peers/setup_venv.sh: PyTorch 2.15, issue #26's peer), or from the
+# Python that PEER_PYTHON names (with transformers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bench/bf16_vs_autocast.sh OUT_DIR [model] [rounds]}"
@@ -16,12 +18,14 @@ model="${2:-vit-small}"
 rounds="${3:-2}"
 steps="${STEPS:-8}"
 warmup="${WARMUP:-3}"
-py="${PEER_PYTHON:-bench/peers/.venv-gpu-machine/bin/python}"
+py="${PEER_PYTHON:-bench/peers/.venv/bin/python}"
+[ -x "$py" ] || { echo "bench/bf16_vs_autocast.sh: no peer Python at $py (bash bench/peers/setup_venv.sh, or PEER_PYTHON=...)" >&2; exit 1; }
 mkdir -p "$out"
 bash scripts/build.sh kiln-cli >/dev/null
 lscpu | grep -E "Model name|^CPU\(s\)" > "$out/cpu.txt"
 echo "bf16 flags: $(lscpu | grep -o 'amx_bf16\|avx512_bf16' | sort -u | tr '\n' ' ')" >> "$out/cpu.txt"
 build/kiln info | grep -E "bf16 GEMM|CPU ISA" >> "$out/cpu.txt"
+"$py" -c 'import torch, transformers; print("peer: torch", torch.__version__, "transformers", transformers.__version__)' >> "$out/cpu.txt"
 peers="kiln-bf16 kiln-fp32 torch-bf16"
 [ "${COMPILE:-0}" = 1 ] && peers="$peers torch.compile-bf16"
 for r in $(seq 1 "$rounds"); do
