@@ -114,29 +114,16 @@ Array Array::to(Device device) const {
 
 Array Array::from_device_data(const void* data, const Shape& shape, DType dtype, Device device) {
   if (device.host_visible()) return from_data(data, shape, dtype, device);
-  // The other library's memory as a borrowed buffer, copied by the Copy
-  // kernel (a device-to-device copy on the device's stream) at once, in any
-  // mode: the memory is read before this returns.
-  auto in = std::make_shared<ArrayNode>();
-  in->shape = shape;
-  in->dtype = dtype;
-  in->device = device;
+  Array out = empty(shape, dtype, device);  // (checks the shape)
+  // The other library's memory as a borrowed buffer of the same shape,
+  // copied by the Copy kernel (a device-to-device copy on the device's
+  // stream) at once, in any mode: the memory is read before this returns.
+  std::shared_ptr<ArrayNode> in = view_of(*out.node());
+  in->buffer = std::make_shared<Buffer>(const_cast<void*>(data), out.nbytes(), device);
   in->id = next_array_id();
-  int64_t bytes = static_cast<int64_t>(size_of(dtype));
-  for (auto d : shape)
-    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
-      fail("from_device_data", "shape " + str(shape) + " of " + name_of(dtype) +
-                                   ": expected dimensions >= 0 holding under 2^63 bytes");
-  in->buffer =
-      std::make_shared<Buffer>(const_cast<void*>(data), static_cast<size_t>(bytes), device);
-  auto out = std::make_shared<ArrayNode>();
-  out->shape = shape;
-  out->dtype = dtype;
-  out->device = device;
-  out->id = next_array_id();
-  run_kernel_with(Primitive(Op::Copy, DeviceAttrs{device}), {Array(in)}, *out);
+  run_kernel_with(Primitive(Op::Copy, DeviceAttrs{device}), {Array(in)}, *out.node());
   synchronize(device);
-  return Array(std::move(out));
+  return out;
 }
 
 Array scalar_like(const Array& a, double v) {
