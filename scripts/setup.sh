@@ -13,6 +13,11 @@ packages=(g++ cmake ninja-build libdnnl-dev ocl-icd-opencl-dev libgtest-dev libb
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
           iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev "$@")
+# libboost-context-dev: the fibers of kiln's CUDA emulator, which runs the CUDA
+# backend where the CUDA toolkit is installed and no GPU is.
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null 2>&1; then
+  packages+=(libboost-context-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

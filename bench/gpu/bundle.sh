@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kiln that bench/gpu/check.sh runs on a GPU machine, into
-# build-gpu/: the CUDA backend (sm_90a + PTX), kernels for any x86-64 CPU
+# build-gpu/: the CUDA backend (sm_90a + PTX; never the emulator, though this
+# machine has no GPU), kernels for any x86-64 CPU
 # with AVX2 (x86-64-v3, not -march=native: the binary is carried to another
 # machine), oneDNN's sgemm (no oneMKL: too big to carry), no MPI (the GPU
 # machine runs one rank; NCCL needs no MPI for it), the tests, and in
@@ -26,7 +27,7 @@ outdir=${KILN_BUNDLE_OUT:-build-gpu}
 if [ -z "$from" ]; then
   bash scripts/setup.sh
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ARCH=x86-64-v3 -DKILN_MKL=OFF \
-    -DKILN_CUDA=ON -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
+    -DKILN_CUDA=ON -DKILN_CUDA_EMULATION=OFF -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF | grep '^-- kiln:' || true
   ninja -C build-gpu -j"${KILN_JOBS:-2}" kiln-cli kiln-tests
   from=build-gpu
 fi

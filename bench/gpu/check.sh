@@ -378,6 +378,9 @@ gpu_tests_summary() {  # the final outcome of each test (its last round's); fail
   slow=$(count '$2 == "timed out"')
   unrun=$((total - $(wc -l < "$work/gpu-tests-outcomes.tsv")))
   echo "$total tests ('$filter'): $passed passed, $skipped skipped, $failed failed, $crashed crashed their process, $slow timed out, $cleared failed only after another test's fault (passed in a fresh process), $unrun not run"
+  # The same list runs on kiln's CUDA emulator in every CI run (ctest -L gpu), where all of it passes.
+  [ "$device" = cuda ] &&
+    echo "  (CI runs these tests on kiln's CUDA emulator, where every one passes: a test failing here is where the emulator and this GPU disagree)"
   # On a GPU machine a test that skips for want of a GPU is a failure of the machine or of kiln's CUDA loading.
   nogpu=$(cat "$work"/gpu-tests-round*.log 2>/dev/null | grep -m1 -o "no CUDA GPU visible ([^)]*)")
   [ -n "$nogpu" ] && echo "  kiln-tests: $nogpu"

@@ -80,7 +80,12 @@ std::string prelude() {
   os << "// kiln: generated CUDA source (backend/cuda_codegen.cpp)\n"
      << "#ifdef __CUDACC_RTC__\nnamespace kiln {\nenum class Op : unsigned char {";
   for (int i = 0; i < kOpCount; ++i) os << (i ? ", " : " ") << op_name(static_cast<Op>(i));
-  os << " };\n}  // namespace kiln\n#endif\n";
+  os << " };\n}  // namespace kiln\n"
+     // Shared memory as the backend's kernels declare it (kernel_macros.cuh);
+     // kiln's CUDA emulator defines it before the program.
+     << "#ifndef KILN_SHARED\n#define KILN_SHARED(type, name, dims) __shared__ type name "
+        "dims\n#endif\n"
+     << "#endif\n";
   std::string math = scalar_math_text();
   const std::string once = "#pragma once\n";
   if (auto p = math.find(once); p != std::string::npos) math.erase(p, once.size());
@@ -171,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_fused_cols(const KilnArgs
   }
 }
 extern "C" __global__ void __launch_bounds__(256) kiln_fused_cols_part(const KilnArgs a) {
-  __shared__ float sums[8][33];
+  KILN_SHARED(float, sums, [8][33]);
   const int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const long long tiles_per_row = (a.inner + 31) / 32, tiles = a.outer * tiles_per_row;
   const long long tile = blockIdx.x % tiles, chunk = blockIdx.x / tiles;

@@ -269,7 +269,7 @@ TEST(CudaCodegen, RefusesWhatItCannotGenerate) {
 void check_nvrtc(const std::vector<Case>& cases) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.prim.str());
-    cuda::Compiled k = cuda::nvrtc_compile(source_of(c).text, "sm_90a");
+    cuda::Compiled k = cuda::nvrtc_compile_for_gpu(source_of(c).text, "sm_90a");
     ASSERT_TRUE(k.ok) << k.log;
     EXPECT_FALSE(k.cubin.empty());
     EXPECT_EQ(k.spill_stores, 0) << k.log;
@@ -287,8 +287,8 @@ TEST(CudaCodegen, RandomProgramsCompileForHopperWithoutSpills) {
 }
 
 TEST(CudaCodegen, CompileErrorsAreReported) {
-  cuda::Compiled k = cuda::nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }",
-                                          "sm_90a");
+  cuda::Compiled k = cuda::nvrtc_compile_for_gpu(
+      "extern \"C\" __global__ void k() { undefined_thing(); }", "sm_90a");
   EXPECT_FALSE(k.ok);
   EXPECT_NE(k.log.find("undefined_thing"), std::string::npos) << k.log;
 }

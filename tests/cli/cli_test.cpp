@@ -178,6 +178,59 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   std::filesystem::remove(log);
 }
 
+// `kiln train --device cuda --model vit-tiny` in each mode, in tf32 and bf16
+// (at 32 x 32 pixels, so that the CUDA emulator runs it in seconds): the
+// losses of the cpu's fp32 run, to tf32's and bf16's rounding. A GPU test.
+TEST(Cli, GpuVitTinyTrainsInEveryModeAsOnTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  auto losses = [](const std::string& flags) {
+    const std::string log = temp_path("gpu-losses.jsonl");
+    CliRun r =
+        kiln_cli("train --model vit-tiny --image-size 32 --batch-size 2 --steps 3 --warmup 1 " +
+                 flags + " --log-json " + log);
+    EXPECT_EQ(r.status, 0) << flags << ":\n" << r.output;
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+    }
+    std::filesystem::remove(log);
+    return out;
+  };
+  const std::vector<double> cpu = losses("--device cpu --precision fp32");
+  ASSERT_EQ(cpu.size(), 3u);
+  for (const char* mode : {"eager", "lazy", "jit"})
+    for (auto [precision, tol] : {std::pair{"tf32", 5e-3}, std::pair{"bf16", 3e-2}}) {
+      SCOPED_TRACE(std::string(mode) + " " + precision);
+      const std::vector<double> gpu =
+          losses(std::string("--device cuda --mode ") + mode + " --precision " + precision);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_NEAR(gpu[i], cpu[i], tol * cpu[i]) << "step " << i + 1;
+    }
+}
+
+#ifdef KILN_CUDA_EMULATION
+// A build that runs the CUDA backend on kiln's CUDA emulator shows no CUDA
+// device to a user who has not asked for emulated ones, and says how to.
+TEST(Cli, AnEmulationBuildShowsNoCudaDeviceUnlessAskedFor) {
+  const std::string cli = KILN_CLI_PATH;
+  CliRun r = kiln_cli_raw("env KILN_CUDA_EMULATOR=0 " + cli + " train --device cuda --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--device cuda: no usable CUDA driver or GPU (cudaErrorNoDevice: this "
+                          "kiln runs its CUDA backend on kiln's CUDA emulator"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("KILN_CUDA_EMULATOR=2 gives it two emulated devices"), std::string::npos)
+      << r.output;
+  CliRun info = kiln_cli_raw("env KILN_CUDA_EMULATOR=2 " + cli + " info");
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(info.output.find("cuda:1 (kiln CUDA emulator (sm_90))"), std::string::npos)
+      << info.output;
+}
+#endif
+
 // The reference script's first three lines, byte for byte (its f-strings
 // leave a space after the mode and the batch size), with the mode as spelled,
 // and its flags as argparse takes them: abbreviated and with `=`.

@@ -168,6 +168,30 @@ TEST_F(Dist, TwoRanksOnTwoHostsTrainAsOneProcessDoes) {
   for (size_t i = 0; i < std::size(kRuns); ++i) expect_as_one_process(*this, i, "two" + std::to_string(i));
 }
 
+// On two GPUs (two emulated ones in CI): the gradients go through NCCL, and
+// two ranks train as one process on one GPU does.
+TEST_F(Dist, TwoRanksOnTwoGpusTrainThroughNcclAsOneProcessDoes) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  const std::string two = "two-gpus";
+  Shell r =
+      shell(mpirun(2) + train("--device cuda --mode jit --optimizer sgd --momentum 0.9 --save " +
+                                  path(two) + " --log-json " + path(two + ".jsonl") +
+                                  " --check-replicas 1 --bucket-mb 0.01",
+                              3));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient all-reduces: "), std::string::npos) << r.output;
+  Shell one = shell(train("--device cuda --mode jit --optimizer sgd --momentum 0.9 --save " +
+                              path("one-gpu") + " --log-json " + path("one-gpu.jsonl"),
+                          3));
+  ASSERT_EQ(one.status, 0) << one.output;
+  std::vector<double> a = losses(path("one-gpu.jsonl")), b = losses(path(two + ".jsonl"));
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t s = 0; s < a.size(); ++s) EXPECT_NEAR(b[s], a[s], 1e-5 * std::fabs(a[s]));
+  expect_params_near(io::load_checkpoint(path(two)).params,
+                     io::load_checkpoint(path("one-gpu")).params, 1e-4);
+}
+
 TEST_F(Dist, ABatchThatDoesNotDivideGetsAClearError) {
   Shell r = shell(mpirun(2) + std::string(KILN_CLI_PATH) + " train --config " + config_ +
                 " --batch-size 3 --steps 2 --warmup 1");

@@ -1467,6 +1467,38 @@ TEST(Attention, F32KernelsMatchF64) {
   });
 }
 
+// The cuda backend's f32 and f64 attention kernels likewise, on every head
+// dim they are tiled for (32, 64, 128, 256), with partial row and column
+// tiles.
+TEST(Attention, GpuF32AndF64KernelsMatchF64) {
+  KILN_REQUIRE_GPU();
+  std::vector<Shape> shapes = kAttentionShapes;
+  shapes.insert(shapes.end(), {{1, 70, 3, 2, 128}, {2, 19, 3, 1, 160}});
+  uint32_t seed = 300;
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(name_of(dt)) + " " + str(s));
+      Array qkv = random::normal(random::Key(seed++), s);
+      Array dout = random::normal(random::Key(seed++), {s[0], s[1], s[3], s[4]});
+      const double scale = 1.0 / std::sqrt(static_cast<double>(s[4]));
+      Array q64 = astype(qkv, DType::f64), d64 = astype(dout, DType::f64);
+      Array q = astype(qkv, dt).to(test_gpu()), d = astype(dout, dt).to(test_gpu());
+      const double tol = dt == DType::f32 ? 2e-6 : 1e-12;
+      auto compare = [&](const Array& got, const Array& want, const char* what) {
+        auto g = astype(got.to(Device::cpu()), DType::f64).to_vector<double>();
+        auto w = want.to_vector<double>();
+        ASSERT_EQ(g.size(), w.size());
+        double top = 0;
+        for (double x : w) top = std::max(top, std::fabs(x));
+        for (size_t i = 0; i < g.size(); ++i)
+          ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, top)) << what << " at flat index " << i;
+      };
+      compare(attention(q, scale), attention(q64, scale), "forward");
+      compare(attention_grad(q, d, scale), attention_grad(q64, d64, scale), "backward");
+    }
+  }
+}
+
 // The bf16 attention kernels of `dev` against f64 on the same bf16 values
 // (shapes with at most `max_tokens` tokens): the products are exact and
 // summed in f32, so what remains is the rounding of P and dS to bf16 before

@@ -33,7 +33,7 @@ struct AttnArgs {
 // The dynamic shared memory of a block.
 template <typename T>
 __device__ __forceinline__ T* dyn_smem() {
-  extern __shared__ __align__(128) unsigned char attention_smem[];  // WMMA: 32 bytes
+  KILN_DYNAMIC_SHARED(unsigned char, attention_smem, 128);  // WMMA: 32 bytes
   return reinterpret_cast<T*>(attention_smem);
 }
 
@@ -64,7 +64,8 @@ void launch(void (*fn)(AttnArgs<S>), const KernelContext& ctx, cudaStream_t s, i
       raised.insert(key);
     }
   }
-  fn<<<dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles)), threads, smem, s>>>(args);
+  KILN_LAUNCH(dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles)), threads, smem, s, fn)
+  (args);
   check_launch(name);
 }
 

@@ -185,8 +185,8 @@ __global__ void scaled_copy(T* y, const T* x, int64_t n, T scale) {
 
 template <typename T>
 void launch_scaled_copy(void* y, const void* x, int64_t n, double scale, cudaStream_t s) {
-  scaled_copy<T><<<blocks_for(n), 256, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(x), n,
-                                               static_cast<T>(scale));
+  KILN_LAUNCH(blocks_for(n), 256, 0, s, scaled_copy<T>)
+  (static_cast<T*>(y), static_cast<const T*>(x), n, static_cast<T>(scale));
   check_launch("all_reduce_wait");
 }
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/kernel_macros.cuh"
 #include "kiln/error.h"
 
 namespace kiln::cuda {

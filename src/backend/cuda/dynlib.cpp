@@ -8,6 +8,9 @@
 #include <string>
 
 #include "kiln/error.h"
+#ifdef KILN_CUDA_EMULATION
+#include "backend/cuda/emulation/libraries.h"
+#endif
 
 namespace kiln::cuda::dyn {
 namespace {
@@ -31,6 +34,7 @@ constexpr Library kLibraries[] = {
     {"libcublasLt.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s cuBLASLt"},
     {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
     {"libnccl.so." KILN_STR(NCCL_MAJOR), "NCCL, the collectives of a run of several ranks on GPUs"},
+    {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
 };
 const Library& library(Lib lib) {
   return kLibraries[static_cast<int>(lib)];
@@ -53,6 +57,15 @@ void* open(Lib lib) {
 }  // namespace
 
 void* symbol(Lib lib, const char* name) {
+#ifdef KILN_CUDA_EMULATION
+  if (lib != Lib::nvrtc_gpu) {
+    void* f = lib == Lib::cublaslt ? emu::cublaslt_symbol(name)
+              : lib == Lib::nvrtc  ? emu::nvrtc_symbol(name)
+                                   : emu::nccl_symbol(name);
+    if (!f) fail("cuda", std::string("the CUDA emulator has no ") + name);
+    return f;
+  }
+#endif
   static std::once_flag once[std::size(kLibraries)];
   static void* handles[std::size(kLibraries)] = {};
   const int i = static_cast<int>(lib);

@@ -4,7 +4,10 @@
 // the driver is present but a library is not until that library is needed
 // (NCCL: by a run of several ranks only). A call goes through dyn::<name>,
 // with the library's own signature; a library that cannot be loaded is a
-// clear kiln error naming it.
+// clear kiln error naming it. In an emulation build (KILN_CUDA_EMULATION) the
+// calls reach the emulator's stand-ins (emulation/libraries.h) instead;
+// dyn::gpu's NVRTC is the GPU's NVRTC in every build (the compile-only
+// checks of the generated kernels).
 #pragma once
 #include <cublasLt.h>
 #include <nccl.h>
@@ -14,7 +17,7 @@
 
 namespace kiln::cuda::dyn {
 
-enum class Lib { cublaslt, nvrtc, nccl };
+enum class Lib { cublaslt, nvrtc, nccl, nvrtc_gpu };
 // The address of `name` in `lib` (loading the library on first use).
 void* symbol(Lib lib, const char* name);
 
@@ -53,6 +56,11 @@ struct Lazy {
 KILN_CUBLASLT_FUNCTIONS(KILN_LAZY_CUBLASLT)
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC)
 KILN_NCCL_FUNCTIONS(KILN_LAZY_NCCL)
+namespace gpu {
+#define KILN_LAZY_NVRTC_GPU(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc_gpu, #name};
+KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC_GPU)
+#undef KILN_LAZY_NVRTC_GPU
+}  // namespace gpu
 #undef KILN_LAZY_CUBLASLT
 #undef KILN_LAZY_NVRTC
 #undef KILN_LAZY_NCCL

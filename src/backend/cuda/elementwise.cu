@@ -111,14 +111,15 @@ void map(cudaStream_t st, const char* name, ArrayNode& out, const std::vector<Ar
   constexpr int V = static_cast<int>(16 / (sizeof(T) > sizeof(R) ? sizeof(T) : sizeof(R)));
   unsigned bcast = 0;
   if (!fits_u32(s)) {
-    map_kernel<1, int64_t><<<blocks_for(n, kThreads), kThreads, 0, st>>>(y, x, s, n, 0u, f);
+    KILN_LAUNCH(blocks_for(n, kThreads), kThreads, 0, st, map_kernel<1, int64_t>)
+    (y, x, s, n, 0u, f);
   } else if (vector_ok<V>(s, y, x, bcast)) {
     const int64_t chunks = n / V;
-    map_kernel<V, uint32_t><<<blocks_for(chunks, kThreads), kThreads, 0, st>>>(
-        y, x, s, static_cast<uint32_t>(chunks), bcast, f);
+    KILN_LAUNCH(blocks_for(chunks, kThreads), kThreads, 0, st, map_kernel<V, uint32_t>)
+    (y, x, s, static_cast<uint32_t>(chunks), bcast, f);
   } else {
-    map_kernel<1, uint32_t><<<blocks_for(n, kThreads), kThreads, 0, st>>>(
-        y, x, s, static_cast<uint32_t>(n), 0u, f);
+    KILN_LAUNCH(blocks_for(n, kThreads), kThreads, 0, st, map_kernel<1, uint32_t>)
+    (y, x, s, static_cast<uint32_t>(n), 0u, f);
   }
   check_launch(name);
 }
@@ -252,10 +253,11 @@ void where_kernel_host(const KernelContext& ctx, const Primitive& p, const std::
     const T* a = ptr<T>(in[1]);
     const T* b = ptr<T>(in[2]);
     if (fits_u32(s))
-      where_kernel<uint32_t><<<blocks_for(n, kThreads), kThreads, 0, st>>>(
-          y, c, a, b, s, static_cast<uint32_t>(n));
+      KILN_LAUNCH(blocks_for(n, kThreads), kThreads, 0, st, where_kernel<uint32_t>)
+      (y, c, a, b, s, static_cast<uint32_t>(n));
     else
-      where_kernel<int64_t><<<blocks_for(n, kThreads), kThreads, 0, st>>>(y, c, a, b, s, n);
+      KILN_LAUNCH(blocks_for(n, kThreads), kThreads, 0, st, where_kernel<int64_t>)
+      (y, c, a, b, s, n);
     check_launch("where");
   });
 }

@@ -88,7 +88,7 @@ void run_epilogue_steps(float* y, int64_t rows, int64_t cols,
       st.read[i] = steps[first + i].read;
       st.x[i] = steps[first + i].x;
     }
-    epilogue_kernel<<<dim3(bx, by), threads, 0, s>>>(y, rows, cols, st);
+    KILN_LAUNCH(dim3(bx, by), threads, 0, s, epilogue_kernel)(y, rows, cols, st);
     check_launch("matmul epilogue");
   }
 }

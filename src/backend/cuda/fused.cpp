@@ -98,7 +98,11 @@ std::string arch_of(int device) {
 // The cubin of `src` for `arch`: from the disk cache, else compiled (a
 // compile error is kiln's bug: it names the program and NVRTC's log).
 std::string cubin_for(const codegen::Source& src, const std::string& arch, const char* op) {
-  const std::string key_text = src.text + "\n// " + arch + " nvrtc " + nvrtc_version();
+  std::string key_text = src.text + "\n// " + arch + " nvrtc " + nvrtc_version();
+#ifdef KILN_CUDA_EMULATION
+  // The emulator's programs are host code built against its device headers.
+  key_text += " emulated " KILN_EMU_ABI;
+#endif
   char key[32];
   std::snprintf(key, sizeof key, "%016zx", std::hash<std::string>{}(key_text));
   const fs::path dir = cache_dir();

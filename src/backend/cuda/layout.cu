@@ -91,10 +91,11 @@ void strided_copy(cudaStream_t st, void* dst, const void* src, int64_t es, const
     U* y = static_cast<U*>(dst);
     const U* x = static_cast<const U*>(src);
     if (fits_u32(s))
-      copy_kernel<uint32_t><<<blocks_for(units, kThreads), kThreads, 0, st>>>(
-          y, x, s, static_cast<uint32_t>(units));
+      KILN_LAUNCH(blocks_for(units, kThreads), kThreads, 0, st, copy_kernel<uint32_t>)
+      (y, x, s, static_cast<uint32_t>(units));
     else
-      copy_kernel<int64_t><<<blocks_for(units, kThreads), kThreads, 0, st>>>(y, x, s, units);
+      KILN_LAUNCH(blocks_for(units, kThreads), kThreads, 0, st, copy_kernel<int64_t>)
+      (y, x, s, units);
     check_launch(name);
   });
 }
@@ -107,7 +108,7 @@ void strided_copy(cudaStream_t st, void* dst, const void* src, int64_t es, const
 template <typename U>
 __global__ void transpose_tiles(U* dst, const U* src, MultiStrides<1> batch, int64_t batches,
                                 int64_t M, int64_t N) {
-  __shared__ U tile[32][33];
+  KILN_SHARED(U, tile, [32][33]);
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const int64_t tm = (M + 31) / 32, tn = (N + 31) / 32;
   for (int64_t t = blockIdx.x; t < batches * tm * tn; t += gridDim.x) {
@@ -157,8 +158,8 @@ void transpose_kernel(const KernelContext& ctx, const Primitive& p, const std::v
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, 65535LL * 8));
     visit_unit(es, p.name(), [&](auto u) {
       using U = decltype(u);
-      transpose_tiles<U><<<blocks, kThreads, 0, st>>>(static_cast<U*>(y), static_cast<const U*>(x),
-                                                      batch, batches, M, N);
+      KILN_LAUNCH(blocks, kThreads, 0, st, transpose_tiles<U>)
+      (static_cast<U*>(y), static_cast<const U*>(x), batch, batches, M, N);
       check_launch("transpose_tiles");
     });
     return;
@@ -299,12 +300,12 @@ void take_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
       const U* xu = static_cast<const U*>(x);
       const Ix* ix = ptr<Ix>(idx);
       if (small)
-        take_rows<uint32_t><<<blocks_for(total, kThreads), kThreads, 0, st>>>(
-            yu, xu, ix, static_cast<uint32_t>(total), static_cast<uint32_t>(n),
-            static_cast<uint32_t>(dim), static_cast<uint32_t>(row));
+        KILN_LAUNCH(blocks_for(total, kThreads), kThreads, 0, st, take_rows<uint32_t>)
+        (yu, xu, ix, static_cast<uint32_t>(total), static_cast<uint32_t>(n),
+         static_cast<uint32_t>(dim), static_cast<uint32_t>(row));
       else
-        take_rows<int64_t><<<blocks_for(total, kThreads), kThreads, 0, st>>>(yu, xu, ix, total, n,
-                                                                             dim, row);
+        KILN_LAUNCH(blocks_for(total, kThreads), kThreads, 0, st, take_rows<int64_t>)
+        (yu, xu, ix, total, n, dim, row);
       check_launch("take");
     });
   });
@@ -383,12 +384,12 @@ void scatter_add_kernel(const KernelContext& ctx, const Primitive& p,
         const Ix* ix = ptr<Ix>(idx);
         const int64_t columns = outer * inner;
         if (n <= 1024 || n <= 64 * columns) {
-          scatter_columns<<<blocks_for(columns, kThreads), kThreads, 0, st>>>(y, u, ix, outer, n,
-                                                                             dim, inner);
+          KILN_LAUNCH(blocks_for(columns, kThreads), kThreads, 0, st, scatter_columns)
+          (y, u, ix, outer, n, dim, inner);
           check_launch("scatter_columns");
         } else {
-          scatter_atomic<<<blocks_for(total, kThreads), kThreads, 0, st>>>(y, u, ix, total, n,
-                                                                           dim, inner);
+          KILN_LAUNCH(blocks_for(total, kThreads), kThreads, 0, st, scatter_atomic)
+          (y, u, ix, total, n, dim, inner);
           check_launch("scatter_atomic");
         }
       }
@@ -416,8 +417,8 @@ void one_hot_kernel(const KernelContext& ctx, const Primitive& p, const std::vec
       T* y = out_ptr<T>(out);
       const int64_t total = numel(out.shape);
       if (total == 0) return;
-      one_hot_rows<<<blocks_for(total, kThreads), kThreads, 0, st>>>(y, ptr<Ix>(in[0]), total,
-                                                                     depth);
+      KILN_LAUNCH(blocks_for(total, kThreads), kThreads, 0, st, one_hot_rows)
+      (y, ptr<Ix>(in[0]), total, depth);
       check_launch("one_hot");
     });
   });

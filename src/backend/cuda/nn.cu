@@ -192,7 +192,7 @@ void require_dtype(const Primitive& p, const Array& a, DType dt, const char* wha
 template <typename T, bool kLog, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * n;
@@ -257,17 +257,17 @@ void softmax_kernel(const KernelContext& ctx, const Primitive& p, const std::vec
       for_rows(outer, n, [&](auto w, unsigned grid, int threads) {
         constexpr bool kWarp = decltype(w)::value;
         if (log)
-          softmax_rows<T, true, kWarp><<<grid, threads, 0, s>>>(x, y, outer, n);
+          KILN_LAUNCH(grid, threads, 0, s, softmax_rows<T, true, kWarp>)(x, y, outer, n);
         else
-          softmax_rows<T, false, kWarp><<<grid, threads, 0, s>>>(x, y, outer, n);
+          KILN_LAUNCH(grid, threads, 0, s, softmax_rows<T, false, kWarp>)(x, y, outer, n);
         check_launch("softmax");
       });
     } else {
       const unsigned grid = blocks_for(outer * inner);
       if (log)
-        softmax_strided<T, true><<<grid, 256, 0, s>>>(x, y, outer, n, inner);
+        KILN_LAUNCH(grid, 256, 0, s, softmax_strided<T, true>)(x, y, outer, n, inner);
       else
-        softmax_strided<T, false><<<grid, 256, 0, s>>>(x, y, outer, n, inner);
+        KILN_LAUNCH(grid, 256, 0, s, softmax_strided<T, false>)(x, y, outer, n, inner);
       check_launch("softmax");
     }
   });
@@ -297,7 +297,7 @@ template <typename T, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y, int64_t rows,
                                 int64_t c, double eps) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
@@ -333,8 +333,8 @@ void layer_norm_kernel(const KernelContext& ctx, const Primitive& p, const std::
     T* y = out_ptr<T>(out);
     if (rows == 0) return;
     for_rows(rows, c, [&](auto w, unsigned grid, int threads) {
-      layer_norm_rows<T, decltype(w)::value>
-          <<<grid, threads, 0, s>>>(x, gamma, beta, y, rows, c, eps);
+      KILN_LAUNCH(grid, threads, 0, s, layer_norm_rows<T, decltype(w)::value>)
+      (x, gamma, beta, y, rows, c, eps);
       check_launch("layer_norm");
     });
   });
@@ -347,7 +347,7 @@ template <typename T, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) layer_norm_grad_rows(const T* x, const T* gamma, const T* dy, const T* res, T* dx,
                                      int64_t rows, int64_t c, double eps) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
@@ -396,8 +396,8 @@ void layer_norm_grad_kernel(const KernelContext& ctx, const Primitive& p,
     T* dx = out_ptr<T>(out);
     if (rows == 0) return;
     for_rows(rows, c, [&](auto w, unsigned grid, int threads) {
-      layer_norm_grad_rows<T, decltype(w)::value>
-          <<<grid, threads, 0, s>>>(ptr<T>(x), gamma, ptr<T>(dy), res, dx, rows, c, attrs.eps);
+      KILN_LAUNCH(grid, threads, 0, s, layer_norm_grad_rows<T, decltype(w)::value>)
+      (ptr<T>(x), gamma, ptr<T>(dy), res, dx, rows, c, attrs.eps);
       check_launch("layer_norm_grad");
     });
   });
@@ -407,7 +407,7 @@ void layer_norm_grad_kernel(const KernelContext& ctx, const Primitive& p,
 template <typename T, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) row_stats_rows(const T* x, acc_t<T>* stats, int64_t rows, int64_t c, double eps) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     A mean, rstd;
@@ -429,7 +429,8 @@ template <typename T>
 __global__ void param_grad_partial(const T* x, const T* dy, const acc_t<T>* stats, double* part,
                                    int64_t rows, int64_t c, int64_t per) {
   using A = acc_t<T>;
-  __shared__ double sg[kParamLanes][32], sb[kParamLanes][32];
+  KILN_SHARED(double, sg, [kParamLanes][32]);
+  KILN_SHARED(double, sb, [kParamLanes][32]);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * 32 + tx;
   const int64_t b = blockIdx.y;
@@ -499,16 +500,16 @@ void layer_norm_param_grad_kernel(const KernelContext& ctx, const Primitive& p,
       stats = static_cast<A*>(ctx.scratch->allocate(stats_bytes));
       part = static_cast<double*>(ctx.scratch->allocate(part_bytes));
       for_rows(rows, c, [&](auto w, unsigned grid, int threads) {
-        row_stats_rows<T, decltype(w)::value>
-            <<<grid, threads, 0, s>>>(ptr<T>(x), stats, rows, c, eps);
+        KILN_LAUNCH(grid, threads, 0, s, row_stats_rows<T, decltype(w)::value>)
+        (ptr<T>(x), stats, rows, c, eps);
         check_launch("layer_norm_param_grad");
       });
       const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(blocks));
-      param_grad_partial<T>
-          <<<grid, dim3(32, kParamLanes), 0, s>>>(ptr<T>(x), ptr<T>(dy), stats, part, rows, c, per);
+      KILN_LAUNCH(grid, dim3(32, kParamLanes), 0, s, param_grad_partial<T>)
+      (ptr<T>(x), ptr<T>(dy), stats, part, rows, c, per);
       check_launch("layer_norm_param_grad");
     }
-    param_grad_finish<T><<<blocks_for(c), 256, 0, s>>>(part, y, blocks, c);
+    KILN_LAUNCH(blocks_for(c), 256, 0, s, param_grad_finish<T>)(part, y, blocks, c);
     check_launch("layer_norm_param_grad");
     if (rows > 0) {
       ctx.scratch->release(stats, stats_bytes);
@@ -536,7 +537,7 @@ void visit_labels(const Array& labels, F&& f) {
 template <typename T, typename I, typename O, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_rows(const T* x, const I* labels, O* loss, int64_t rows, int64_t c) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
@@ -558,7 +559,7 @@ template <typename T, typename I, typename D, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kRowThreads : 1024) sce_grad_rows(const T* x, const I* labels, const D* dloss, T* dx, int64_t rows,
                               int64_t c) {
   using A = acc_t<T>;
-  __shared__ A red[66];
+  KILN_SHARED(A, red, [66]);
   const Group<kWarp> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xs = x + r * c;
@@ -604,8 +605,8 @@ void sce_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<
         O* loss = out_ptr<O>(out);
         if (rows == 0) return;
         for_rows(rows, c, [&](auto w, unsigned grid, int threads) {
-          sce_rows<T, I, O, decltype(w)::value>
-              <<<grid, threads, 0, s>>>(ptr<T>(logits), labels, loss, rows, c);
+          KILN_LAUNCH(grid, threads, 0, s, sce_rows<T, I, O, decltype(w)::value>)
+          (ptr<T>(logits), labels, loss, rows, c);
           check_launch("softmax_cross_entropy");
         });
       };
@@ -636,8 +637,8 @@ void sce_grad_kernel(const KernelContext& ctx, const Primitive& p, const std::ve
       visit_float(in[2].dtype(), p.name(), [&](auto d) {
         using D = decltype(d);
         for_rows(rows, c, [&](auto w, unsigned grid, int threads) {
-          sce_grad_rows<T, I, D, decltype(w)::value>
-              <<<grid, threads, 0, s>>>(ptr<T>(logits), labels, ptr<D>(in[2]), dx, rows, c);
+          KILN_LAUNCH(grid, threads, 0, s, sce_grad_rows<T, I, D, decltype(w)::value>)
+          (ptr<T>(logits), labels, ptr<D>(in[2]), dx, rows, c);
           check_launch("softmax_cross_entropy_grad");
         });
       });

@@ -33,36 +33,68 @@ void read_ptxas_report(Compiled& c) {
   }
 }
 
-}  // namespace
+// The NVRTC functions a compile calls: the backend's (the emulator's in an
+// emulation build) or the GPU's.
+template <typename F>
+using Fn = const dyn::Lazy<F>&;
+struct Nvrtc {
+  Fn<decltype(::nvrtcCreateProgram)> create;
+  Fn<decltype(::nvrtcCompileProgram)> compile;
+  Fn<decltype(::nvrtcGetProgramLogSize)> log_size;
+  Fn<decltype(::nvrtcGetProgramLog)> log;
+  Fn<decltype(::nvrtcGetErrorString)> error_string;
+  Fn<decltype(::nvrtcGetCUBINSize)> cubin_size;
+  Fn<decltype(::nvrtcGetCUBIN)> cubin;
+  Fn<decltype(::nvrtcDestroyProgram)> destroy;
+};
 
-Compiled nvrtc_compile(const std::string& source, const std::string& arch,
-                       const std::string& name) {
+Compiled compile_with(const Nvrtc& api, const std::string& source, const std::string& arch,
+                      const std::string& name) {
   Compiled c;
   nvrtcProgram prog = nullptr;
-  if (dyn::nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
+  if (api.create(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS) {
     c.log = "nvrtcCreateProgram failed";
     return c;
   }
   const std::string arch_opt = "-arch=" + arch;
   const std::vector<const char*> opts = {arch_opt.c_str(), "-std=c++17", "--ptxas-options=-v",
                                          "-lineinfo"};
-  const nvrtcResult r = dyn::nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  const nvrtcResult r = api.compile(prog, static_cast<int>(opts.size()), opts.data());
   size_t n = 0;
-  if (dyn::nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
+  if (api.log_size(prog, &n) == NVRTC_SUCCESS && n > 1) {
     c.log.resize(n);
-    dyn::nvrtcGetProgramLog(prog, c.log.data());
+    api.log(prog, c.log.data());
     c.log.resize(n - 1);  // the terminating NUL
   }
   if (r != NVRTC_SUCCESS) {
-    c.log = std::string(dyn::nvrtcGetErrorString(r)) + "\n" + c.log;
-  } else if (dyn::nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+    c.log = std::string(api.error_string(r)) + "\n" + c.log;
+  } else if (api.cubin_size(prog, &n) == NVRTC_SUCCESS && n > 0) {
     c.cubin.resize(n);
-    c.ok = dyn::nvrtcGetCUBIN(prog, c.cubin.data()) == NVRTC_SUCCESS;
+    c.ok = api.cubin(prog, c.cubin.data()) == NVRTC_SUCCESS;
   }
-  dyn::nvrtcDestroyProgram(&prog);
+  api.destroy(&prog);
   read_ptxas_report(c);
   return c;
+}
+
+}  // namespace
+
+Compiled nvrtc_compile(const std::string& source, const std::string& arch,
+                       const std::string& name) {
+  static const Nvrtc api{dyn::nvrtcCreateProgram,     dyn::nvrtcCompileProgram,
+                         dyn::nvrtcGetProgramLogSize, dyn::nvrtcGetProgramLog,
+                         dyn::nvrtcGetErrorString,    dyn::nvrtcGetCUBINSize,
+                         dyn::nvrtcGetCUBIN,          dyn::nvrtcDestroyProgram};
+  return compile_with(api, source, arch, name);
+}
+
+Compiled nvrtc_compile_for_gpu(const std::string& source, const std::string& arch,
+                               const std::string& name) {
+  static const Nvrtc api{dyn::gpu::nvrtcCreateProgram,     dyn::gpu::nvrtcCompileProgram,
+                         dyn::gpu::nvrtcGetProgramLogSize, dyn::gpu::nvrtcGetProgramLog,
+                         dyn::gpu::nvrtcGetErrorString,    dyn::gpu::nvrtcGetCUBINSize,
+                         dyn::gpu::nvrtcGetCUBIN,          dyn::gpu::nvrtcDestroyProgram};
+  return compile_with(api, source, arch, name);
 }
 
 std::string nvrtc_version() {

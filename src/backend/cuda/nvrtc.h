@@ -16,9 +16,14 @@ struct Compiled {
 };
 
 // Compiles `source` for `arch` (e.g. "sm_90a") at -O3; `name` names the
-// program in messages.
+// program in messages. In an emulation build this is the emulator's NVRTC,
+// which compiles for the host (emulation/nvrtc.cpp).
 Compiled nvrtc_compile(const std::string& source, const std::string& arch,
                        const std::string& name = "kiln_generated.cu");
+// The GPU's NVRTC in every build: compiles for `arch` where no GPU is (the
+// compile-only checks of the generated kernels).
+Compiled nvrtc_compile_for_gpu(const std::string& source, const std::string& arch,
+                               const std::string& name = "kiln_generated.cu");
 
 // NVRTC's version, "13.0".
 std::string nvrtc_version();

@@ -19,7 +19,7 @@ __global__ void draw(T* y, int64_t n, random::DrawSpec spec, const int32_t* key_
                      uint32_t fold_data) {
   random::DrawSpec s = spec;
   if (key_bits) {
-    __shared__ uint32_t key[2];
+    KILN_SHARED(uint32_t, key, [2]);
     if (threadIdx.x == 0) {
       uint32_t k[2];
       threefry::key_of_bits(key_bits, k);
@@ -56,7 +56,7 @@ void random_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
     T* y = out_ptr<T>(out);
     if (n == 0) return;
     const int64_t blocks = (n + 1) / 2;
-    draw<T><<<blocks_for(blocks), 256, 0, s>>>(y, n, spec, key_bits, a.fold, a.fold_data);
+    KILN_LAUNCH(blocks_for(blocks), 256, 0, s, draw<T>)(y, n, spec, key_bits, a.fold, a.fold_data);
     check_launch("random");
   };
   switch (out.dtype) {

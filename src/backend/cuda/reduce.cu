@@ -137,7 +137,7 @@ __global__ void row_reduce(const In* x, Out* y, int64_t jobs, int64_t len, int64
                            int64_t seg) {
   using S = typename R::S;
   constexpr int kJobsPerBlock = kThreads / TPR;
-  __shared__ S part[kThreads / 32];
+  KILN_SHARED(S, part, [kThreads / 32]);
   const int lane = threadIdx.x % TPR;
   const int slot = threadIdx.x / TPR;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kJobsPerBlock; base < jobs;
@@ -175,11 +175,11 @@ void launch_rows(cudaStream_t st, int tpr, const In* x, Out* y, int64_t jobs, in
                  int64_t chunks, int64_t seg) {
   const unsigned blocks = blocks_for(jobs * tpr, kThreads);
   if (tpr == 1)
-    row_reduce<1, R><<<blocks, kThreads, 0, st>>>(x, y, jobs, len, chunks, seg);
+    KILN_LAUNCH(blocks, kThreads, 0, st, row_reduce<1, R>)(x, y, jobs, len, chunks, seg);
   else if (tpr == 32)
-    row_reduce<32, R><<<blocks, kThreads, 0, st>>>(x, y, jobs, len, chunks, seg);
+    KILN_LAUNCH(blocks, kThreads, 0, st, row_reduce<32, R>)(x, y, jobs, len, chunks, seg);
   else
-    row_reduce<kThreads, R><<<blocks, kThreads, 0, st>>>(x, y, jobs, len, chunks, seg);
+    KILN_LAUNCH(blocks, kThreads, 0, st, row_reduce<kThreads, R>)(x, y, jobs, len, chunks, seg);
   check_launch("row_reduce");
 }
 
@@ -223,7 +223,7 @@ template <typename R, typename In, typename Out>
 __global__ void col_reduce(const In* x, Out* y, int64_t outer, int64_t len, int64_t inner,
                            int64_t chunks, int64_t seg, int bx_log2) {
   using S = typename R::S;
-  __shared__ S sm[kThreads];
+  KILN_SHARED(S, sm, [kThreads]);
   const int bx = 1 << bx_log2, by = kThreads >> bx_log2;
   const int tx = threadIdx.x & (bx - 1), ty = threadIdx.x >> bx_log2;
   const int64_t tiles = (inner + bx - 1) / bx;
@@ -259,8 +259,8 @@ void reduce_cols(const KernelContext& ctx, cudaStream_t st, const T* x, Out* y, 
   const int64_t tiles = outer * ceil_div(inner, int64_t{1} << bx_log2);
   auto launch = [&](const auto* in, auto* out, int64_t n, int64_t chunks, int64_t seg) {
     const int64_t blocks = std::min<int64_t>(tiles * chunks, 65535LL * 8);
-    col_reduce<R><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(in, out, outer, n, inner,
-                                                                        chunks, seg, bx_log2);
+    KILN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, st, col_reduce<R>)
+    (in, out, outer, n, inner, chunks, seg, bx_log2);
     check_launch("col_reduce");
   };
   int64_t chunks = 1;
@@ -315,8 +315,8 @@ void reduce_any(cudaStream_t st, const T* x, Out* y, const Shape& shape,
   }
   const MultiStrides<1> kept = collapse_strides<1>(ks, {kst}, name);
   const MultiStrides<1> red = collapse_strides<1>(rs, {rst}, name);
-  any_reduce<R><<<blocks_for(n_out * 32, kThreads), kThreads, 0, st>>>(x, y, kept, red, n_out,
-                                                                      numel(rs));
+  KILN_LAUNCH(blocks_for(n_out * 32, kThreads), kThreads, 0, st, any_reduce<R>)
+  (x, y, kept, red, n_out, numel(rs));
   check_launch("any_reduce");
 }
 
@@ -387,8 +387,8 @@ void cumsum_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
     } else {
       T* y = out_ptr<T>(out);
       if (outer * inner == 0 || n == 0) return;
-      cumsum_lines<T><<<blocks_for(outer * inner, kThreads), kThreads, 0, st>>>(
-          ptr<T>(in[0]), y, outer, n, inner, a.reverse);
+      KILN_LAUNCH(blocks_for(outer * inner, kThreads), kThreads, 0, st, cumsum_lines<T>)
+      (ptr<T>(in[0]), y, outer, n, inner, a.reverse);
       check_launch("cumsum_lines");
     }
   });
@@ -429,8 +429,8 @@ void argsort_kernel(const KernelContext& ctx, const Primitive& p, const std::vec
       int32_t* y = out_ptr<int32_t>(out);
       const int64_t total = outer * n * inner;
       if (total == 0) return;
-      argsort_ranks<T><<<blocks_for(total, kThreads), kThreads, 0, st>>>(ptr<T>(in[0]), y, n, inner,
-                                                                         total, a.descending);
+      KILN_LAUNCH(blocks_for(total, kThreads), kThreads, 0, st, argsort_ranks<T>)
+      (ptr<T>(in[0]), y, n, inner, total, a.descending);
       check_launch("argsort_ranks");
     }
   });

@@ -133,7 +133,7 @@ void fill_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
     using T = decltype(t);
     T* y = out_ptr<T>(out);
     if (n == 0) return;
-    fill<T><<<blocks_for(n), 256, 0, s>>>(y, n, a.start, a.step);
+    KILN_LAUNCH(blocks_for(n), 256, 0, s, fill<T>)(y, n, a.start, a.step);
     check_launch("fill");
   });
 }

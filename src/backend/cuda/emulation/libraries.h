@@ -1,0 +1,14 @@
+// kiln's CUDA emulator: its cuBLASLt, NVRTC and NCCL, which dynlib.h's calls
+// reach in an emulation build instead of the libraries (cublaslt.cpp,
+// nvrtc.cpp, nccl.cpp). Each has the library's signatures.
+#pragma once
+
+namespace kiln::emu {
+
+// The address of the emulated library function `name` (null where the
+// emulator has none).
+void* cublaslt_symbol(const char* name);
+void* nvrtc_symbol(const char* name);
+void* nccl_symbol(const char* name);
+
+}  // namespace kiln::emu

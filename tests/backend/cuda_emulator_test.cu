@@ -1,0 +1,272 @@
+// kiln's CUDA emulator (src/backend/cuda/emulation/): its built-ins compute
+// what a GPU computes, and its checks stop a kernel where a GPU's sanitizer
+// would. Each kernel below can be built with a flaw (its `flaw` argument):
+// the flawless kernel must pass, each flaw must fail with its own error.
+// Compiled like the backend's kernels, in emulation builds only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/device_common.cuh"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+enum Flaw : int { kNone, kGlobalOffByOne, kSharedOffByOne, kNoBarrier, kUnguardedRead };
+
+// Reverses each block's run of up to 64 elements through a shared tile:
+// y[b·64 + t] = x[b·64 + count - 1 - t]. The flaws: the loader reads one
+// element past x; the tile is written one slot off; the barrier between the
+// tile's writes and reads is gone; the reads ignore that a last, partial
+// block wrote only `count` slots.
+__global__ void reverse_blocks(float* y, const float* x, int n, int flaw) {
+  KILN_SHARED(float, tile, [64]);
+  const int t = static_cast<int>(threadIdx.x), base = static_cast<int>(blockIdx.x) * 64;
+  const int count = n - base < 64 ? n - base : 64;
+  if (t < count) {
+    const int i = base + t + (flaw == kGlobalOffByOne && t == count - 1 ? 1 : 0);
+    tile[t + (flaw == kSharedOffByOne ? 1 : 0)] = x[i];
+  }
+  if (flaw != kNoBarrier) __syncthreads();
+  if (t < count) y[base + t] = tile[flaw == kUnguardedRead ? 63 - t : count - 1 - t];
+}
+
+std::vector<float> iota_floats(int n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 1.0f);
+  return v;
+}
+
+Array on_gpu(const std::vector<float>& v) {
+  Array a = Array::from_vector(v, {static_cast<int64_t>(v.size())}).to(kGpu);
+  a.eval();
+  return a;
+}
+
+// Runs reverse_blocks with `flaw` on n elements; the kernel's error, if any.
+std::string reverse(int n, int flaw, std::vector<float>* out = nullptr) {
+  cuda::use_device(0);
+  Array x = on_gpu(iota_floats(n));
+  Array y = Array::empty({n}, DType::f32, kGpu);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH((n + 63) / 64, 64, 0, s, reverse_blocks)(y.data<float>(), x.data<float>(), n, flaw);
+  try {
+    cuda::check_launch("reverse_blocks");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (out) *out = y.to_vector<float>();
+  return {};
+}
+
+TEST(CudaEmulator, AFlawlessTileKernelComputesItsResult) {
+  std::vector<float> y;
+  ASSERT_EQ(reverse(100, kNone, &y), "");
+  std::vector<float> expected(100);
+  for (int i = 0; i < 100; ++i) expected[i] = i < 64 ? 64.0f - i : 100.0f - (i - 64);
+  EXPECT_EQ(y, expected);
+}
+
+TEST(CudaEmulator, AnOffByOneTileLoaderIsAnOutOfBoundsRead) {
+  const std::string e = reverse(100, kGlobalOffByOne);
+  EXPECT_NE(e.find("kernel reverse_blocks"), std::string::npos) << e;
+  EXPECT_NE(e.find("block (1, 0, 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("thread (35, 0, 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("4-byte read of 0 bytes past the end of a 400-byte allocation on cuda:0"),
+            std::string::npos)
+      << e;
+}
+
+TEST(CudaEmulator, AnOffByOneSharedTileIsAnOutOfBoundsWrite) {
+  const std::string e = reverse(128, kSharedOffByOne);
+  EXPECT_NE(e.find("thread (63, 0, 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("past the end of shared variable `tile` (256 bytes)"), std::string::npos) << e;
+}
+
+TEST(CudaEmulator, AMissingSyncthreadsIsARace) {
+  // Thread 32 writes the slot thread 31 read (the emulator runs a block's
+  // threads in order up to a barrier).
+  const std::string e = reverse(64, kNoBarrier);
+  EXPECT_NE(e.find("thread (32, 0, 0): race: writes shared variable `tile`, byte 128, which "
+                   "thread (31, 0, 0) read"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("write-after-read hazard"), std::string::npos) << e;
+}
+
+TEST(CudaEmulator, ReadingSharedMemoryNoThreadWroteIsAnInitcheckError) {
+  EXPECT_EQ(reverse(128, kUnguardedRead), "");  // full blocks write every slot
+  const std::string e = reverse(100, kUnguardedRead);
+  EXPECT_NE(e.find("block (1, 0, 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("which no thread of the block has written (initcheck)"), std::string::npos) << e;
+}
+
+TEST(CudaEmulator, ReadingDeviceMemoryNeverWrittenIsAnInitcheckError) {
+  cuda::use_device(0);
+  Array x = Array::empty({64}, DType::f32, kGpu);
+  Array y = Array::empty({64}, DType::f32, kGpu);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH(1, 64, 0, s, reverse_blocks)(y.data<float>(), x.data<float>(), 64, kNone);
+  try {
+    cuda::check_launch("reverse_blocks");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("which was never written (initcheck)"), std::string::npos)
+        << e.what();
+  }
+}
+
+enum WarpFlaw : int { kFullWarp, kWidth16, kHalfMask, kDivergent, kDeadlock };
+
+// y[w] = the sum of x over warp w's 32 lanes, by butterfly shuffles. The
+// flaws: shuffles of width 16 (each half sums its own 16, as on the GPU); a
+// mask naming half the warp, whose lanes read the other half; half the lanes at
+// another shuffle; half the lanes at a __syncthreads the others never reach.
+__global__ void warp_sums(float* y, const float* x, int flaw) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  if (flaw == kDeadlock && lane >= 16) __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) {
+    if (flaw == kDivergent && lane >= 16)
+      v += __shfl_down_sync(0xffffffffu, v, o);
+    else
+      v += __shfl_xor_sync(flaw == kHalfMask ? 0x0000ffffu : 0xffffffffu, v, o,
+                           flaw == kWidth16 ? 16 : 32);
+  }
+  if (lane == 0) y[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
+std::string warp_sum(int flaw, std::vector<float>* out = nullptr) {
+  cuda::use_device(0);
+  Array x = on_gpu(iota_floats(128));
+  Array y = Array::empty({4}, DType::f32, kGpu);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH(2, 64, 0, s, warp_sums)(y.data<float>(), x.data<float>(), flaw);
+  try {
+    cuda::check_launch("warp_sums");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (out) *out = y.to_vector<float>();
+  return {};
+}
+
+TEST(CudaEmulator, WarpShufflesSumAsTheHardwareDoes) {
+  std::vector<float> y;
+  ASSERT_EQ(warp_sum(kFullWarp, &y), "");
+  // Lanes 32w .. 32w + 31 hold 32w + 1 .. 32w + 32.
+  EXPECT_EQ(y, (std::vector<float>{528, 1552, 2576, 3600}));
+}
+
+TEST(CudaEmulator, AShuffleOfTheWrongWidthGetsTheHardwaresWrongSum) {
+  std::vector<float> y;
+  ASSERT_EQ(warp_sum(kWidth16, &y), "");
+  // Width 16: lane 0's xor partners stay in lanes 0-15 (lane ^ 16 lies in a
+  // later segment: the lane's own value comes back), so lane 0 gets twice
+  // the sum of lanes 0-15.
+  EXPECT_EQ(y, (std::vector<float>{272, 1296, 2320, 3344}));
+}
+
+TEST(CudaEmulator, AShuffleFromALaneOutsideItsMaskIsAnError) {
+  // Lanes 0-15 meet first; lane 15's partner at distance 16 is lane 31.
+  const std::string e = warp_sum(kHalfMask);
+  EXPECT_NE(e.find("thread (15, 0, 0): __shfl_xor_sync (mask 0x0000ffff) reads lane 31, which is "
+                   "not in the mask"),
+            std::string::npos)
+      << e;
+}
+
+TEST(CudaEmulator, LanesAtDifferentCollectivesAreADivergentWarp) {
+  const std::string e = warp_sum(kDivergent);
+  EXPECT_NE(e.find("divergent warp"), std::string::npos) << e;
+}
+
+TEST(CudaEmulator, ABarrierHalfAWarpNeverReachesIsADeadlock) {
+  const std::string e = warp_sum(kDeadlock);
+  EXPECT_NE(e.find("deadlock"), std::string::npos) << e;
+  EXPECT_NE(e.find("at __syncthreads"), std::string::npos) << e;
+  EXPECT_NE(e.find("at __shfl_xor_sync (warp 0, mask 0xffffffff)"), std::string::npos) << e;
+}
+
+// Lanes of one warp ordered by __syncwarp, warps by nothing: a write of warp
+// 0 read by warp 1 is a race, the same read within warp 0 is not.
+__global__ void neighbours(float* y, int reader_warp) {
+  KILN_SHARED(float, slots, [64]);
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < 32) slots[t] = static_cast<float>(t);
+  __syncwarp();
+  if (t / 32 == reader_warp) y[t] = slots[(t + 1) % 32];
+}
+
+TEST(CudaEmulator, SyncwarpOrdersItsWarpOnly) {
+  cuda::use_device(0);
+  Array y = Array::empty({64}, DType::f32, kGpu);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH(1, 64, 0, s, neighbours)(y.data<float>(), 0);
+  EXPECT_NO_THROW(cuda::check_launch("neighbours"));
+  KILN_LAUNCH(1, 64, 0, s, neighbours)(y.data<float>(), 1);
+  try {
+    cuda::check_launch("neighbours");
+    FAIL() << "no race found";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("race"), std::string::npos) << e.what();
+  }
+}
+
+// 256 threads add into one shared and one global float: atomics never race.
+__global__ void atomic_sums(float* y) {
+  KILN_SHARED(float, total, );
+  if (threadIdx.x == 0) total = 0.0f;
+  __syncthreads();
+  atomicAdd(&total, 1.0f);
+  atomicAdd(y, 2.0f);
+  __syncthreads();
+  if (threadIdx.x == 0) y[1] = total;
+}
+
+TEST(CudaEmulator, AtomicsAddWithoutRaces) {
+  cuda::use_device(0);
+  Array y = on_gpu({0.0f, 0.0f});
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH(1, 256, 0, s, atomic_sums)(y.data<float>());
+  ASSERT_NO_THROW(cuda::check_launch("atomic_sums"));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{512.0f, 256.0f}));
+}
+
+// A float4 read where the pointer is not 16-byte aligned: the GPU's
+// misaligned address, whatever the host would do.
+__global__ void sum_float4(float* y, const float* x, int offset) {
+  const float4 v = *reinterpret_cast<const float4*>(x + offset);
+  y[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+
+TEST(CudaEmulator, AVectorLoadOffItsAlignmentIsAMisalignedAddress) {
+  cuda::use_device(0);
+  Array x = on_gpu(iota_floats(8));
+  Array y = Array::empty({1}, DType::f32, kGpu);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  KILN_LAUNCH(1, 1, 0, s, sum_float4)(y.data<float>(), x.data<float>(), 4);
+  ASSERT_NO_THROW(cuda::check_launch("sum_float4"));
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>{26.0f});
+  KILN_LAUNCH(1, 1, 0, s, sum_float4)(y.data<float>(), x.data<float>(), 1);
+  try {
+    cuda::check_launch("sum_float4");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("thread (0, 0, 0): 16-byte read of global memory at an "
+                                         "address that is not a multiple of 16 (byte 4 of a "
+                                         "32-byte allocation on cuda:0)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
