@@ -8,8 +8,9 @@ set -euo pipefail
 # training (mpirun -np N kiln train); iproute2: the test that runs two ranks in two network
 # namespaces; libcurl4-openssl-dev and libssl-dev: downloads from the Hugging Face Hub
 # (libcurl) and their SHA-256 checks (OpenSSL's libcrypto); python3-venv and python3-dev: the
-# Python package's virtual environment and its module's build.
-packages=(g++ cmake ninja-build libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
+# Python package's virtual environment and its module's build; ccache: rebuilds (another clone,
+# a later CI run) take unchanged objects from its cache.
+packages=(g++ cmake ninja-build ccache libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
           iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev "$@")

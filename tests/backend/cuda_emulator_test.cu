@@ -268,5 +268,45 @@ TEST(CudaEmulator, AVectorLoadOffItsAlignmentIsAMisalignedAddress) {
   }
 }
 
+// CUDA's stream semantics: work on one stream sees another stream's work
+// only after waiting for an event recorded after it, or after the host
+// synchronized with it before queuing the work.
+TEST(CudaEmulator, AnotherStreamSeesWorkOnlyAfterWaitingForIt) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t a, b;
+  cudaEvent_t written;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&written, cudaEventDisableTiming), cudaSuccess);
+  void* x = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, 256), cudaSuccess);
+  std::vector<unsigned char> host(256);
+  auto message = [](cudaError_t e) { return std::string(cudaGetErrorString(e)); };
+
+  ASSERT_EQ(cudaMemsetAsync(x, 7, 256, a), cudaSuccess);
+  // b reads what a wrote without waiting: a race between the streams.
+  cudaError_t e = cudaMemcpyAsync(host.data(), x, 256, cudaMemcpyDeviceToHost, b);
+  EXPECT_EQ(e, cudaErrorLaunchFailure);
+  EXPECT_NE(message(e).find("which stream "), std::string::npos) << message(e);
+  EXPECT_NE(message(e).find(" wrote in its work #1"), std::string::npos) << message(e);
+  EXPECT_NE(message(e).find("has not waited for that work"), std::string::npos) << message(e);
+  // Through an event: ordered.
+  ASSERT_EQ(cudaEventRecord(written, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, written, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), x, 256, cudaMemcpyDeviceToHost, b), cudaSuccess);
+  EXPECT_EQ(host[255], 7);
+  // a overwrites what b read, not having waited for b: a race too.
+  e = cudaMemsetAsync(x, 1, 256, a);
+  EXPECT_NE(message(e).find(" read in its work #"), std::string::npos) << message(e);
+  // The host waited for b before queuing the write: ordered.
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(x, 1, 256, a), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(cudaFree(x), cudaSuccess);
+  cudaEventDestroy(written);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -61,21 +61,30 @@ TEST(Peak, DescriptionNamesTheUnitMeasured) {
 // are the FMA loop and the GEMM may come close to it, so the inequality is
 // checked only on a bf16 unit.
 TEST(Peak, ABf16MatmulStaysBelowTheBf16Peak) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer build at -O1 times its instrumentation, not the CPU";
+#endif
   const std::string unit = cpu_bf16_gemm_unit();
   if (unit != "AMX" && unit != "AVX512-BF16") GTEST_SKIP() << "bf16 GEMMs run at the f32 rate";
   const int64_t n = 1024;
   Array a = astype(random::normal(random::Key(1), {n, n}), DType::bf16);
   Array b = astype(random::normal(random::Key(2), {n, n}), DType::bf16);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    Array c = matmul(a, b, {false, true, DType::f32});  // eager: done on return
-    c.eval();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  // Both rates at their best over rounds that alternate them: CTest runs
+  // another test on the other core, which slows the peak's loop (every
+  // thread waits for the slowest) more than the GEMM's best repetition.
+  double gemm = 0, peak = 0;
+  for (int round = 0; round < 4; ++round) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      Array c = matmul(a, b, {false, true, DType::f32});  // eager: done on return
+      c.eval();
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    gemm = std::max(gemm, 2.0 * n * n * n / best / 1e9);
+    peak = std::max(peak, tools::measure_peak_gflops(true));
   }
-  const double gemm = 2.0 * n * n * n / best / 1e9;
-  const double peak = tools::measure_peak_gflops(true);
   const double fp32 = tools::measure_peak_gflops(false);
   EXPECT_LT(gemm, peak) << "a " << n << "^3 bf16 matmul ran at " << gemm << " GFLOP/s";
   if (unit == "AMX") {

@@ -167,7 +167,7 @@ struct Run {
   double alpha, beta;
 };
 
-cudaError_t run(const Run& r, int device, std::string& message) {
+cudaError_t run(const Run& r, int device, std::string& message, Accesses& touched) {
   const bool bias =
       r.d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (r.d.epilogue & CUBLASLT_EPILOGUE_BIAS);
   struct Operand {
@@ -380,8 +380,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   r.pc = C;
   r.pd = D;
   const int device = stream_device(stream);
-  if (submit(stream, "cublasLtMatmul",
-             [r, device](std::string& message) { return run(r, device, message); }) != cudaSuccess)
+  if (submit(stream, "cublasLtMatmul", [r, device](std::string& message, Accesses& touched) {
+        return run(r, device, message, touched);
+      }) != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, cudaGetErrorString(cudaGetLastError()));
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/emulation/emulator.h"
 
@@ -30,8 +31,13 @@ constexpr size_t kSharedPerBlock = 48 * 1024;
 // piece at a time in the process.
 std::recursive_mutex& device_work();
 
-// A piece of device work: runs, or says why not (its message in `message`).
-using Work = std::function<cudaError_t(std::string& message)>;
+// The allocations a piece of device work read and wrote (memory.h's ids).
+struct Accesses {
+  std::vector<uint32_t> reads, writes;
+};
+// A piece of device work: runs, or says why not (its message in `message`),
+// and says what it touched.
+using Work = std::function<cudaError_t(std::string& message, Accesses& touched)>;
 // Work queued on stream s: run now (under device_work), or recorded into the
 // stream's capture; a failure sets the thread's last error and is returned.
 cudaError_t submit(cudaStream_t s, const char* what, Work work);
@@ -39,8 +45,9 @@ cudaError_t submit(cudaStream_t s, const char* what, Work work);
 int stream_device(cudaStream_t s);
 
 // Runs k's blocks one after another (device_work held by the caller):
-// cudaSuccess, or the error with its message in `message`.
-cudaError_t run_kernel(const KernelLaunch& k, std::string& message);
+// cudaSuccess, or the error with its message in `message`; the allocations
+// its threads read and wrote in `touched`.
+cudaError_t run_kernel(const KernelLaunch& k, std::string& message, Accesses& touched);
 
 // The calling thread's current device (cudaSetDevice) and last error, whose
 // message cudaGetErrorString returns for its code.

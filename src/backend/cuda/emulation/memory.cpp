@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -13,6 +14,7 @@ namespace kiln::emu {
 
 uintptr_t g_heap_base = 0, g_heap_size = 0;
 uint8_t* g_shadow = nullptr;
+uint32_t* g_granule_ids = nullptr;
 
 namespace {
 
@@ -30,7 +32,13 @@ size_t round_up(size_t v, size_t a) {
 struct Allocation {
   size_t bytes = 0, span = 0;  // span: bytes rounded up, plus the redzone
   int device = 0;
+  uint32_t id = 0;
 };
+
+void set_ids(uintptr_t start, size_t span, uint32_t id) {
+  uint32_t* g = g_granule_ids + ((start - g_heap_base) >> kGranuleShift);
+  std::fill(g, g + (span >> kGranuleShift), id);
+}
 
 class Heap {
  public:
@@ -42,7 +50,8 @@ class Heap {
     const size_t span = round_up(std::max<size_t>(bytes, 1), kAlign) + kRedzone;
     uintptr_t start = take(span);
     if (!start) return nullptr;
-    live_[start] = {bytes, span, device};
+    live_[start] = {bytes, span, device, next_id_++};
+    set_ids(start, span, live_[start].id);
     in_use_[device] += bytes;
     peak_[device] = std::max(peak_[device], in_use_[device]);
     void* p = reinterpret_cast<void*>(start);
@@ -60,6 +69,7 @@ class Heap {
     live_.erase(it);
     in_use_[a.device] -= a.bytes;
     std::memset(shadow_of(p), kNoMemory, a.bytes);
+    set_ids(start, a.span, 0);
     // The pages wholly inside the span go back to the system (they read as
     // zeros until reused).
     const uintptr_t lo = round_up(start, kPage), hi = (start + a.span) / kPage * kPage;
@@ -82,6 +92,18 @@ class Heap {
   size_t peak(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     return device >= 0 && device < kMaxDevices ? peak_[device] : 0;
+  }
+
+  std::string describe_id(uint32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [start, a] : live_)
+      if (a.id == id) {
+        char at[32];
+        std::snprintf(at, sizeof at, "%#zx", static_cast<size_t>(start));
+        return "the " + std::to_string(a.bytes) + "-byte allocation at " + at +
+               " on cuda:" + std::to_string(a.device);
+      }
+    return "an allocation that has been freed";
   }
 
   std::string describe(uintptr_t a, size_t n) {
@@ -121,8 +143,11 @@ class Heap {
     const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
     void* heap = mmap(nullptr, kHeapBytes, prot, flags, -1, 0);
     void* shadow = mmap(nullptr, kHeapBytes, prot, flags, -1, 0);
-    if (heap == MAP_FAILED || shadow == MAP_FAILED) return;  // every allocation then fails
+    void* ids = mmap(nullptr, (kHeapBytes >> kGranuleShift) * sizeof(uint32_t), prot, flags, -1, 0);
+    if (heap == MAP_FAILED || shadow == MAP_FAILED || ids == MAP_FAILED)
+      return;  // every allocation then fails
     g_shadow = static_cast<uint8_t*>(shadow);
+    g_granule_ids = static_cast<uint32_t*>(ids);
     g_heap_size = kHeapBytes;
     g_heap_base = reinterpret_cast<uintptr_t>(heap);
   }
@@ -165,6 +190,7 @@ class Heap {
   std::map<uintptr_t, size_t> free_;
   std::deque<std::pair<uintptr_t, Allocation>> quarantine_;
   size_t quarantined_ = 0, top_ = 0;
+  uint32_t next_id_ = 1;
   size_t in_use_[kMaxDevices] = {}, peak_[kMaxDevices] = {};
 };
 
@@ -193,6 +219,10 @@ std::string describe(const void* p, size_t bytes) {
   return heap().describe(reinterpret_cast<uintptr_t>(p), std::max<size_t>(bytes, 1));
 }
 
+std::string describe_allocation(uint32_t id) {
+  return heap().describe_id(id);
+}
+
 std::string check_range(const void* p, size_t bytes, int device, bool need_written,
                         const char* what) {
   if (bytes == 0) return {};
@@ -214,6 +244,16 @@ std::string check_range(const void* p, size_t bytes, int device, bool need_writt
              describe(b + i, 1) + ", which was never written";
   }
   return {};
+}
+
+void allocation_ids(const void* p, size_t bytes, std::vector<uint32_t>& ids) {
+  if (!bytes || !in_heap(p)) return;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (const unsigned char* q = b; q < b + bytes; q += size_t{1} << kGranuleShift)
+    if (const uint32_t id = allocation_id(q); id && (ids.empty() || ids.back() != id))
+      ids.push_back(id);
+  if (const uint32_t id = allocation_id(b + bytes - 1); id && (ids.empty() || ids.back() != id))
+    ids.push_back(id);
 }
 
 void mark_written(void* p, size_t bytes) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::emu {
 
@@ -25,9 +26,16 @@ inline uint8_t shadow_byte(uint8_t state, int device) {
   return static_cast<uint8_t>(state | device << 2);
 }
 
-// The heap's range and its shadow (set once, before the first allocation).
+// The heap's range and its shadow (set once, before the first allocation),
+// and the id of the allocation each 256-byte granule belongs to (0: none).
+// Ids count up from 1 and are never reused.
 extern uintptr_t g_heap_base, g_heap_size;
 extern uint8_t* g_shadow;
+extern uint32_t* g_granule_ids;
+constexpr int kGranuleShift = 8;
+inline uint32_t allocation_id(const void* p) {
+  return g_granule_ids[(reinterpret_cast<uintptr_t>(p) - g_heap_base) >> kGranuleShift];
+}
 inline bool in_heap(const void* p) {
   return reinterpret_cast<uintptr_t>(p) - g_heap_base < g_heap_size;
 }
@@ -57,6 +65,14 @@ std::string describe(const void* p, size_t bytes);
 // (`what` names the range: "the source of cudaMemcpyAsync").
 std::string check_range(const void* p, size_t bytes, int device, bool need_written,
                         const char* what);
+// The ids of the allocations [p, p + bytes) lies in (one, for a range
+// check_range accepted), appended to `ids`.
+void allocation_ids(const void* p, size_t bytes, std::vector<uint32_t>& ids);
+
+// What allocation `id` is, for an error message ("the 4096-byte allocation
+// at 0x... on cuda:0", or that it has been freed).
+std::string describe_allocation(uint32_t id);
+
 // Marks [p, p + bytes) as written (a copy, a fill, a library's output).
 void mark_written(void* p, size_t bytes);
 // The written-state of [src, src + bytes) onto [dst, ...), for a copy

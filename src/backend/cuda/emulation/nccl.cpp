@@ -99,7 +99,7 @@ void sum_chunk(const ncclComm& c, T* out, size_t n) {
 }
 
 cudaError_t all_reduce(ncclComm& c, const void* send, void* recv, size_t count, ncclDataType_t type,
-                       int device, std::string& message) {
+                       int device, std::string& message, Accesses& touched) {
   const size_t elem = type_size(type), bytes = count * elem;
   if (std::string e = check_range(send, bytes, device, true, "ncclAllReduce's send buffer");
       !e.empty()) {
@@ -111,6 +111,8 @@ cudaError_t all_reduce(ncclComm& c, const void* send, void* recv, size_t count, 
     message = e;
     return cudaErrorIllegalAddress;
   }
+  allocation_ids(send, bytes, touched.reads);
+  allocation_ids(recv, bytes, touched.writes);
   DeviceWorkReleased released;
   for (size_t off = 0; off < bytes; off += kChunk) {
     const size_t n = std::min(kChunk, bytes - off);
@@ -203,9 +205,10 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     return fail(ncclInvalidArgument, "ncclAllReduce: the emulator sums f32 and f64 only");
   const int device = stream_device(stream);
   ncclComm* c = comm;
-  const cudaError_t e = submit(stream, "ncclAllReduce", [=](std::string& message) {
-    return all_reduce(*c, send, recv, count, type, device, message);
-  });
+  const cudaError_t e =
+      submit(stream, "ncclAllReduce", [=](std::string& message, Accesses& touched) {
+        return all_reduce(*c, send, recv, count, type, device, message, touched);
+      });
   if (e != cudaSuccess) return fail(ncclUnhandledCudaError, cudaGetErrorString(cudaGetLastError()));
   return ncclSuccess;
 }

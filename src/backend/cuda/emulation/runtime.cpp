@@ -10,9 +10,10 @@
 // synchronization inside a capture, a capture waiting for work outside it,
 // a capture that ends before the streams it forked have joined it.
 //
-// The functions are CUDA's own declarations (cuda_runtime_api.h), defined with
-// hidden visibility (KILN_EMU_RUNTIME): only libkiln sees them, and a CUDA
-// runtime elsewhere in the process neither takes their place nor theirs.
+// The functions are CUDA's own declarations (cuda_runtime_api.h), exported
+// (KILN_EMU_RUNTIME) so that tests and programs of the emulation build call
+// them as CUDA's; libkiln binds its own calls to them (-Bsymbolic-functions),
+// so that a CUDA runtime elsewhere in the process does not take their place.
 #include <dlfcn.h>
 #include <elf.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -37,15 +39,35 @@
 
 namespace kiln::emu {
 struct Capture;
+
+// A vector clock: for each stream (by its id), how much of its work is
+// ordered before a point (CUDA's stream semantics: a stream's work is
+// ordered; another stream's only through an event it waited for, or a host
+// synchronization before the work was queued).
+struct Clock {
+  std::vector<uint64_t> t;
+  uint64_t at(int i) const { return static_cast<size_t>(i) < t.size() ? t[i] : 0; }
+  uint64_t& own(int i) {
+    if (static_cast<size_t>(i) >= t.size()) t.resize(i + 1);
+    return t[i];
+  }
+  void join(const Clock& o) {
+    if (o.t.size() > t.size()) t.resize(o.t.size());
+    for (size_t i = 0; i < o.t.size(); ++i) t[i] = std::max(t[i], o.t[i]);
+  }
+};
 }  // namespace kiln::emu
 
 struct CUstream_st {
   int device = 0;
   kiln::emu::Capture* capture = nullptr;  // the capture it records into
+  int id = -1;                            // its index among the streams, once it has work
+  kiln::emu::Clock clock;                 // the work ordered before its next work
 };
 
 struct CUevent_st {
   int device = 0;
+  kiln::emu::Clock clock;  // the work ordered before its last record
   uint64_t capture = 0;  // the capture it was recorded into (0: none)
   cudaStream_t stream = nullptr;
   size_t position = 0;  // the capture's work recorded before it, from `stream`
@@ -141,6 +163,98 @@ CUstream_st* resolve(cudaStream_t s) {
   return s ? s : default_stream(tls_device);
 }
 
+// ---- the order of work on streams ----
+// Each piece of work is a tick of its stream's clock; each allocation keeps
+// the last write and the reads since (per stream) as (stream, tick). Work
+// that touches an allocation must be ordered after the last write, and
+// a write after the reads, unless they came from its own stream.
+struct Touch {
+  int stream = -1;
+  uint64_t tick = 0;
+};
+struct Record {
+  Touch write;
+  std::vector<Touch> reads;  // the latest of each stream
+};
+
+std::mutex g_order_mu;
+std::vector<CUstream_st*> g_streams;  // by id
+kiln::emu::Clock g_host;              // the work the host has waited for
+std::unordered_map<uint32_t, Record> g_records;
+
+int stream_id(CUstream_st* s) {
+  if (s->id < 0) {
+    s->id = static_cast<int>(g_streams.size());
+    g_streams.push_back(s);
+  }
+  return s->id;
+}
+
+std::string stream_name(int id) {
+  const CUstream_st* s = g_streams[id];
+  return "stream " + std::to_string(id) + " (cuda:" + std::to_string(s->device) +
+         (s == default_stream(s->device) ? ", the default stream)" : ")");
+}
+
+// Checks and records what a piece of work on stream s touched; false (with
+// the message) where it was not ordered after another stream's work on the
+// same memory.
+bool check_order(CUstream_st* s, const char* what, const Accesses& touched, std::string& message) {
+  std::lock_guard<std::mutex> lock(g_order_mu);
+  const int me = stream_id(s);
+  s->clock.join(g_host);
+  const uint64_t tick = ++s->clock.own(me);
+  auto ordered = [&](const Touch& t) {
+    return t.stream < 0 || t.stream == me || s->clock.at(t.stream) >= t.tick;
+  };
+  auto report = [&](uint32_t id, const Touch& t, const char* did) {
+    message = std::string(what) + " on " + stream_name(me) + " touches " + describe_allocation(id) +
+              ", which " + stream_name(t.stream) + " " + did + " in its work #" +
+              std::to_string(t.tick) + ", and " + stream_name(me) +
+              " has not waited for that work (an event recorded on the one stream after it and "
+              "waited for by the other, or a host synchronization before this was queued)";
+    return false;
+  };
+  for (uint32_t id : touched.reads) {
+    auto it = g_records.find(id);
+    if (it != g_records.end() && !ordered(it->second.write))
+      return report(id, it->second.write, "wrote");
+  }
+  for (uint32_t id : touched.writes) {
+    auto it = g_records.find(id);
+    if (it == g_records.end()) continue;
+    if (!ordered(it->second.write)) return report(id, it->second.write, "wrote");
+    for (const Touch& r : it->second.reads)
+      if (!ordered(r)) return report(id, r, "read");
+  }
+  for (uint32_t id : touched.reads) {
+    auto& reads = g_records[id].reads;
+    auto r =
+        std::find_if(reads.begin(), reads.end(), [&](const Touch& x) { return x.stream == me; });
+    if (r == reads.end())
+      reads.push_back({me, tick});
+    else
+      r->tick = tick;
+  }
+  for (uint32_t id : touched.writes) {
+    Record& r = g_records[id];
+    r.write = {me, tick};
+    r.reads.clear();
+  }
+  return true;
+}
+
+// The host has waited for the work ordered before `c`.
+void host_waited(const kiln::emu::Clock& c) {
+  std::lock_guard<std::mutex> lock(g_order_mu);
+  g_host.join(c);
+}
+
+void forget(uint32_t id) {
+  std::lock_guard<std::mutex> lock(g_order_mu);
+  g_records.erase(id);
+}
+
 }  // namespace
 
 // Work on stream s: run now, or recorded into its capture.
@@ -159,8 +273,10 @@ cudaError_t submit(cudaStream_t stream, const char* what, Work work) {
   }
   std::lock_guard<std::recursive_mutex> lock(device_work());
   std::string message;
-  const cudaError_t e = work(message);
+  Accesses touched;
+  const cudaError_t e = work(message, touched);
   if (e != cudaSuccess) return fail(e, message);
+  if (!check_order(s, what, touched, message)) return fail(cudaErrorLaunchFailure, message);
   return cudaSuccess;
 }
 
@@ -277,11 +393,13 @@ cudaError_t copy(const char* what, void* dst, const void* src, size_t n, cudaMem
   if (n == 0) return cudaSuccess;
   if (!dst || !src) return fail(cudaErrorInvalidValue, std::string(what) + " with a null pointer");
   const CopyEnd d{dst, to_device, dst_device}, s{src, from_device, src_device};
-  return submit(stream, what, [=](std::string& message) {
+  return submit(stream, what, [=](std::string& message, Accesses& touched) {
     if (std::string e = check_copy(what, d, s, n); !e.empty()) {
       message = e;
       return cudaErrorInvalidValue;
     }
+    if (from_device) allocation_ids(src, n, touched.reads);
+    if (to_device) allocation_ids(dst, n, touched.writes);
     std::memmove(dst, src, n);
     if (to_device && from_device)
       copy_written_state(dst, src, n);
@@ -358,14 +476,15 @@ void launch(const char* name, dim3 grid, dim3 block, size_t dynamic_shared, cuda
   k.device = s->device;
   k.closure = std::move(closure);
   k.entry = entry;
-  submit(s, who.c_str(), [k](std::string& message) { return run_kernel(k, message); });
+  submit(s, who.c_str(),
+         [k](std::string& message, Accesses& touched) { return run_kernel(k, message, touched); });
 }
 
 }  // namespace kiln::emu
 
 using namespace kiln::emu;
 
-#define KILN_EMU_RUNTIME __attribute__((visibility("hidden")))
+#define KILN_EMU_RUNTIME __attribute__((visibility("default")))
 
 // ---- errors ----
 KILN_EMU_RUNTIME cudaError_t cudaGetLastError() {
@@ -437,6 +556,9 @@ KILN_EMU_RUNTIME cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int devi
 
 KILN_EMU_RUNTIME cudaError_t cudaDeviceSynchronize() {
   if (forbidden_in_capture("cudaDeviceSynchronize")) return cudaErrorStreamCaptureUnsupported;
+  std::lock_guard<std::mutex> lock(g_order_mu);
+  for (CUstream_st* s : g_streams)
+    if (s->device == tls_device) g_host.join(s->clock);
   return cudaSuccess;
 }
 
@@ -496,13 +618,20 @@ cudaError_t allocate(void** p, size_t bytes, int device, cudaStream_t stream, co
     c->memory->allocations.push_back(*p);
     c->allocated.insert(*p);
     void* q = *p;
-    c->work.push_back([q, bytes, device](std::string&) {
+    c->work.push_back([q, bytes, device](std::string&, Accesses& touched) {
+      allocation_ids(q, bytes, touched.writes);
       std::memset(q, 0xff, bytes);
       std::memset(shadow_of(q), shadow_byte(kFresh, device), bytes);
       return cudaSuccess;
     });
     c->last[s] = c->work.size();
+    return cudaSuccess;
   }
+  // Memory of the pool is the stream's from here on: another stream must wait for it.
+  std::string message;
+  Accesses touched;
+  touched.writes.push_back(allocation_id(*p));
+  if (!check_order(s, who, touched, message)) return fail(cudaErrorLaunchFailure, message);
   return cudaSuccess;
 }
 
@@ -532,12 +661,15 @@ KILN_EMU_RUNTIME cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
           while (shadow_state(sh[n]) != kNoMemory) ++n;
           return n;
         }();
-        c->work.push_back([p, bytes](std::string&) {
+        c->work.push_back([p, bytes](std::string&, Accesses& touched) {
+          allocation_ids(p, 1, touched.writes);
           std::memset(shadow_of(p), kNoMemory, bytes);
           return cudaSuccess;
         });
       } else {
-        c->work.push_back([p](std::string& message) {
+        c->work.push_back([p](std::string& message, Accesses& touched) {
+          const uint32_t id = in_heap(p) ? allocation_id(p) : 0;
+          if (id) touched.writes.push_back(id);
           if (heap_free(p)) return cudaSuccess;
           message = "a graph frees " + describe(p, 1) + " (freed by an earlier launch of it?)";
           return cudaErrorInvalidValue;
@@ -548,15 +680,33 @@ KILN_EMU_RUNTIME cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
     }
   }
   std::lock_guard<std::recursive_mutex> lock(device_work());
+  const uint32_t id = in_heap(p) ? allocation_id(p) : 0;
+  if (id) {
+    // A free is a write: the work of other streams on the memory must be ordered before it.
+    std::string message;
+    Accesses touched;
+    touched.writes.push_back(id);
+    if (!check_order(s, "cudaFreeAsync", touched, message))
+      return fail(cudaErrorLaunchFailure, message);
+  }
   if (!heap_free(p))
     return fail(cudaErrorInvalidValue,
                 "cudaFreeAsync of " + describe(p, 1) + ", not the start of a live allocation");
+  forget(id);
   return cudaSuccess;
 }
 
 KILN_EMU_RUNTIME cudaError_t cudaFree(void* p) {
   if (forbidden_in_capture("cudaFree")) return cudaErrorStreamCaptureUnsupported;
-  return cudaFreeAsync(p, nullptr);
+  if (!p) return cudaSuccess;
+  cudaDeviceSynchronize();  // cudaFree waits for the device, as CUDA's does
+  std::lock_guard<std::recursive_mutex> lock(device_work());
+  const uint32_t id = in_heap(p) ? allocation_id(p) : 0;
+  if (!heap_free(p))
+    return fail(cudaErrorInvalidValue,
+                "cudaFree of " + describe(p, 1) + ", not the start of a live allocation");
+  forget(id);
+  return cudaSuccess;
 }
 
 KILN_EMU_RUNTIME cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
@@ -581,7 +731,9 @@ KILN_EMU_RUNTIME cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t 
 
 KILN_EMU_RUNTIME cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (forbidden_in_capture("cudaMemcpy")) return cudaErrorStreamCaptureUnsupported;
-  return copy("cudaMemcpy", dst, src, n, kind, -1, -1, nullptr);
+  const cudaError_t e = copy("cudaMemcpy", dst, src, n, kind, -1, -1, nullptr);
+  host_waited(default_stream(tls_device)->clock);  // a blocking copy
+  return e;
 }
 
 KILN_EMU_RUNTIME cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src,
@@ -596,11 +748,12 @@ KILN_EMU_RUNTIME cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, cons
 
 KILN_EMU_RUNTIME cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return submit(stream, "cudaMemsetAsync", [=](std::string& message) {
+  return submit(stream, "cudaMemsetAsync", [=](std::string& message, Accesses& touched) {
     if (std::string e = check_range(p, n, -1, false, "cudaMemsetAsync's range"); !e.empty()) {
       message = e;
       return cudaErrorInvalidValue;
     }
+    allocation_ids(p, n, touched.writes);
     std::memset(p, value, n);
     mark_written(p, n);
     return cudaSuccess;
@@ -609,7 +762,9 @@ KILN_EMU_RUNTIME cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaS
 
 KILN_EMU_RUNTIME cudaError_t cudaMemset(void* p, int value, size_t n) {
   if (forbidden_in_capture("cudaMemset")) return cudaErrorStreamCaptureUnsupported;
-  return cudaMemsetAsync(p, value, n, nullptr);
+  const cudaError_t e = cudaMemsetAsync(p, value, n, nullptr);
+  host_waited(default_stream(tls_device)->clock);
+  return e;
 }
 
 // ---- streams and events ----
@@ -640,6 +795,7 @@ KILN_EMU_RUNTIME cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return invalidate(s, cudaErrorStreamCaptureUnsupported,
                       "cudaStreamSynchronize of a stream that is being captured");
   if (forbidden_in_capture("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
+  host_waited(s->clock);
   return cudaSuccess;
 }
 
@@ -673,6 +829,10 @@ KILN_EMU_RUNTIME cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t str
   } else {
     event->capture = 0;
     event->stream = s;
+    std::lock_guard<std::mutex> order(g_order_mu);
+    stream_id(s);
+    s->clock.join(g_host);
+    event->clock = s->clock;
   }
   return cudaSuccess;
 }
@@ -682,7 +842,11 @@ KILN_EMU_RUNTIME cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (event->capture && g_captures.count(event->capture))
     return fail(cudaErrorStreamCaptureUnsupported,
                 "cudaEventQuery of an event recorded in a capture");
-  return cudaSuccess;  // work runs when it is queued: every recorded event has completed
+  // Work runs when it is queued: every recorded event has completed, and the
+  // host that asks knows it.
+  std::lock_guard<std::mutex> order(g_order_mu);
+  g_host.join(event->clock);
+  return cudaSuccess;
 }
 
 KILN_EMU_RUNTIME cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -714,6 +878,9 @@ KILN_EMU_RUNTIME cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_
     s->capture->invalid = cudaErrorStreamCaptureIsolation;
     s->capture->why = "a captured stream waited for an event recorded outside the capture";
     return fail(cudaErrorStreamCaptureIsolation, s->capture->why);
+  } else if (!s->capture) {
+    std::lock_guard<std::mutex> order(g_order_mu);
+    s->clock.join(event->clock);
   }
   return cudaSuccess;
 }
@@ -819,10 +986,15 @@ KILN_EMU_RUNTIME cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t 
                   "cudaGraphLaunch into a captured stream (the emulator has no child graphs)");
   }
   std::lock_guard<std::recursive_mutex> lock(device_work());
+  // The graph's work, in the order it was recorded, as work of the stream
+  // that launches it (its branches were joined when it was captured).
   for (Work& w : exec->work) {
     std::string message;
-    if (cudaError_t e = w(message); e != cudaSuccess)
+    Accesses touched;
+    if (cudaError_t e = w(message, touched); e != cudaSuccess)
       return fail(e, "in a launch of a CUDA Graph: " + message);
+    if (!check_order(s, "a launch of a CUDA Graph", touched, message))
+      return fail(cudaErrorLaunchFailure, message);
   }
   return cudaSuccess;
 }

@@ -125,6 +125,20 @@ alignas(4096) unsigned char g_arena[kArenaBytes];
 SharedByte g_shared[kArenaBytes];
 const uintptr_t g_arena_base = reinterpret_cast<uintptr_t>(g_arena);
 size_t g_shared_dirty = 0;  // the arena's bytes any block has used since the last reset
+
+// The allocations the running kernel's threads read and wrote (for the
+// order of work on streams), the last few of each seen first.
+struct Touched {
+  Accesses* out = nullptr;
+  uint32_t recent[2][4] = {};  // [write][]
+  void add(uint32_t id, bool write) {
+    uint32_t* r = recent[write];
+    if (id == r[0] || id == r[1] || id == r[2] || id == r[3]) return;
+    r[3] = r[2], r[2] = r[1], r[1] = r[0], r[0] = id;
+    (write ? out->writes : out->reads).push_back(id);
+  }
+};
+Touched g_touched;
 thread_local Thread* tls_thread = nullptr;
 
 std::string dim_str(unsigned x, unsigned y, unsigned z) {
@@ -435,6 +449,7 @@ void global_access(Thread& t, uintptr_t a, size_t n, bool write) {
                              ", which was never written (initcheck)");
     }
   }
+  if (g_touched.out) g_touched.add(allocation_id(reinterpret_cast<void*>(a)), write);
 }
 
 // A GPU loads and stores a value of 2, 4, 8 or 16 bytes (a float4, an
@@ -481,6 +496,7 @@ void atomic_access(const void* p, size_t n) {
       if (shadow_state(s[i]) == kNoMemory || shadow_device(s[i]) != device)
         return fail_thread(*t, cudaErrorIllegalAddress, "atomic on " + describe(p, n));
     for (size_t i = 0; i < n; ++i) s[i] = shadow_byte(kWritten, device);
+    if (g_touched.out) g_touched.add(allocation_id(p), true);
   } else {
     fail_thread(*t, cudaErrorIllegalAddress, "atomic on " + describe(p, n));
   }
@@ -674,7 +690,18 @@ unsigned long long atomic_cas(unsigned long long* p, unsigned long long c, unsig
   return atomic(p, [c, v](unsigned long long o) { return o == c ? v : o; });
 }
 
-cudaError_t run_kernel(const KernelLaunch& k, std::string& message) {
+cudaError_t run_kernel(const KernelLaunch& k, std::string& message, Accesses& touched) {
+  g_touched = Touched{};
+  g_touched.out = &touched;
+  struct Done {
+    ~Done() {
+      for (auto* v : {&g_touched.out->reads, &g_touched.out->writes}) {
+        std::sort(v->begin(), v->end());
+        v->erase(std::unique(v->begin(), v->end()), v->end());
+      }
+      g_touched.out = nullptr;
+    }
+  } done;
   static thread_local std::vector<Thread>* threads = new std::vector<Thread>(kMaxThreads);
   const int n = static_cast<int>(k.block.x * k.block.y * k.block.z);
   Block b;
