@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/dynlib.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -303,9 +306,140 @@ TEST(CudaEmulator, AnotherStreamSeesWorkOnlyAfterWaitingForIt) {
   EXPECT_EQ(cudaMemsetAsync(x, 1, 256, a), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(a), cudaSuccess);
   EXPECT_EQ(cudaFree(x), cudaSuccess);
+  // The races stay this thread's last error until it is read, as CUDA's do.
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaEventDestroy(written);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
+}
+
+// One warp: D = A·B + C on WMMA fragments (A row-major, B column-major, C
+// and D row-major), K = 16 for bf16 and f16, 8 for tf32. Lanes past `lanes`
+// stay out: a flaw.
+template <typename T, int K>
+__global__ void mma_tile(
+    float* d,
+    const typename nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, K, T,
+                                          nvcuda::wmma::row_major>::storage_element_type* a,
+    const decltype(a) b, const float* c, int lanes) {
+  using namespace nvcuda;
+  if (static_cast<int>(threadIdx.x) >= lanes) return;
+  wmma::fragment<wmma::matrix_a, 16, 16, K, T, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, K, T, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, K, float> acc;
+  wmma::load_matrix_sync(fa, a, K);
+  wmma::load_matrix_sync(fb, b, K);
+  wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
+
+float tf32_truncated(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u &= 0xffffe000u;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// D as the tensor cores compute it: the operands as they take them, products
+// summed in f32 in k order after C.
+std::vector<float> mma_reference(const std::vector<float>& a, const std::vector<float>& b,
+                                 const std::vector<float>& c, int k, bool tf32) {
+  std::vector<float> d(256);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float s = c[r * 16 + n];
+      for (int i = 0; i < k; ++i) {
+        float x = a[r * k + i], y = b[n * k + i];
+        if (tf32) x = tf32_truncated(x), y = tf32_truncated(y);
+        s = std::fma(x, y, s);
+      }
+      d[r * 16 + n] = s;
+    }
+  return d;
+}
+
+TEST(CudaEmulator, WmmaComputesWithTheTensorCoresOperandRounding) {
+  cuda::use_device(0);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  Array c = random::normal(random::Key(3), {256}).to(kGpu);
+  const std::vector<float> cv = c.to_vector<float>();
+  Array d = Array::empty({256}, DType::f32, kGpu);
+  {  // bf16: exact products of the bf16 values
+    Array a = astype(random::normal(random::Key(1), {256}), DType::bf16).to(kGpu);
+    Array b = astype(random::normal(random::Key(2), {256}), DType::bf16).to(kGpu);
+    using B = __nv_bfloat16;
+    KILN_LAUNCH(1, 32, 0, s, mma_tile<B, 16>)
+    (d.data<float>(), static_cast<const B*>(a.raw()), static_cast<const B*>(b.raw()),
+     c.data<float>(), 32);
+    ASSERT_NO_THROW(cuda::check_launch("mma_tile"));
+    EXPECT_EQ(d.to_vector<float>(),
+              mma_reference(astype(a, DType::f32).to_vector<float>(),
+                            astype(b, DType::f32).to_vector<float>(), cv, 16, false));
+  }
+  {  // tf32: f32 operands with the 13 low mantissa bits dropped
+    Array a = random::normal(random::Key(4), {128}).to(kGpu);
+    Array b = random::normal(random::Key(5), {128}).to(kGpu);
+    using P = nvcuda::wmma::precision::tf32;
+    KILN_LAUNCH(1, 32, 0, s, mma_tile<P, 8>)
+    (d.data<float>(), a.data<float>(), b.data<float>(), c.data<float>(), 32);
+    ASSERT_NO_THROW(cuda::check_launch("mma_tile"));
+    const std::vector<float> got = d.to_vector<float>();
+    EXPECT_EQ(got, mma_reference(a.to_vector<float>(), b.to_vector<float>(), cv, 8, true));
+    EXPECT_NE(got, mma_reference(a.to_vector<float>(), b.to_vector<float>(), cv, 8, false));
+  }
+  // A lane that leaves before the warp's collective operation.
+  Array a = astype(zeros({256}), DType::bf16).to(kGpu);
+  using B = __nv_bfloat16;
+  KILN_LAUNCH(1, 32, 0, s, mma_tile<B, 16>)
+  (d.data<float>(), static_cast<const B*>(a.raw()), static_cast<const B*>(a.raw()), c.data<float>(),
+   31);
+  try {
+    cuda::check_launch("mma_tile");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("wmma::load_matrix_sync: lane 31 of the warp did not take part"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// NCCL's all-reduce between two emulated devices of one process, a thread
+// each, over more than one of the emulator's 1 MiB chunks.
+TEST(CudaEmulator, NcclSumsOverTwoDevicesInOneProcess) {
+  ncclUniqueId id;
+  ASSERT_EQ(cuda::dyn::ncclGetUniqueId(&id), ncclSuccess);
+  const size_t n = 300000;
+  std::vector<float> got[2];
+  auto rank = [&](int r) {
+    ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(cuda::dyn::ncclCommInitRank(&comm, 2, id, r), ncclSuccess);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i)
+      host[i] = static_cast<float>(r + 1) * static_cast<float>(i % 1000);
+    void* x = nullptr;
+    ASSERT_EQ(cudaMalloc(&x, n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(x, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cuda::dyn::ncclAllReduce(x, x, n, ncclFloat32, ncclSum, comm, s), ncclSuccess)
+        << cuda::dyn::ncclGetErrorString(ncclUnhandledCudaError);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    got[r].resize(n);
+    ASSERT_EQ(cudaMemcpy(got[r].data(), x, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(x);
+    cudaStreamDestroy(s);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(got[0].size(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[0][i], 3.0f * static_cast<float>(i % 1000)) << i;
+  EXPECT_EQ(got[0], got[1]);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kiln/kiln.h"
@@ -86,6 +87,8 @@ TEST(Peak, ABf16MatmulStaysBelowTheBf16Peak) {
     peak = std::max(peak, tools::measure_peak_gflops(true));
   }
   const double fp32 = tools::measure_peak_gflops(false);
+  std::printf("%s: bf16 matmul %.0f GFLOP/s, bf16 peak %.0f, fp32 peak %.0f\n", unit.c_str(), gemm,
+              peak, fp32);
   EXPECT_LT(gemm, peak) << "a " << n << "^3 bf16 matmul ran at " << gemm << " GFLOP/s";
   if (unit == "AMX") {
     EXPECT_GT(peak, 4 * fp32) << "AMX tiles " << peak << " against fp32 FMAs " << fp32;

@@ -75,7 +75,8 @@ bool barrier(ncclComm& c) {
   return true;
 }
 
-// Lets other device work of this process run while the ranks meet.
+// Lets other device work of this process run while the ranks meet: only
+// within device work (submit holds device_work() once).
 struct DeviceWorkReleased {
   DeviceWorkReleased() { device_work().unlock(); }
   ~DeviceWorkReleased() { device_work().lock(); }
@@ -188,11 +189,9 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     delete c;
     return fail(ncclInvalidArgument, "ncclCommInitRank: ranks disagree on the communicator's size");
   }
-  {
-    DeviceWorkReleased released;
-    if (!barrier(*c))
-      return fail(ncclSystemError, "ncclCommInitRank: the other ranks never joined");
-  }
+  // The host waits here, holding no device work (ranks in threads of one
+  // process go on running theirs).
+  if (!barrier(*c)) return fail(ncclSystemError, "ncclCommInitRank: the other ranks never joined");
   // Every rank has it mapped: the name may go.
   if (rank == 0) shm_unlink(name);
   *comm = c;

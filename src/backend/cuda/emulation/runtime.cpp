@@ -785,6 +785,16 @@ KILN_EMU_RUNTIME cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (stream->capture)
     return fail(cudaErrorIllegalState, "cudaStreamDestroy of a stream that is being captured");
+  if (stream->id >= 0) {
+    // Its work stays in the order (records name it, a device synchronization
+    // waits for it): its id keeps the device and clock it had.
+    std::lock_guard<std::mutex> order(g_order_mu);
+    auto* retired = new CUstream_st();
+    retired->device = stream->device;
+    retired->id = stream->id;
+    retired->clock = stream->clock;
+    g_streams[stream->id] = retired;
+  }
   delete stream;
   return cudaSuccess;
 }
