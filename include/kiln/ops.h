@@ -98,6 +98,7 @@ Array operator/(double a, const Array& b);
 Array sum(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 Array mean(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 Array max(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
+Array min(const Array& a, std::vector<int> axes = {}, bool keepdims = false);
 // Running sums along `axis` (jnp.cumsum; reverse: from the last element
 // back); floats and integers, the dtype kept, sums in f32 for bf16.
 Array cumsum(const Array& a, int axis, bool reverse = false);
@@ -152,6 +153,11 @@ Array broadcast_to(const Array& a, const Shape& shape);
 Array concatenate(const std::vector<Array>& arrays, int axis);
 // NumPy a[start:stop:step] per axis (missing trailing axes are taken whole).
 Array slice(const Array& a, Shape start, Shape stop, Shape step = {});
+// NumPy's pad in "constant" mode (torch.nn.functional.pad's order aside):
+// `widths` gives (before, after) for the last widths.size() axes; a negative
+// width crops.
+Array pad(const Array& a, const std::vector<std::pair<int64_t, int64_t>>& widths,
+          double value = 0.0);
 // jnp.take(a, indices, axis): out shape = a[:axis] + indices + a[axis+1:].
 Array take(const Array& a, const Array& indices, int axis);
 Array one_hot(const Array& labels, int64_t depth, DType dtype = DType::f32);
@@ -170,6 +176,72 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels);
 // head, softmax(scale · Q Kᵀ) V. The T×T probabilities are never stored: the
 // backward recomputes them.
 Array attention(const Array& qkv, double scale);
+
+// ---- convolution ----
+// PyTorch's Conv1d/Conv2d (cross-correlation, without bias; a bias is
+// added after): x [N, C, H, W] (channels_last: [N, H, W, C]) with a weight
+// [O, C / groups, KH, KW] (PyTorch's layout in both cases) gives
+// [N, O, HO, WO] ([N, HO, WO, O]), HO = (H + pad before + pad after −
+// dilation·(KH − 1) − 1) / stride + 1. conv1d takes x [N, C, L] ([N, L, C])
+// and w [O, C / groups, K]. Per spatial axis, or one value for every axis.
+struct ConvOptions {
+  std::vector<int64_t> stride;    // empty: 1
+  std::vector<int64_t> dilation;  // empty: 1
+  // Zero padding (before, after) per spatial axis; empty: none.
+  std::vector<std::pair<int64_t, int64_t>> padding;
+  // Padding such that the output has ceil(size / stride) positions, the odd
+  // element after (JAX's "SAME"; PyTorch's padding="same" at stride 1, where
+  // the output keeps the input's size); replaces `padding`.
+  bool same = false;
+  int64_t groups = 1;  // = C: depthwise
+  bool channels_last = false;
+};
+Array conv2d(const Array& x, const Array& w, const ConvOptions& opt = {});
+Array conv1d(const Array& x, const Array& w, const ConvOptions& opt = {});
+
+// ---- normalization over channels ----
+// PyTorch's BatchNorm1d/2d/3d on x [N, C, ...] (channels_last: [N, ..., C]):
+// in training (or without running statistics) each channel is normalized by
+// its batch mean and biased variance, and the running statistics (when given)
+// move towards the batch's: (1 − momentum)·old + momentum·new, with the
+// unbiased variance, as PyTorch updates them; in evaluation by the running
+// statistics. gamma and beta (the affine weight and bias) may be empty.
+struct BatchNormOptions {
+  bool training = false;
+  double momentum = 0.1;
+  double eps = 1e-5;
+  bool channels_last = false;
+};
+struct BatchNormResult {
+  Array y;
+  Array running_mean, running_var;  // after the update (training), else as given
+};
+BatchNormResult batch_norm(const Array& x, const Array& gamma, const Array& beta,
+                           const Array& running_mean, const Array& running_var,
+                           const BatchNormOptions& opt = {});
+// PyTorch's GroupNorm on x [N, C, ...]: each sample's channels in `groups`
+// groups normalized together (biased variance), then the per-channel affine
+// gamma and beta (either may be empty).
+Array group_norm(const Array& x, int64_t groups, const Array& gamma, const Array& beta,
+                 double eps = 1e-5);
+
+// ---- pooling ----
+// PyTorch's MaxPool2d and AvgPool2d over x [N, C, H, W] (channels_last:
+// [N, H, W, C]) with a window per spatial axis (or one for both). Padding
+// is at most half the window; a max window's gradient goes to its first
+// largest element.
+struct PoolOptions {
+  std::vector<int64_t> stride;                       // empty: the window
+  std::vector<std::pair<int64_t, int64_t>> padding;  // (before, after) per axis; empty: none
+  bool channels_last = false;
+  bool count_include_pad = true;  // average: divide by the whole window
+};
+Array max_pool2d(const Array& x, const std::vector<int64_t>& window, const PoolOptions& opt = {});
+Array avg_pool2d(const Array& x, const std::vector<int64_t>& window, const PoolOptions& opt = {});
+// PyTorch's AdaptiveAvgPool2d((height, width)): output row i averages input
+// rows floor(i·H/height) to ceil((i+1)·H/height), columns alike.
+Array adaptive_avg_pool2d(const Array& x, int64_t height, int64_t width,
+                          bool channels_last = false);
 
 // ---- collectives: averaging across the ranks of a data-parallel run ----
 // all_reduce_start queues the sum of `xs` (f32 or f64, one dtype, on one

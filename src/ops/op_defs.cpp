@@ -11,6 +11,7 @@ const OpDef& op_def(Op op) {
     defs::reductions(d);
     defs::layout(d);
     defs::nn(d);
+    defs::conv(d);
     defs::collectives(d);
     defs::compiler_made(d);
     for (int i = 0; i < kOpCount; ++i)

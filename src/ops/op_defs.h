@@ -1,7 +1,7 @@
 // kiln ops: what defines each primitive beyond its row of the fact table
 // (op_facts.h): how many operands it takes, its shape and dtype rule and its
 // VJP rule, written together per family of primitives in src/ops/defs/
-// (elementwise.cpp, reductions.cpp, layout.cpp, nn.cpp, collectives.cpp,
+// (elementwise.cpp, reductions.cpp, layout.cpp, nn.cpp, conv.cpp, collectives.cpp,
 // compiler_made.cpp). Nothing else keeps a switch over ops for these: ops.cpp
 // makes its nodes with the shape rules, autodiff runs the VJP rules, and the
 // graph verifier (compiler/rewrite.cpp, after tracing and after every pass)
@@ -115,6 +115,7 @@ void elementwise(OpDefs& d);
 void reductions(OpDefs& d);
 void layout(OpDefs& d);
 void nn(OpDefs& d);
+void conv(OpDefs& d);
 void collectives(OpDefs& d);
 void compiler_made(OpDefs& d);
 }  // namespace defs

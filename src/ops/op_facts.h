@@ -130,6 +130,11 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Attention,                 0,            kIn0},
     {Op::AttentionGrad,             0,            kNone},   // no VJP rule
     {Op::LayerNormParamGrad,        0,            kNone},   // no VJP rule
+    {Op::Conv,                      0,            kBoth},
+    {Op::ConvGradInput,             0,            kNone},   // no VJP rule
+    {Op::ConvGradWeight,            0,            kNone},   // no VJP rule
+    {Op::Pool,                      0,            kIn0},   // max: x (its output recomputed)
+    {Op::PoolGrad,                  0,            kNone},   // no VJP rule
     {Op::FusedElementwise,          P | I,        kNone},   // no VJP rule
     {Op::MatmulEpilogue,            0,            kNone},   // no VJP rule
     {Op::FusedReduce,               I,            kNone},   // some operands: in_place_safe

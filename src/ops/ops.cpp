@@ -10,6 +10,7 @@
 #include "ops/dispatch.h"
 #include "ops/op_defs.h"
 #include "ops/op_facts.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 namespace {
@@ -376,6 +377,12 @@ Array max(const Array& a, std::vector<int> axes, bool keepdims) {
   return reduce(Op::Max, a, std::move(axes), keepdims);
 }
 
+// max of the negated values, negated: NaN propagates, and the gradient goes
+// where max's goes.
+Array min(const Array& a, std::vector<int> axes, bool keepdims) {
+  return neg(max(neg(a), std::move(axes), keepdims));
+}
+
 Array argmax(const Array& a, int axis, bool keepdims) {
   return reduce(Op::Argmax, a, {axis}, keepdims);
 }
@@ -582,6 +589,39 @@ Array slice(const Array& a, Shape start, Shape stop, Shape step) {
   }
   if (out == a.shape()) return a;
   return apply(Primitive(Op::Slice, SliceAttrs{start, stop, step, a.shape()}), {a});
+}
+
+Array pad(const Array& a, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
+  require_valid(a, "pad");
+  const size_t r = a.ndim();
+  if (widths.size() > r)
+    fail("pad", std::to_string(widths.size()) + " (before, after) pairs for the " +
+                    std::to_string(r) + " axes of " + str(a.shape()));
+  // Negative widths crop first; the rest is zeros around the values (a
+  // SliceGrad), the value added outside them.
+  Shape start(r, 0), stop = a.shape(), inner_start(r, 0), full(r);
+  bool crop = false, grow = false;
+  for (size_t i = 0; i < r; ++i) {
+    const size_t w = i + widths.size() - r;  // the pairs cover the last axes
+    const auto [lo, hi] = i + widths.size() >= r ? widths[w] : std::pair<int64_t, int64_t>{0, 0};
+    if (lo < 0) start[i] = -lo, crop = true;
+    if (hi < 0) stop[i] = a.shape()[i] + hi, crop = true;
+    if (stop[i] < start[i])
+      fail("pad", "cropping " + std::to_string(-std::min<int64_t>(lo, 0)) + " and " +
+                      std::to_string(-std::min<int64_t>(hi, 0)) + " from axis " +
+                      std::to_string(i) + " of " + str(a.shape()) + " leaves less than nothing");
+    inner_start[i] = std::max<int64_t>(lo, 0);
+    full[i] = stop[i] - start[i] + inner_start[i] + std::max<int64_t>(hi, 0);
+    grow = grow || lo > 0 || hi > 0;
+  }
+  const Array x = crop ? slice(a, start, stop) : a;
+  if (!grow) return x;
+  Shape inner_stop(r);
+  for (size_t i = 0; i < r; ++i) inner_stop[i] = inner_start[i] + x.shape()[i];
+  const SliceAttrs at{inner_start, inner_stop, Shape(r, 1), full};
+  const Array y = slice_grad(x, at);
+  if (value == 0) return y;
+  return y + (scalar_like(y, value) - slice_grad(ones_like(x), at) * value);
 }
 
 Array slice_grad(const Array& g, const SliceAttrs& attrs) {

@@ -43,6 +43,8 @@ namespace kiln {
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
   X(Attention, Fused) X(AttentionGrad, Fused) X(LayerNormParamGrad, Fused)              \
+  X(Conv, Fused) X(ConvGradInput, Fused) X(ConvGradWeight, Fused) X(Pool, Fused)         \
+  X(PoolGrad, Fused)                                                                     \
   /* made by the compiler's fusion pass */                                               \
   X(FusedElementwise, Fused) X(MatmulEpilogue, Fused) X(FusedReduce, Fused)              \
   X(Random, Source)                                                                      \
@@ -194,6 +196,35 @@ struct AttentionAttrs {
   KILN_FIELDS(scale)
   bool operator==(const AttentionAttrs&) const = default;
 };
+// A 2-d convolution (PyTorch's Conv2d, without bias) of x [N, C, H, W]
+// (channels_last: [N, H, W, C]) with w [O, C / groups, KH, KW] into
+// y [N, O, HO, WO] ([N, HO, WO, O]): per spatial axis the stride, the
+// dilation of the window and the zero padding before and after;
+// HO = (H + pad_lo + pad_hi - dilation (KH - 1) - 1) / stride + 1.
+// ConvGradInput(dy, w) -> dx of shape `input`; ConvGradWeight(x, dy) -> dw of
+// shape `weight` (the shapes the forward's operands had; empty for Conv).
+struct ConvAttrs {
+  Shape stride, dilation, pad_lo, pad_hi;  // two entries each: height, width
+  int64_t groups = 1;
+  bool channels_last = false;
+  Shape input, weight;
+  KILN_FIELDS(stride, dilation, pad_lo, pad_hi, groups, channels_last, input, weight)
+  bool operator==(const ConvAttrs&) const = default;
+};
+// Max or average pooling over windows of x [N, C, H, W] (channels_last:
+// [N, H, W, C]): per spatial axis the window, the stride and the padding
+// before and after (max: never chosen; average: zeros, counted by
+// count_include_pad as PyTorch's AvgPool2d does, or not). PoolGrad(x, dy)
+// -> dx: a max window's gradient goes to its first largest element.
+enum class PoolKind : uint8_t { Max, Avg };
+struct PoolAttrs {
+  PoolKind kind = PoolKind::Max;
+  Shape window, stride, pad_lo, pad_hi;  // two entries each: height, width
+  bool channels_last = false;
+  bool count_include_pad = true;
+  KILN_FIELDS(kind, window, stride, pad_lo, pad_hi, channels_last, count_include_pad)
+  bool operator==(const PoolAttrs&) const = default;
+};
 enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli };
 struct RandomAttrs {
   uint32_t key[2];
@@ -298,10 +329,11 @@ struct CollectiveAttrs {
   bool operator==(const CollectiveAttrs&) const = default;
 };
 
-using Attrs = std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, SortAttrs, MatmulAttrs,
-                           ShapeAttrs, PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs,
-                           NormAttrs, RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs,
-                           AttentionAttrs, DeviceAttrs, FillAttrs, CollectiveAttrs>;
+using Attrs =
+    std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, SortAttrs, MatmulAttrs, ShapeAttrs,
+                 PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
+                 RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
+                 DeviceAttrs, FillAttrs, CollectiveAttrs, ConvAttrs, PoolAttrs>;
 
 class Primitive {
  public:

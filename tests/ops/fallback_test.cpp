@@ -43,7 +43,25 @@ std::vector<FusedCase> fused_cases() {
                                 ReduceAttrs{{1}, false},
                                 FusedAttrs{{R::Whole, R::Scalar}, {{Op::Mul, 0, 1}}},
                                 0};
+  // A grouped, strided, dilated convolution with asymmetric padding; NHWC
+  // for its gradients.
+  const ConvAttrs conv{{2, 1}, {1, 2}, {1, 0}, {0, 2}, 2, false, {}, {}};
+  ConvAttrs conv_dx = conv, conv_dw = conv;
+  conv_dx.channels_last = conv_dw.channels_last = true;
+  conv_dx.input = {2, 7, 6, 4};
+  conv_dw.weight = {6, 2, 3, 2};
+  const PoolAttrs max_pool{PoolKind::Max, {3, 2}, {2, 1}, {1, 0}, {1, 1}, false, true};
+  const PoolAttrs avg_pool{PoolKind::Avg, {3, 3}, {2, 2}, {1, 1}, {1, 0}, true, false};
   return {
+      {"conv", Primitive(Op::Conv, conv), {{{2, 4, 7, 6}}, {{6, 2, 3, 2}}}},
+      {"conv_grad_input", Primitive(Op::ConvGradInput, conv_dx), {{{2, 3, 6, 6}}, {{6, 2, 3, 2}}}},
+      {"conv_grad_weight",
+       Primitive(Op::ConvGradWeight, conv_dw),
+       {{{2, 7, 6, 4}}, {{2, 3, 6, 6}}}},
+      {"max_pool", Primitive(Op::Pool, max_pool), {{{2, 3, 7, 5}}}},
+      {"max_pool_grad", Primitive(Op::PoolGrad, max_pool), {{{2, 3, 7, 5}}, {{2, 3, 4, 5}}}},
+      {"avg_pool", Primitive(Op::Pool, avg_pool), {{{2, 6, 5, 3}}}},
+      {"avg_pool_grad", Primitive(Op::PoolGrad, avg_pool), {{{2, 6, 5, 3}}, {{2, 3, 2, 3}}}},
       {"softmax_rows", Primitive(Op::Softmax, AxisAttrs{1}), {{{3, 7}}}},
       {"softmax_cols", Primitive(Op::Softmax, AxisAttrs{0}), {{{3, 7}}}},
       {"log_softmax", Primitive(Op::LogSoftmax, AxisAttrs{1}), {{{4, 6}}}},

@@ -118,6 +118,101 @@ Host ref_attention(const Host& qkv, double scale) {
   return o;
 }
 
+// PyTorch's conv2d (no bias) in plain loops: x [N, C, H, W] (channels_last:
+// [N, H, W, C]), w [O, C / groups, KH, KW].
+struct RefConv {
+  Shape stride{1, 1}, dilation{1, 1}, lo{0, 0}, hi{0, 0};
+  int64_t groups = 1;
+  bool channels_last = false;
+};
+Host ref_conv(const Host& x, const Host& w, const RefConv& o) {
+  const bool cl = o.channels_last;
+  const int64_t N = x.shape[0], C = cl ? x.shape[3] : x.shape[1], H = cl ? x.shape[1] : x.shape[2],
+                W = cl ? x.shape[2] : x.shape[3];
+  const int64_t O = w.shape[0], CG = w.shape[1], KH = w.shape[2], KW = w.shape[3];
+  const int64_t HO = (H + o.lo[0] + o.hi[0] - o.dilation[0] * (KH - 1) - 1) / o.stride[0] + 1;
+  const int64_t WO = (W + o.lo[1] + o.hi[1] - o.dilation[1] * (KW - 1) - 1) / o.stride[1] + 1;
+  const int64_t OG = O / o.groups;
+  auto xi = [&](int64_t n, int64_t c, int64_t h, int64_t ww) {
+    return cl ? ((n * H + h) * W + ww) * C + c : ((n * C + c) * H + h) * W + ww;
+  };
+  Host y{cl ? Shape{N, HO, WO, O} : Shape{N, O, HO, WO}, std::vector<double>(N * O * HO * WO, 0)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oc = 0; oc < O; ++oc)
+      for (int64_t a = 0; a < HO; ++a)
+        for (int64_t b = 0; b < WO; ++b) {
+          double s = 0;
+          for (int64_t ic = 0; ic < CG; ++ic)
+            for (int64_t i = 0; i < KH; ++i)
+              for (int64_t j = 0; j < KW; ++j) {
+                const int64_t h = a * o.stride[0] + i * o.dilation[0] - o.lo[0];
+                const int64_t ww = b * o.stride[1] + j * o.dilation[1] - o.lo[1];
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                s += x.v[xi(n, oc / OG * CG + ic, h, ww)] * w.v[((oc * CG + ic) * KH + i) * KW + j];
+              }
+          y.v[cl ? ((n * HO + a) * WO + b) * O + oc : ((n * O + oc) * HO + a) * WO + b] = s;
+        }
+  return y;
+}
+
+// PyTorch's MaxPool2d / AvgPool2d in plain loops over x [N, C, H, W]
+// (channels_last: [N, H, W, C]).
+struct RefPool {
+  bool max = true;
+  Shape window{2, 2}, stride{2, 2}, lo{0, 0}, hi{0, 0};
+  bool count_include_pad = true, channels_last = false;
+};
+Host ref_pool(const Host& x, const RefPool& o) {
+  const bool cl = o.channels_last;
+  const int64_t N = x.shape[0], C = cl ? x.shape[3] : x.shape[1], H = cl ? x.shape[1] : x.shape[2],
+                W = cl ? x.shape[2] : x.shape[3];
+  const int64_t HO = (H + o.lo[0] + o.hi[0] - o.window[0]) / o.stride[0] + 1;
+  const int64_t WO = (W + o.lo[1] + o.hi[1] - o.window[1]) / o.stride[1] + 1;
+  Host y{cl ? Shape{N, HO, WO, C} : Shape{N, C, HO, WO}, std::vector<double>(N * C * HO * WO)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t a = 0; a < HO; ++a)
+        for (int64_t b = 0; b < WO; ++b) {
+          double s = o.max ? -INFINITY : 0;
+          int64_t count = 0;
+          for (int64_t i = 0; i < o.window[0]; ++i)
+            for (int64_t j = 0; j < o.window[1]; ++j) {
+              const int64_t h = a * o.stride[0] + i - o.lo[0], w = b * o.stride[1] + j - o.lo[1];
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              const double v =
+                  x.v[cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w];
+              s = o.max ? std::max(s, v) : s + v;
+              ++count;
+            }
+          if (!o.max) s /= o.count_include_pad ? o.window[0] * o.window[1] : count;
+          y.v[cl ? ((n * HO + a) * WO + b) * C + c : ((n * C + c) * HO + a) * WO + b] = s;
+        }
+  return y;
+}
+
+// Each channel (axis `axis`) of x normalized by the given per-channel mean
+// and variance (empty: the batch's, biased), then scaled and shifted.
+Host ref_channel_norm(const Host& x, int axis, const Host* gamma, const Host* beta,
+                      const Host* mean, const Host* var, double eps) {
+  const int64_t c = x.shape[axis];
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  const int64_t n = x.size() / c;
+  std::vector<double> mu(c, 0), v(c, 0);
+  auto ch = [&](int64_t i) { return i / inner % c; };
+  for (int64_t i = 0; i < x.size(); ++i) mu[ch(i)] += x.v[i] / n;
+  for (int64_t i = 0; i < x.size(); ++i)
+    v[ch(i)] += (x.v[i] - mu[ch(i)]) * (x.v[i] - mu[ch(i)]) / n;
+  if (mean) mu = mean->v, v = var->v;
+  Host y = x;
+  for (int64_t i = 0; i < x.size(); ++i) {
+    const int64_t k = ch(i);
+    y.v[i] = (x.v[i] - mu[k]) / std::sqrt(v[k] + eps) * (gamma ? gamma->v[k] : 1) +
+             (beta ? beta->v[k] : 0);
+  }
+  return y;
+}
+
 // [sum over rows of dy * x̂; sum over rows of dy] for x, dy [rows, C].
 Host ref_layer_norm_param_grad(const Host& x, const Host& dy, double eps) {
   Host xh = ref_layer_norm(x, nullptr, nullptr, eps);
@@ -653,6 +748,168 @@ std::vector<Case> cases() {
                [](auto& h) { return ref_attention(h[0], 0.125); },
                1e-5});
 
+  // convolutions: every geometry the kernels take apart
+  c.push_back({"conv2d",
+               {F({2, 3, 5, 6}), F({4, 3, 3, 2})},
+               [](auto& x) { return conv2d(x[0], x[1]); },
+               [](auto& h) { return ref_conv(h[0], h[1], {}); },
+               1e-5});
+  c.push_back({"conv2d_strided_dilated_padded",
+               {F({1, 2, 7, 8}), F({3, 2, 3, 3})},
+               [](auto& x) {
+                 return conv2d(x[0], x[1],
+                               {.stride = {2, 1}, .dilation = {1, 2}, .padding = {{1, 0}, {2, 1}}});
+               },
+               [](auto& h) {
+                 return ref_conv(h[0], h[1], {{2, 1}, {1, 2}, {1, 2}, {0, 1}});
+               },
+               1e-5});
+  c.push_back({"conv2d_groups_channels_last",
+               {F({2, 5, 4, 6}), F({4, 3, 2, 2})},
+               [](auto& x) {
+                 return conv2d(
+                     x[0], x[1],
+                     {.stride = {2}, .padding = {{0, 1}}, .groups = 2, .channels_last = true});
+               },
+               [](auto& h) {
+                 return ref_conv(h[0], h[1], {{2, 2}, {1, 1}, {0, 0}, {1, 1}, 2, true});
+               },
+               1e-5});
+  c.push_back({"conv2d_depthwise_same",
+               {F({1, 4, 6, 5}), F({4, 1, 3, 3})},
+               [](auto& x) { return conv2d(x[0], x[1], {.same = true, .groups = 4}); },
+               [](auto& h) {
+                 return ref_conv(h[0], h[1], {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 4});
+               },
+               1e-5});
+  c.push_back({"conv1d_same_strided",
+               {F({2, 3, 9}), F({2, 3, 4})},
+               [](auto& x) { return conv1d(x[0], x[1], {.stride = {2}, .same = true}); },
+               [](auto& h) {
+                 // ceil(9 / 2) = 5 outputs need 4 * 2 + 4 - 9 = 3 padding: 1 before, 2 after.
+                 Host x{{2, 3, 1, 9}, h[0].v}, w{{2, 3, 1, 4}, h[1].v};
+                 Host y = ref_conv(x, w, {{1, 2}, {1, 1}, {0, 1}, {0, 2}});
+                 y.shape = {2, 2, 5};
+                 return y;
+               },
+               1e-5});
+  c.push_back({"conv2d_patches",  // ViT's patch embedding: kernel = stride, leftovers ignored
+               {F({2, 3, 9, 8}), F({5, 3, 4, 4})},
+               [](auto& x) { return conv2d(x[0], x[1], {.stride = {4}}); },
+               [](auto& h) {
+                 return ref_conv(h[0], h[1], {{4, 4}});
+               },
+               1e-5});
+
+  c.push_back({"max_pool2d_resnet_stem",  // 3x3, stride 2, padding 1
+               {F({2, 3, 7, 6})},
+               [](auto& x) {
+                 return max_pool2d(x[0], {3}, {.stride = {2}, .padding = {{1, 1}}});
+               },
+               [](auto& h) {
+                 return ref_pool(h[0], {true, {3, 3}, {2, 2}, {1, 1}, {1, 1}});
+               }});
+  c.push_back({"max_pool2d_channels_last",
+               {F({1, 5, 4, 3})},
+               [](auto& x) {
+                 return max_pool2d(
+                     x[0], {2, 3},
+                     {.stride = {1, 2}, .padding = {{1, 0}, {0, 1}}, .channels_last = true});
+               },
+               [](auto& h) {
+                 return ref_pool(h[0], {true, {2, 3}, {1, 2}, {1, 0}, {0, 1}, true, true});
+               }});
+  c.push_back({"avg_pool2d",
+               {F({2, 2, 5, 6})},
+               [](auto& x) { return avg_pool2d(x[0], {2}); },
+               [](auto& h) { return ref_pool(h[0], {false}); },
+               1e-6});
+  c.push_back({"avg_pool2d_padded_exclusive",
+               {F({1, 3, 5, 5})},
+               [](auto& x) {
+                 return avg_pool2d(
+                     x[0], {3}, {.stride = {2}, .padding = {{1, 1}}, .count_include_pad = false});
+               },
+               [](auto& h) {
+                 return ref_pool(h[0], {false, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false});
+               },
+               1e-6});
+  c.push_back({"adaptive_avg_pool2d",
+               {F({2, 3, 5, 7})},
+               [](auto& x) { return adaptive_avg_pool2d(x[0], 2, 3); },
+               [](auto& h) {
+                 // rows [0, 3) and [2, 5); columns [0, 3), [2, 5), [4, 7)
+                 Host y{{2, 3, 2, 3}, std::vector<double>(36)};
+                 for (int64_t n = 0; n < 6; ++n)
+                   for (int64_t i = 0; i < 2; ++i)
+                     for (int64_t j = 0; j < 3; ++j) {
+                       double s = 0;
+                       for (int64_t r = 2 * i; r < 2 * i + 3; ++r)
+                         for (int64_t c = 2 * j; c < 2 * j + 3; ++c)
+                           s += h[0].v[n * 35 + r * 7 + c];
+                       y.v[n * 6 + i * 3 + j] = s / 9;
+                     }
+                 return y;
+               },
+               1e-6});
+
+  c.push_back(
+      {"batch_norm_training",
+       {F({4, 3, 2, 3}), F({3}), F({3})},
+       [](auto& x) { return batch_norm(x[0], x[1], x[2], Array(), Array(), {.training = true}).y; },
+       [](auto& h) { return ref_channel_norm(h[0], 1, &h[1], &h[2], nullptr, nullptr, 1e-5); },
+       1e-5});
+  c.push_back(
+      {"batch_norm_eval_channels_last",
+       {F({2, 3, 2, 4}), F({4}), F({4}), F({4}), F({4}, 0.5, 2)},
+       [](auto& x) {
+         return batch_norm(x[0], x[1], x[2], x[3], x[4], {.eps = 1e-3, .channels_last = true}).y;
+       },
+       [](auto& h) { return ref_channel_norm(h[0], 3, &h[1], &h[2], &h[3], &h[4], 1e-3); },
+       1e-5});
+  c.push_back({"group_norm",
+               {F({2, 6, 2, 3}), F({6}), F({6})},
+               [](auto& x) { return group_norm(x[0], 3, x[1], x[2], 1e-5); },
+               [](auto& h) {
+                 // Each (sample, group of 2 channels) is a row of 12 values: a channel of
+                 // a [6, 12] array to ref_channel_norm.
+                 Host y = ref_channel_norm(Host{{6, 12}, h[0].v}, 0, nullptr, nullptr, nullptr,
+                                           nullptr, 1e-5);
+                 y.shape = h[0].shape;
+                 for (int64_t i = 0; i < y.size(); ++i) {
+                   const int64_t ch = i / 6 % 6;
+                   y.v[i] = y.v[i] * h[1].v[ch] + h[2].v[ch];
+                 }
+                 return y;
+               },
+               1e-5});
+
+  c.push_back({"min_axes",
+               {F({3, 4, 5})},
+               [](auto& x) {
+                 return min(x[0], {0, 2});
+               },
+               [](auto& h) {
+                 Host y{{4}, std::vector<double>(4, INFINITY)};
+                 for (int64_t i = 0; i < 60; ++i)
+                   y.v[i / 5 % 4] = std::min(y.v[i / 5 % 4], h[0].v[i]);
+                 return y;
+               }});
+  c.push_back({"pad_value_and_crop",
+               {F({2, 3, 4})},
+               [](auto& x) {
+                 return pad(x[0], {{1, 2}, {-1, 1}}, 0.5);
+               },
+               [](auto& h) {
+                 // (2, 3, 4) -> (2, 1 + 3 + 2, 4 - 1 + 1)
+                 Host y{{2, 6, 4}, std::vector<double>(48, 0.5)};
+                 for (int64_t a = 0; a < 2; ++a)
+                   for (int64_t b = 0; b < 3; ++b)
+                     for (int64_t c = 1; c < 4; ++c)
+                       y.v[(a * 6 + b + 1) * 4 + c - 1] = h[0].v[(a * 3 + b) * 4 + c];
+                 return y;
+               }});
+
   // non-contiguous inputs: the result of a transpose feeding other primitives
   c.push_back({"add_after_transpose",
                {F({4, 3}), F({4})},
@@ -936,7 +1193,10 @@ TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
                                    Op::LayerNormGrad,
                                    Op::LayerNormParamGrad,
                                    Op::AttentionGrad,
-                                   Op::SoftmaxCrossEntropyGrad};
+                                   Op::SoftmaxCrossEntropyGrad,
+                                   Op::ConvGradInput,
+                                   Op::ConvGradWeight,
+                                   Op::PoolGrad};
   const std::set<Op> compiler_made{Op::FusedElementwise, Op::MatmulEpilogue, Op::FusedReduce};
   std::set<Op> checked, differentiated;
   for (const Case& c : cases()) {

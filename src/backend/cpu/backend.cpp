@@ -62,6 +62,7 @@ void register_backend() {
   register_matmul(table);
   register_layout(table);
   register_nn(table);
+  register_conv(table);
   register_random(table);
   register_fused(table);
   register_attention(table);

@@ -284,6 +284,7 @@ void register_backend() {
   register_fused(table);
   register_attention(table);
   register_nn(table);
+  register_conv(table);
   register_random(table);
   register_collectives(table);
   table.supports = supports;

@@ -37,6 +37,7 @@ void register_reduce(KernelTable& t);
 void register_matmul(KernelTable& t);
 void register_layout(KernelTable& t);
 void register_nn(KernelTable& t);
+void register_conv(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_random(KernelTable& t);
 void register_transfer(KernelTable& t);

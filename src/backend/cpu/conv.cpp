@@ -1,0 +1,233 @@
+// kiln cpu backend: Conv, ConvGradInput and ConvGradWeight. f32 and bf16 run
+// oneDNN's convolution primitives (forward, backward data, backward weights)
+// on the arrays' own layouts (NCHW or NHWC, the weight OIHW or GOIHW: the
+// same memory as [O, C / groups, KH, KW]), created once per shape and cached
+// per thread; bf16 accumulates in f32. Where the CPU has no bf16 unit the
+// bf16 operands are widened to f32 (exactly), as matmuls are. f64 (gradient
+// checks) is a plain loop over the window's taps. Pool and PoolGrad are
+// loops over each window, a thread per range of (batch, channel) planes.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "ops/conv_geometry.h"
+
+namespace kiln::cpu {
+namespace {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct CachedConv {
+  dnnl::primitive prim;
+  int arg0 = 0, arg1 = 0, arg_out = 0;  // the oneDNN arguments of in[0], in[1] and the output
+  dnnl::memory::desc md0, md1, md_out;
+};
+
+CachedConv make_conv(Op op, const ConvGeometry& q, DType dt) {
+  using dnnl::memory;
+  using dims = memory::dims;
+  const memory::data_type t = dt == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::format_tag act =
+      q.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+  const memory::desc x_md(dims{q.n, q.c, q.h, q.w}, t, act);
+  const memory::desc y_md(dims{q.n, q.o, q.ho, q.wo}, t, act);
+  const memory::desc w_md =
+      q.groups > 1
+          ? memory::desc(dims{q.groups, q.og, q.cg, q.kh, q.kw}, t, memory::format_tag::goihw)
+          : memory::desc(dims{q.o, q.c, q.kh, q.kw}, t, memory::format_tag::oihw);
+  const dims strides{q.sh, q.sw}, dilation{q.dh - 1, q.dw - 1}, lo{q.ph, q.pw},
+      hi{q.ph_after, q.pw_after};
+  const dnnl::convolution_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                            dnnl::algorithm::convolution_direct, x_md, w_md, y_md,
+                                            strides, dilation, lo, hi);
+  const dnnl::convolution_forward::primitive_desc fwd_pd(fwd, engine());
+  if (op == Op::Conv)
+    return {dnnl::convolution_forward(fwd_pd),
+            DNNL_ARG_SRC,
+            DNNL_ARG_WEIGHTS,
+            DNNL_ARG_DST,
+            x_md,
+            w_md,
+            y_md};
+  if (op == Op::ConvGradInput) {
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_md, w_md,
+                                                  y_md, strides, dilation, lo, hi);
+    const dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd_pd);
+    return {dnnl::convolution_backward_data(pd),
+            DNNL_ARG_DIFF_DST,
+            DNNL_ARG_WEIGHTS,
+            DNNL_ARG_DIFF_SRC,
+            y_md,
+            w_md,
+            x_md};
+  }
+  const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_md, w_md,
+                                                   y_md, strides, dilation, lo, hi);
+  const dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd_pd);
+  return {dnnl::convolution_backward_weights(pd),
+          DNNL_ARG_SRC,
+          DNNL_ARG_DIFF_DST,
+          DNNL_ARG_DIFF_WEIGHTS,
+          x_md,
+          y_md,
+          w_md};
+}
+
+void run_onednn(const Primitive& p, const ConvGeometry& q, DType dt, const void* a, const void* b,
+                void* y) {
+  thread_local std::unordered_map<std::string, CachedConv> cache;
+  const std::string key =
+      p.str() + " " + str(q.input_shape()) + " " + str(q.weight_shape()) + " " + name_of(dt);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_conv(p.op(), q, dt)).first;
+  const CachedConv& c = it->second;
+  thread_local dnnl::stream stream(engine());
+  c.prim.execute(stream, {{c.arg0, dnnl::memory(c.md0, engine(), const_cast<void*>(a))},
+                          {c.arg1, dnnl::memory(c.md1, engine(), const_cast<void*>(b))},
+                          {c.arg_out, dnnl::memory(c.md_out, engine(), y)}});
+  stream.wait();
+}
+
+// f32 copies of bf16 values, and back.
+std::unique_ptr<Buffer> widened(const Array& x) {
+  auto b = std::make_unique<Buffer>(
+      &cpu_allocator(), std::max<int64_t>(numel(x.shape()), 1) * sizeof(float), Device::cpu());
+  const bf16* src = x.data<bf16>();
+  float* dst = static_cast<float*>(b->data());
+  parallel_for(numel(x.shape()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) dst[i] = static_cast<float>(src[i]);
+  });
+  return b;
+}
+
+template <typename T>
+void direct(const Primitive& p, const ConvGeometry& q, const T* a, const T* b, T* y, int64_t n) {
+  std::fill(y, y + n, T(0));
+  if (p.op() == Op::Conv)
+    for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) { y[yi] += a[xi] * b[wi]; });
+  else if (p.op() == Op::ConvGradInput)
+    for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) { y[xi] += a[yi] * b[wi]; });
+  else
+    for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) { y[wi] += a[xi] * b[yi]; });
+}
+
+void conv_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                 ArrayNode& out) {
+  const auto& a = p.attrs<ConvAttrs>();
+  const ConvGeometry q =
+      p.op() == Op::Conv            ? conv_geometry(a, in[0].shape(), in[1].shape(), p.name())
+      : p.op() == Op::ConvGradInput ? conv_geometry(a, a.input, in[1].shape(), p.name())
+                                    : conv_geometry(a, in[0].shape(), a.weight, p.name());
+  void* y = alloc_output(out);
+  const int64_t n = numel(out.shape);
+  const DType dt = in[0].dtype();
+  if (n == 0) return;
+  if (numel(in[0].shape()) == 0 || numel(in[1].shape()) == 0) {  // nothing to sum
+    std::memset(y, 0, n * size_of(out.dtype));
+    return;
+  }
+  if (dt == DType::f64)
+    return direct(p, q, in[0].data<double>(), in[1].data<double>(), static_cast<double*>(y), n);
+  if (dt != DType::f32 && dt != DType::bf16)
+    fail(p.name(), std::string("no cpu kernel for dtype ") + name_of(dt));
+  if (dt == DType::bf16 && !native_bf16_gemm()) {
+    const auto wa = widened(in[0]), wb = widened(in[1]);
+    Buffer wy(&cpu_allocator(), n * sizeof(float), Device::cpu());
+    run_onednn(p, q, DType::f32, wa->data(), wb->data(), wy.data());
+    const float* src = static_cast<const float*>(wy.data());
+    uint16_t* dst = static_cast<uint16_t*>(y);
+    parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) dst[i] = narrow_bf16(src[i]);
+    });
+    return;
+  }
+  run_onednn(p, q, dt, in[0].raw(), in[1].raw(), y);
+}
+
+// The values of x in the accumulation type A (f32 for f32 and bf16, f64 for f64).
+template <typename A>
+std::vector<A> values(const Array& x) {
+  std::vector<A> v(numel(x.shape()));
+  dispatch_float(x.dtype(), "pool", [&](auto t) {
+    using T = decltype(t);
+    const T* src = x.data<T>();
+    parallel_for(static_cast<int64_t>(v.size()), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if constexpr (std::is_same_v<T, bf16>)
+          v[i] = static_cast<float>(src[i]);
+        else
+          v[i] = static_cast<A>(src[i]);
+      }
+    });
+  });
+  return v;
+}
+
+// Pool(x) and PoolGrad(x, dy), window by window, a thread per range of
+// (batch, channel) planes (a max window's gradient stays in its plane).
+template <typename A>
+void pool_planes(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& a = p.attrs<PoolAttrs>();
+  const ConvGeometry q = pool_geometry(a, in[0].shape(), p.name());
+  const bool max = a.kind == PoolKind::Max, grad = p.op() == Op::PoolGrad;
+  const std::vector<A> x = values<A>(in[0]);
+  const std::vector<A> dy = grad ? values<A>(in[1]) : std::vector<A>();
+  std::vector<A> r(numel(out.shape), A(0));
+  parallel_for(q.n * q.c, q.ho * q.wo * q.kh * q.kw, [&](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const int64_t b = plane / q.c, c = plane % q.c;
+      for (int64_t y = 0; y < q.ho; ++y)
+        for (int64_t xo = 0; xo < q.wo; ++xo) {
+          const int64_t yi = q.y_index(b, c, y, xo);
+          if (!grad) {
+            r[yi] = pool_window(q, max, a.count_include_pad, x.data(), b, c, y, xo, nullptr);
+          } else if (max) {
+            int64_t arg = -1;
+            pool_window(q, true, false, x.data(), b, c, y, xo, &arg);
+            r[arg] += dy[yi];
+          } else {
+            const int64_t n = for_each_in_window(q, b, c, y, xo, [](int64_t) {});
+            const A share = dy[yi] / static_cast<A>(a.count_include_pad ? q.kh * q.kw : n);
+            for_each_in_window(q, b, c, y, xo, [&](int64_t i) { r[i] += share; });
+          }
+        }
+    }
+  });
+  dispatch_float(out.dtype, p.name(), [&](auto t) {
+    using T = decltype(t);
+    T* dst = static_cast<T*>(alloc_output(out));
+    parallel_for(static_cast<int64_t>(r.size()), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) dst[i] = st<T>(r[i]);
+    });
+  });
+}
+
+void pool_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                 ArrayNode& out) {
+  const DType dt = in[0].dtype();
+  if (dt == DType::f64) return pool_planes<double>(p, in, out);
+  if (dt != DType::f32 && dt != DType::bf16)
+    fail(p.name(), std::string("no cpu kernel for dtype ") + name_of(dt));
+  pool_planes<float>(p, in, out);
+}
+
+}  // namespace
+
+void register_conv(KernelTable& t) {
+  t.kernels[static_cast<int>(Op::Pool)] = pool_kernel;
+  t.kernels[static_cast<int>(Op::PoolGrad)] = pool_kernel;
+  t.kernels[static_cast<int>(Op::Conv)] = conv_kernel;
+  t.kernels[static_cast<int>(Op::ConvGradInput)] = conv_kernel;
+  t.kernels[static_cast<int>(Op::ConvGradWeight)] = conv_kernel;
+}
+
+}  // namespace kiln::cpu

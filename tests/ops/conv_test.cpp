@@ -1,0 +1,171 @@
+// Convolution, pooling and channel normalization beyond the op table
+// (tests/ops/op_table_test.cpp checks their values and gradients on every
+// backend): the errors that name what does not fit, bf16 on the cpu's
+// oneDNN path against f64, and BatchNorm's running statistics as PyTorch
+// updates them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Conv, ErrorsNameWhatDoesNotFit) {
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 3, 4, 4}), zeros({2, 3, 5, 5}));
+            }),
+            "[Conv] the window 5x5 does not fit the input 4x4 padded to 4x4");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 3, 4, 4}), zeros({2, 3, 3, 3}), {.dilation = {2}});
+            }),
+            "[Conv] the window 3x3 dilated to 5x5 does not fit the input 4x4 padded to 4x4");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 6, 4, 4}), zeros({4, 3, 1, 1}), {.groups = 4});
+            }),
+            "[Conv] 6 input and 4 output channels do not divide into 4 groups");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 6, 4, 4}), zeros({4, 6, 1, 1}), {.groups = 2});
+            }),
+            "[Conv] weight (4,6,1,1) has 6 input channels per group, expected 3 (6 channels in 2 "
+            "groups)");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({6, 4, 4}), zeros({4, 6, 1, 1}));
+            }),
+            "[conv2d] input (6,4,4): expected rank 4, [batch, channels, height, width]");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 2, 4, 4}), zeros({1, 2, 1, 1}), {.stride = {1, 0}});
+            }),
+            "[Conv] stride (1,0): expected entries >= 1");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 2, 4, 4}), zeros({1, 2, 1, 1}), {.stride = {1, 1, 1}});
+            }),
+            "[conv2d] stride has 3 entries, expected 1 or 2 (one per spatial axis)");
+  EXPECT_EQ(error_of([] {
+              conv2d(zeros({1, 2, 4, 4}), zeros({1, 2, 1, 1}, DType::f64));
+            }),
+            "[Conv] input is f32 (1,2,4,4) and weight f64 (1,2,1,1): expected one dtype");
+  EXPECT_EQ(error_of([] {
+              max_pool2d(zeros({1, 2, 4, 4}), {3}, {.padding = {{2, 2}}});
+            }),
+            "[Pool] padding (2,2) before and (2,2) after: expected at most half the window (3,3)");
+  EXPECT_EQ(error_of([] {
+              adaptive_avg_pool2d(zeros({1, 2, 4, 4}), 0, 1);
+            }),
+            "[adaptive_avg_pool2d] output size 0x1: expected at least 1x1");
+}
+
+// The output sizes of PyTorch's formula, "same" padding's included.
+TEST(Conv, OutputSizesFollowPyTorch) {
+  const Array x = zeros({1, 2, 10, 11});
+  EXPECT_EQ(conv2d(x, zeros({3, 2, 3, 3})).shape(), (Shape{1, 3, 8, 9}));
+  EXPECT_EQ(conv2d(x, zeros({3, 2, 3, 3}), {.stride = {2}, .padding = {{1, 1}}}).shape(),
+            (Shape{1, 3, 5, 6}));
+  EXPECT_EQ(conv2d(x, zeros({3, 2, 3, 3}), {.same = true}).shape(), (Shape{1, 3, 10, 11}));
+  EXPECT_EQ(conv2d(x, zeros({3, 2, 4, 4}), {.stride = {3}, .same = true}).shape(),
+            (Shape{1, 3, 4, 4}));
+  EXPECT_EQ(conv2d(x, zeros({4, 1, 7, 7}), {.same = true, .groups = 2}).shape(),
+            (Shape{1, 4, 10, 11}));
+  EXPECT_EQ(max_pool2d(x, {3}, {.stride = {2}, .padding = {{1, 1}}}).shape(), (Shape{1, 2, 5, 6}));
+  EXPECT_EQ(adaptive_avg_pool2d(x, 1, 1).shape(), (Shape{1, 2, 1, 1}));
+  EXPECT_EQ(conv1d(zeros({2, 3, 9}), zeros({4, 3, 3}), {.dilation = {2}}).shape(),
+            (Shape{2, 4, 5}));
+}
+
+double max_abs(const Array& a) {
+  double m = 0;
+  for (double v : astype(a, DType::f64).to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// bf16 convolutions (oneDNN on a bf16 unit, or widened to f32) against f64
+// on the bf16-rounded operands: the sums in f32, the result rounded once.
+TEST(Conv, Bf16MatchesF64OnTheRoundedOperands) {
+  const Array x = astype(random::normal(random::Key(1), {2, 8, 9, 9}), DType::bf16);
+  const Array w = astype(random::normal(random::Key(2), {16, 8, 3, 3}), DType::bf16);
+  for (bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "NHWC" : "NCHW");
+    const Array xi = channels_last ? transpose(x, {0, 2, 3, 1}) : x;
+    const ConvOptions opt{.stride = {2}, .padding = {{1, 1}}, .channels_last = channels_last};
+    auto loss = [&](const std::vector<Array>& p) {
+      return std::vector<Array>{sum(astype(conv2d(p[0], p[1], opt), DType::f32))};
+    };
+    const Array y = conv2d(xi, w, opt);
+    const Array y64 = conv2d(astype(xi, DType::f64), astype(w, DType::f64), opt);
+    ASSERT_EQ(y.dtype(), DType::bf16);
+    EXPECT_LE(max_abs(astype(y, DType::f64) - y64), 1e-2 * max_abs(y64));
+    auto [out, g] = vjp(loss, {xi, w}, {ones({}, DType::f32)});
+    auto [out64, g64] = vjp(
+        [&](const std::vector<Array>& p) {
+          return std::vector<Array>{sum(conv2d(p[0], p[1], opt))};
+        },
+        {astype(xi, DType::f64), astype(w, DType::f64)}, {ones({}, DType::f64)});
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_LE(max_abs(astype(g[i], DType::f64) - g64[i]), 1e-2 * max_abs(g64[i])) << i;
+  }
+}
+
+// PyTorch's BatchNorm2d(3) in training: the batch's mean and biased variance
+// normalize; the running statistics move by momentum towards the batch mean
+// and the unbiased variance.
+TEST(BatchNorm, RunningStatisticsMoveAsPyTorchMovesThem) {
+  std::vector<double> v(2 * 3 * 2 * 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.0 + 0.7 * i) * (1 + i % 5);
+  const Array x = Array::from_vector<double>(v, {2, 3, 2, 2});
+  const Array rm = Array::from_vector<double>({0.5, -1, 2}, {3});
+  const Array rv = Array::from_vector<double>({1, 2, 0.25}, {3});
+  const BatchNormResult r =
+      batch_norm(x, Array(), Array(), rm, rv, {.training = true, .momentum = 0.2});
+  const std::vector<double> y = r.y.to_vector<double>(), m = r.running_mean.to_vector<double>(),
+                            var = r.running_var.to_vector<double>();
+  const double old_m[] = {0.5, -1, 2}, old_v[] = {1, 2, 0.25};
+  for (int c = 0; c < 3; ++c) {
+    std::vector<double> xs;
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k) xs.push_back(v[(n * 3 + c) * 4 + k]);
+    double mu = 0, ss = 0;
+    for (double e : xs) mu += e / 8;
+    for (double e : xs) ss += (e - mu) * (e - mu);
+    EXPECT_NEAR(m[c], 0.8 * old_m[c] + 0.2 * mu, 1e-12);
+    EXPECT_NEAR(var[c], 0.8 * old_v[c] + 0.2 * ss / 7, 1e-12);
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_NEAR(y[(n * 3 + c) * 4 + k],
+                    (v[(n * 3 + c) * 4 + k] - mu) / std::sqrt(ss / 8 + 1e-5), 1e-12);
+  }
+  // In evaluation the running statistics normalize and stay.
+  const BatchNormResult e = batch_norm(x, Array(), Array(), rm, rv);
+  EXPECT_NEAR(e.y.to_vector<double>()[5], (v[5] - (-1)) / std::sqrt(2 + 1e-5), 1e-12);
+  EXPECT_EQ(e.running_mean.to_vector<double>(), rm.to_vector<double>());
+  // Their gradients stop at the statistics.
+  auto [out, g] = vjp(
+      [&](const std::vector<Array>& p) {
+        return std::vector<Array>{
+            sum(batch_norm(p[0], Array(), Array(), p[1], p[2], {.training = true}).running_mean)};
+      },
+      {x, rm, rv}, {ones({}, DType::f64)});
+  EXPECT_TRUE(!g[0].valid() || max_abs(g[0]) == 0.0);
+  EXPECT_NEAR(g[1].to_vector<double>()[0], 0.9, 1e-15);
+  EXPECT_EQ(error_of([&] {
+              batch_norm(zeros({1, 3}), Array(), Array(), Array(), Array(), {.training = true});
+            }),
+            "[batch_norm] input (1,3) has 1 value per channel: training needs more than one "
+            "(PyTorch's rule)");
+  EXPECT_EQ(error_of([&] {
+              batch_norm(zeros({2, 3}), zeros({4}), Array(), Array(), Array());
+            }),
+            "[batch_norm] weight (4): expected (3), one value per channel");
+}
+
+}  // namespace
+}  // namespace kiln
