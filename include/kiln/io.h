@@ -9,6 +9,7 @@
 #include "kiln/data.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "kiln/resnet.h"
 #include "kiln/transforms.h"
 
 namespace kiln::io {
@@ -39,6 +40,10 @@ void save_safetensors(const std::string& path, const Params& tensors,
 nn::ViTConfig load_vit_config(const std::string& path);
 // The same from the file's text; `path` is named in errors.
 nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
+// A ResNetConfig's config.json (model_type "resnet"); errors name the file
+// and the field.
+nn::ResNetConfig load_resnet_config(const std::string& path);
+nn::ResNetConfig parse_resnet_config(std::string_view json, const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 

@@ -60,6 +60,16 @@ enum class ProblemType {
 // (Unset: "null").
 const char* problem_type_name(ProblemType p);
 
+// The problem type transformers' image classifiers use for labels of this
+// dtype: the config's when set; else regression for one label, single-label
+// classification for integer labels, multi-label otherwise.
+ProblemType resolve_problem(ProblemType configured, int64_t num_labels, DType labels);
+// The mean loss an image classifier's forward computes from its logits
+// [B, num_logits] and labels (see ViTForImageClassification::loss); `who`
+// names the model in errors.
+Array classification_loss(const Array& logits, const Array& labels, int64_t num_labels,
+                          ProblemType configured, double label_smoothing, const char* who);
+
 // A height and a width: transformers takes image_size and patch_size as one
 // integer (a square) or as a pair [height, width].
 struct Size2d {

@@ -1,4 +1,4 @@
-// kiln io: HuggingFace config.json for ViT.
+// kiln io: HuggingFace config.json for ViT and ResNet.
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -62,6 +62,63 @@ std::map<int64_t, std::vector<int64_t>> parse_pruned_heads(const json& v, const 
   return pruned;
 }
 
+// hidden_act: one of transformers' ACT2FN names.
+void parse_activation(const json& j, const BadField& bad, nn::Activation& dst) {
+  if (!j.contains("hidden_act")) return;
+  std::optional<nn::Activation> act;
+  if (j["hidden_act"].is_string()) act = nn::activation_from_name(j["hidden_act"]);
+  if (!act) {
+    std::string names;
+    for (const auto& n : nn::activation_names())
+      names += (names.empty() ? "\"" : ", \"") + n + "\"";
+    bad("hidden_act", "is " + j["hidden_act"].dump() +
+                          ", expected one of transformers' activations (ACT2FN): " + names);
+  }
+  dst = *act;
+}
+
+// The labels: transformers (PretrainedConfig) takes the size of id2label
+// when it is there (a num_labels beside it is overruled, with a warning),
+// else num_labels, else 2; and problem_type.
+void parse_labels(const json& j, const BadField& bad, int64_t& num_labels,
+                  std::vector<std::string>& id2label, nn::ProblemType& problem) {
+  num_labels = 2;
+  if (j.contains("id2label")) {
+    const json& v = j["id2label"];
+    if (!v.is_object()) bad("id2label", "is " + v.dump() + ", expected an object");
+    num_labels = static_cast<int64_t>(v.size());
+    id2label = parse_id2label(v, bad);
+  } else if (j.contains("num_labels")) {
+    if (!j["num_labels"].is_number_integer())
+      bad("num_labels", "is " + j["num_labels"].dump() + ", expected an integer");
+    num_labels = j["num_labels"].get<int64_t>();
+  }
+  if (j.contains("problem_type") && !j["problem_type"].is_null()) {
+    const json& v = j["problem_type"];
+    if (v == "regression")
+      problem = nn::ProblemType::Regression;
+    else if (v == "single_label_classification")
+      problem = nn::ProblemType::SingleLabel;
+    else if (v == "multi_label_classification")
+      problem = nn::ProblemType::MultiLabel;
+    else
+      bad("problem_type", "is " + v.dump() +
+                              ", expected null, \"regression\", \"single_label_classification\" "
+                              "or \"multi_label_classification\"");
+  }
+}
+
+json parse_object(std::string_view text, const std::string& origin, const std::string& path) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(origin, path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) fail(origin, path + ": expected a JSON object");
+  return j;
+}
+
 }  // namespace
 
 nn::ViTConfig load_vit_config(const std::string& path) {
@@ -122,43 +179,8 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
       bad("qkv_bias", "is " + j["qkv_bias"].dump() + ", expected true or false");
     c.qkv_bias = j["qkv_bias"].get<bool>();
   }
-  if (j.contains("hidden_act")) {
-    std::optional<nn::Activation> act;
-    if (j["hidden_act"].is_string()) act = nn::activation_from_name(j["hidden_act"]);
-    if (!act) {
-      std::string names;
-      for (const auto& n : nn::activation_names())
-        names += (names.empty() ? "\"" : ", \"") + n + "\"";
-      bad("hidden_act", "is " + j["hidden_act"].dump() +
-                            ", expected one of transformers' activations (ACT2FN): " + names);
-    }
-    c.hidden_act = *act;
-  }
-  // transformers (PretrainedConfig): the size of id2label when it is there
-  // (a num_labels beside it is overruled, with a warning), else num_labels,
-  // else 2.
-  c.num_labels = 2;
-  if (j.contains("id2label")) {
-    const json& v = j["id2label"];
-    if (!v.is_object()) bad("id2label", "is " + v.dump() + ", expected an object");
-    c.num_labels = static_cast<int64_t>(v.size());
-    c.id2label = parse_id2label(v, bad);
-  } else {
-    integer("num_labels", c.num_labels);
-  }
-  if (j.contains("problem_type") && !j["problem_type"].is_null()) {
-    const json& v = j["problem_type"];
-    if (v == "regression")
-      c.problem_type = nn::ProblemType::Regression;
-    else if (v == "single_label_classification")
-      c.problem_type = nn::ProblemType::SingleLabel;
-    else if (v == "multi_label_classification")
-      c.problem_type = nn::ProblemType::MultiLabel;
-    else
-      bad("problem_type", "is " + v.dump() +
-                              ", expected null, \"regression\", \"single_label_classification\" "
-                              "or \"multi_label_classification\"");
-  }
+  parse_activation(j, bad, c.hidden_act);
+  parse_labels(j, bad, c.num_labels, c.id2label, c.problem_type);
   if (j.contains("pruned_heads")) c.pruned_heads = parse_pruned_heads(j["pruned_heads"], bad);
   // Both of transformers' attention implementations for ViT compute
   // softmax(QKᵀ/√d)V, as kiln does; it has no others.
@@ -166,6 +188,54 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
     if (j.contains(f) && !j[f].is_null() && j[f] != "eager" && j[f] != "sdpa")
       bad(f, "is " + j[f].dump() +
                  ", expected \"eager\" or \"sdpa\" (transformers' ViT has no other)");
+  c.validate(origin + " " + path);
+  return c;
+}
+
+nn::ResNetConfig load_resnet_config(const std::string& path) {
+  return parse_resnet_config(read_file(path, "config"), path);
+}
+
+nn::ResNetConfig parse_resnet_config(std::string_view text, const std::string& path) {
+  const std::string origin = "config";
+  const json j = parse_object(text, origin, path);
+  auto bad = [&](const std::string& field, const std::string& what) {
+    fail(origin, path + ": field '" + field + "' " + what);
+  };
+  if (j.contains("model_type") && j["model_type"] != "resnet")
+    bad("model_type", "is " + j["model_type"].dump() + ", expected \"resnet\"");
+  nn::ResNetConfig c;
+  auto integer = [&](const char* f, int64_t& dst) {
+    if (!j.contains(f)) return;
+    if (!j[f].is_number_integer()) bad(f, "is " + j[f].dump() + ", expected an integer");
+    dst = j[f].get<int64_t>();
+  };
+  auto integers = [&](const char* f, std::vector<int64_t>& dst) {
+    if (!j.contains(f)) return;
+    const json& v = j[f];
+    bool ok = v.is_array() && !v.empty();
+    for (const json& e : v) ok = ok && e.is_number_integer();
+    if (!ok) bad(f, "is " + v.dump() + ", expected a list of integers, one per stage");
+    dst = v.get<std::vector<int64_t>>();
+  };
+  auto boolean = [&](const char* f, bool& dst) {
+    if (!j.contains(f)) return;
+    if (!j[f].is_boolean()) bad(f, "is " + j[f].dump() + ", expected true or false");
+    dst = j[f].get<bool>();
+  };
+  integer("num_channels", c.num_channels);
+  integer("embedding_size", c.embedding_size);
+  integers("hidden_sizes", c.hidden_sizes);
+  integers("depths", c.depths);
+  if (j.contains("layer_type")) {
+    if (j["layer_type"] != "basic" && j["layer_type"] != "bottleneck")
+      bad("layer_type", "is " + j["layer_type"].dump() + ", expected \"basic\" or \"bottleneck\"");
+    c.bottleneck = j["layer_type"] == "bottleneck";
+  }
+  parse_activation(j, bad, c.hidden_act);
+  boolean("downsample_in_first_stage", c.downsample_in_first_stage);
+  boolean("downsample_in_bottleneck", c.downsample_in_bottleneck);
+  parse_labels(j, bad, c.num_labels, c.id2label, c.problem_type);
   c.validate(origin + " " + path);
   return c;
 }

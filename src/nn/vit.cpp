@@ -113,12 +113,16 @@ int64_t ViTConfig::heads_in_layer(int64_t layer) const {
   return num_attention_heads - static_cast<int64_t>(gone.size());
 }
 
-ProblemType ViTConfig::problem_for(DType labels) const {
-  if (problem_type != ProblemType::Unset) return problem_type;
+ProblemType resolve_problem(ProblemType configured, int64_t num_labels, DType labels) {
+  if (configured != ProblemType::Unset) return configured;
   // ViTForImageClassification.forward: torch.long or torch.int labels are classes.
   if (num_labels == 1) return ProblemType::Regression;
   if (num_labels > 1 && is_integral(labels)) return ProblemType::SingleLabel;
   return ProblemType::MultiLabel;
+}
+
+ProblemType ViTConfig::problem_for(DType labels) const {
+  return resolve_problem(problem_type, num_labels, labels);
 }
 
 std::string ViTConfig::label_name(int64_t i) const {
@@ -468,15 +472,20 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
 
 Array ViTForImageClassification::loss(const Array& logits, const Array& labels,
                                       double label_smoothing) const {
-  const auto& c = cfg_;
-  const ProblemType problem = c.problem_for(labels.dtype());
-  if (logits.ndim() != 2) fail("vit", "logits must be [B, classes], got " + str(logits.shape()));
+  return classification_loss(logits, labels, cfg_.num_labels, cfg_.problem_type, label_smoothing,
+                             "vit");
+}
+
+Array classification_loss(const Array& logits, const Array& labels, int64_t num_labels,
+                          ProblemType configured, double label_smoothing, const char* who) {
+  const ProblemType problem = resolve_problem(configured, num_labels, labels.dtype());
+  if (logits.ndim() != 2) fail(who, "logits must be [B, classes], got " + str(logits.shape()));
   const int64_t b = logits.shape()[0];
   auto require = [&](bool ok, const std::string& expected) {
     if (!ok)
-      fail("vit", std::string("labels are ") + name_of(labels.dtype()) + " " + str(labels.shape()) +
-                      ", but problem_type " + problem_type_name(problem) + " with num_labels " +
-                      std::to_string(c.num_labels) + " needs " + expected);
+      fail(who, std::string("labels are ") + name_of(labels.dtype()) + " " + str(labels.shape()) +
+                    ", but problem_type " + problem_type_name(problem) + " with num_labels " +
+                    std::to_string(num_labels) + " needs " + expected);
   };
   const bool integer = is_integral(labels.dtype());
   const bool real = is_floating(labels.dtype());
@@ -486,17 +495,17 @@ Array ViTForImageClassification::loss(const Array& logits, const Array& labels,
       require(integer && labels.shape() == Shape{b}, "integer labels " + str(Shape{b}));
       if (label_smoothing > 0) {
         if (!(label_smoothing <= 1))
-          fail("vit", "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
+          fail(who, "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
         // Uniform targets' part: the mean over classes of −log softmax.
         Array uniform = -mean(log_softmax(logits, -1), {-1});
         return mean(softmax_cross_entropy(logits, labels)) * (1.0 - label_smoothing) +
                mean(uniform) * label_smoothing;
       }
       if (label_smoothing < 0)
-        fail("vit", "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
+        fail(who, "label smoothing " + std::to_string(label_smoothing) + ", expected 0 to 1");
       return mean(softmax_cross_entropy(logits, labels));
     case ProblemType::Regression:
-      if (c.num_labels == 1) {
+      if (num_labels == 1) {
         // MSELoss(logits.squeeze(), labels.squeeze()): both become [B].
         require(real && (labels.shape() == Shape{b} || labels.shape() == Shape{b, 1}),
                 "float labels " + str(Shape{b}) + " or " + str(Shape{b, 1}));
@@ -512,7 +521,7 @@ Array ViTForImageClassification::loss(const Array& logits, const Array& labels,
     }
     case ProblemType::Unset: break;
   }
-  fail("vit", "no problem type resolved");
+  fail(who, "no problem type resolved");
 }
 
 }  // namespace kiln::nn

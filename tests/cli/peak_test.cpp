@@ -57,10 +57,10 @@ TEST(Peak, DescriptionNamesTheUnitMeasured) {
 }
 
 // The old denominator, the fp32 FMA loop, was below what AMX bf16 GEMMs
-// reach (a ViT-S bf16 step read 105%); the measured unit's peak is above the
-// rate of a large bf16 matmul on it. Where bf16 runs at the f32 rate both
-// are the FMA loop and the GEMM may come close to it, so the inequality is
-// checked only on a bf16 unit.
+// reach (a ViT-S bf16 step read 105%); the measured unit's peak is not
+// below the rate of a large bf16 matmul on it (within the timing's noise). Where bf16 runs at the
+// f32 rate both are the FMA loop and the GEMM may come close to it, so the inequality is checked
+// only on a bf16 unit.
 TEST(Peak, ABf16MatmulStaysBelowTheBf16Peak) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer build at -O1 times its instrumentation, not the CPU";
@@ -89,7 +89,10 @@ TEST(Peak, ABf16MatmulStaysBelowTheBf16Peak) {
   const double fp32 = tools::measure_peak_gflops(false);
   std::printf("%s: bf16 matmul %.0f GFLOP/s, bf16 peak %.0f, fp32 peak %.0f\n", unit.c_str(), gemm,
               peak, fp32);
-  EXPECT_LT(gemm, peak) << "a " << n << "^3 bf16 matmul ran at " << gemm << " GFLOP/s";
+  // A GEMM on the unit reaches 90-97% of its loop's rate on a Zen 4 (AVX512-BF16), so two
+  // timings on a shared machine may cross: the check is for the unit (a wrong one is 2x off
+  // and more: the fp32 loop for AVX512-BF16, AMX at 4x and up), with 10% for the clock.
+  EXPECT_LT(gemm, 1.1 * peak) << "a " << n << "^3 bf16 matmul ran at " << gemm << " GFLOP/s";
   if (unit == "AMX") {
     EXPECT_GT(peak, 4 * fp32) << "AMX tiles " << peak << " against fp32 FMAs " << fp32;
   }

@@ -1,0 +1,253 @@
+// kiln nn: transformers' ResNetForImageClassification (modeling_resnet.py):
+// a 7x7 stride-2 stem with BatchNorm and a 3x3 max pool, stages of basic
+// (two 3x3) or bottleneck (1x1, 3x3, 1x1 at a quarter of the width) residual
+// layers with a 1x1 projection shortcut where the shape changes, global
+// average pooling and a linear classifier.
+#include "kiln/resnet.h"
+
+#include <cmath>
+#include <optional>
+
+namespace kiln::nn {
+namespace {
+
+// One convolution (no bias) with its BatchNorm and optional activation:
+// transformers' ResNetConvLayer and ResNetShortCut, named by `name`.
+struct ConvSpec {
+  std::string name;
+  int64_t in = 0, out = 0, kernel = 1, stride = 1;
+  bool act = true;
+};
+struct Block {
+  std::vector<ConvSpec> layer;
+  std::optional<ConvSpec> shortcut;
+};
+struct Plan {
+  ConvSpec stem;
+  std::vector<Block> blocks;
+};
+
+Plan plan_of(const ResNetConfig& c) {
+  Plan p;
+  p.stem = {"resnet.embedder.embedder", c.num_channels, c.embedding_size, 7, 2, true};
+  for (size_t s = 0; s < c.hidden_sizes.size(); ++s) {
+    const int64_t in_stage = s == 0 ? c.embedding_size : c.hidden_sizes[s - 1];
+    const int64_t out = c.hidden_sizes[s];
+    const int64_t stride = s == 0 ? (c.downsample_in_first_stage ? 2 : 1) : 2;
+    for (int64_t l = 0; l < c.depths[s]; ++l) {
+      const std::string base =
+          "resnet.encoder.stages." + std::to_string(s) + ".layers." + std::to_string(l);
+      const int64_t in = l == 0 ? in_stage : out, st = l == 0 ? stride : 1;
+      Block b;
+      if (in != out || st != 1) b.shortcut = ConvSpec{base + ".shortcut", in, out, 1, st, false};
+      const std::string layer = base + ".layer.";
+      if (c.bottleneck) {
+        const int64_t r = out / 4;
+        const bool first = c.downsample_in_bottleneck;
+        b.layer = {{layer + "0", in, r, 1, first ? st : 1, true},
+                   {layer + "1", r, r, 3, first ? 1 : st, true},
+                   {layer + "2", r, out, 1, 1, false}};
+      } else {
+        b.layer = {{layer + "0", in, out, 3, st, true}, {layer + "1", out, out, 3, 1, false}};
+      }
+      p.blocks.push_back(std::move(b));
+    }
+  }
+  return p;
+}
+
+template <typename F>
+void for_each_conv(const Plan& p, F&& f) {
+  f(p.stem);
+  for (const Block& b : p.blocks) {
+    for (const ConvSpec& c : b.layer) f(c);
+    if (b.shortcut) f(*b.shortcut);
+  }
+}
+
+const Array& entry(const Params& tree, const std::string& name, const char* what) {
+  auto it = tree.find(name);
+  if (it == tree.end()) fail("resnet", std::string("missing ") + what + " '" + name + "'");
+  return it->second;
+}
+
+}  // namespace
+
+ResNetConfig ResNetConfig::preset(const std::string& name) {
+  ResNetConfig c;
+  if (name == "resnet-18" || name == "resnet-34") {
+    c.bottleneck = false;
+    c.hidden_sizes = {64, 128, 256, 512};
+    c.depths = name == "resnet-18" ? std::vector<int64_t>{2, 2, 2, 2}
+                                   : std::vector<int64_t>{3, 4, 6, 3};
+  } else if (name == "resnet-101") {
+    c.depths = {3, 4, 23, 3};
+  } else if (name == "resnet-152") {
+    c.depths = {3, 8, 36, 3};
+  } else if (name != "resnet-50") {
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("resnet", "unknown preset '" + name + "', expected one of " + known);
+  }
+  return c;
+}
+
+const std::vector<std::string>& ResNetConfig::preset_names() {
+  static const std::vector<std::string> names{"resnet-18", "resnet-34", "resnet-50", "resnet-101",
+                                              "resnet-152"};
+  return names;
+}
+
+void ResNetConfig::validate(const std::string& origin) const {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    fail(origin, field + " " + what);
+  };
+  if (num_channels < 1) bad("num_channels", "is " + std::to_string(num_channels) + ", expected >= 1");
+  if (embedding_size < 1)
+    bad("embedding_size", "is " + std::to_string(embedding_size) + ", expected >= 1");
+  if (hidden_sizes.empty() || hidden_sizes.size() != depths.size())
+    bad("hidden_sizes", "has " + std::to_string(hidden_sizes.size()) + " stages and depths " +
+                            std::to_string(depths.size()) + ": expected one size per stage, 1 or more");
+  for (int64_t h : hidden_sizes)
+    if (h < (bottleneck ? 4 : 1))
+      bad("hidden_sizes", "holds " + std::to_string(h) + ", expected >= " +
+                              (bottleneck ? "4 (a bottleneck reduces by 4)" : std::string("1")));
+  for (int64_t d : depths)
+    if (d < 1) bad("depths", "holds " + std::to_string(d) + ", expected >= 1");
+  if (num_labels < 0) bad("num_labels", "is " + std::to_string(num_labels) + ", expected >= 0");
+  if (!id2label.empty() && static_cast<int64_t>(id2label.size()) != num_labels)
+    bad("id2label", "has " + std::to_string(id2label.size()) + " labels for num_labels " +
+                        std::to_string(num_labels));
+}
+
+ResNetForImageClassification::ResNetForImageClassification(ResNetConfig cfg) : cfg_(std::move(cfg)) {
+  cfg_.validate();
+}
+
+std::vector<std::pair<std::string, Shape>> ResNetForImageClassification::parameter_shapes() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for_each_conv(plan_of(cfg_), [&](const ConvSpec& c) {
+    out.emplace_back(c.name + ".convolution.weight", Shape{c.out, c.in, c.kernel, c.kernel});
+    out.emplace_back(c.name + ".normalization.weight", Shape{c.out});
+    out.emplace_back(c.name + ".normalization.bias", Shape{c.out});
+  });
+  if (cfg_.num_labels > 0) {
+    out.emplace_back("classifier.1.weight", Shape{cfg_.num_labels, cfg_.hidden_sizes.back()});
+    out.emplace_back("classifier.1.bias", Shape{cfg_.num_labels});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> ResNetForImageClassification::state_shapes() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for_each_conv(plan_of(cfg_), [&](const ConvSpec& c) {
+    out.emplace_back(c.name + ".normalization.running_mean", Shape{c.out});
+    out.emplace_back(c.name + ".normalization.running_var", Shape{c.out});
+    out.emplace_back(c.name + ".normalization.num_batches_tracked", Shape{});
+  });
+  return out;
+}
+
+Params ResNetForImageClassification::init(const random::Key& key, Device device) const {
+  Params p;
+  uint32_t i = 0;
+  for (auto& [name, shape] : parameter_shapes()) {
+    const random::Key k = random::fold_in(key, i++);
+    if (name.ends_with(".convolution.weight")) {
+      // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std √2 / √(O·KH·KW).
+      const double std = std::sqrt(2.0 / static_cast<double>(shape[0] * shape[2] * shape[3]));
+      p.emplace(name, random::normal(k, shape, DType::f32, device) * std);
+    } else if (name.ends_with(".normalization.weight")) {
+      p.emplace(name, ones(shape, DType::f32, device));
+    } else if (name.ends_with(".normalization.bias")) {
+      p.emplace(name, zeros(shape, DType::f32, device));
+    } else {  // the classifier: ±1/√fan_in for its weight and bias
+      const double bound = 1.0 / std::sqrt(static_cast<double>(cfg_.hidden_sizes.back()));
+      p.emplace(name, random::uniform(k, shape, -bound, bound, DType::f32, device));
+    }
+  }
+  eval(p);
+  return p;
+}
+
+Params ResNetForImageClassification::init_state(Device device) const {
+  Params s;
+  for (auto& [name, shape] : state_shapes()) {
+    if (name.ends_with("num_batches_tracked"))
+      s.emplace(name, zeros(shape, DType::i64, device));
+    else
+      s.emplace(name, name.ends_with("running_var") ? ones(shape, DType::f32, device)
+                                                    : zeros(shape, DType::f32, device));
+  }
+  return s;
+}
+
+void ResNetForImageClassification::check(const Params& params, const Params& state,
+                                         const std::string& origin) const {
+  auto check_tree = [&](const Params& tree, const std::vector<std::pair<std::string, Shape>>& want,
+                        const char* what) {
+    for (auto& [name, shape] : want) {
+      auto it = tree.find(name);
+      if (it == tree.end()) fail(origin, std::string("missing ") + what + " '" + name + "'");
+      if (it->second.shape() != shape)
+        fail(origin, std::string(what) + " '" + name + "' has shape " + str(it->second.shape()) +
+                         ", expected " + str(shape));
+    }
+  };
+  check_tree(params, parameter_shapes(), "parameter");
+  check_tree(state, state_shapes(), "BatchNorm statistic");
+}
+
+ResNetOutput ResNetForImageClassification::apply(const Params& params, const Params& state,
+                                                 const Array& pixels, bool train,
+                                                 Layout layout) const {
+  const bool cl = layout == Layout::NHWC;
+  if (pixels.ndim() != 4 || pixels.shape()[cl ? 3 : 1] != cfg_.num_channels)
+    fail("resnet", "pixel_values " + str(pixels.shape()) + ": expected " +
+                       (cl ? "[batch, height, width, " : "[batch, ") +
+                       std::to_string(cfg_.num_channels) + (cl ? "]" : ", height, width]") +
+                       " (num_channels " + std::to_string(cfg_.num_channels) + ")");
+  ResNetOutput out;
+  out.state = state;
+  auto conv_bn = [&](const ConvSpec& c, const Array& x) {
+    const Array y =
+        conv2d(x, entry(params, c.name + ".convolution.weight", "parameter"),
+               {.stride = {c.stride}, .padding = {{c.kernel / 2, c.kernel / 2}}, .channels_last = cl});
+    const std::string bn = c.name + ".normalization.";
+    const BatchNormResult r =
+        batch_norm(y, entry(params, bn + "weight", "parameter"), entry(params, bn + "bias", "parameter"),
+                   entry(state, bn + "running_mean", "BatchNorm statistic"),
+                   entry(state, bn + "running_var", "BatchNorm statistic"),
+                   {.training = train, .momentum = 0.1, .eps = 1e-5, .channels_last = cl});
+    if (train) {
+      out.state[bn + "running_mean"] = r.running_mean;
+      out.state[bn + "running_var"] = r.running_var;
+      const Array& n = entry(state, bn + "num_batches_tracked", "BatchNorm statistic");
+      out.state[bn + "num_batches_tracked"] = n + scalar_like(n, 1.0);
+    }
+    return c.act ? activate(cfg_.hidden_act, r.y) : r.y;
+  };
+  const Plan plan = plan_of(cfg_);
+  Array h = max_pool2d(conv_bn(plan.stem, pixels), {3},
+                       {.stride = {2}, .padding = {{1, 1}}, .channels_last = cl});
+  for (const Block& b : plan.blocks) {
+    Array y = h;
+    for (const ConvSpec& c : b.layer) y = conv_bn(c, y);
+    h = activate(cfg_.hidden_act, y + (b.shortcut ? conv_bn(*b.shortcut, h) : h));
+  }
+  const Array pooled = mean(h, cl ? std::vector<int>{1, 2} : std::vector<int>{2, 3});  // [B, C]
+  out.logits = cfg_.num_labels > 0
+                   ? matmul(pooled, entry(params, "classifier.1.weight", "parameter"),
+                            {.transpose_b = true}) +
+                         entry(params, "classifier.1.bias", "parameter")
+                   : pooled;
+  return out;
+}
+
+Array ResNetForImageClassification::loss(const Array& logits, const Array& labels,
+                                         double label_smoothing) const {
+  return classification_loss(logits, labels, cfg_.num_labels, cfg_.problem_type, label_smoothing,
+                             "resnet");
+}
+
+}  // namespace kiln::nn
