@@ -87,6 +87,14 @@ void feed_safetensors(std::string_view bytes) {
 }
 
 void feed_config(std::string_view bytes) {
+  if (bytes.find("\"resnet\"") != std::string_view::npos) {
+    const nn::ResNetConfig cfg = io::parse_resnet_config(bytes, "config.json");
+    int64_t params = 0;
+    for (auto& [name, shape] : nn::ResNetForImageClassification(cfg).parameter_shapes())
+      params += numel(shape);
+    expect(params > 0, "a model of " + std::to_string(params) + " parameters");
+    return;
+  }
   nn::ViTConfig cfg = io::parse_vit_config(bytes, "config.json");
   // What kiln computes from a config before it allocates anything.
   int64_t params = 0;

@@ -115,6 +115,19 @@ void ResNetConfig::validate(const std::string& origin) const {
   for (int64_t d : depths)
     if (d < 1) bad("depths", "holds " + std::to_string(d) + ", expected >= 1");
   if (num_labels < 0) bad("num_labels", "is " + std::to_string(num_labels) + ", expected >= 0");
+  // Bounds far above any real ResNet that keep every size kiln derives from
+  // a config (shapes, parameter counts) inside 64-bit integers.
+  constexpr int64_t kMaxSize = int64_t{1} << 20, kMaxStages = 64, kMaxDepth = 1024;
+  auto at_most = [&](int64_t v, int64_t limit, const char* field) {
+    if (v > limit)
+      bad(field, "is " + std::to_string(v) + ", expected at most " + std::to_string(limit));
+  };
+  at_most(num_channels, kMaxSize, "num_channels");
+  at_most(embedding_size, kMaxSize, "embedding_size");
+  at_most(num_labels, kMaxSize, "num_labels");
+  at_most(static_cast<int64_t>(hidden_sizes.size()), kMaxStages, "hidden_sizes (its stages)");
+  for (int64_t h : hidden_sizes) at_most(h, kMaxSize, "hidden_sizes (a stage's size)");
+  for (int64_t d : depths) at_most(d, kMaxDepth, "depths (a stage's layers)");
   if (!id2label.empty() && static_cast<int64_t>(id2label.size()) != num_labels)
     bad("id2label", "has " + std::to_string(id2label.size()) + " labels for num_labels " +
                         std::to_string(num_labels));
