@@ -87,6 +87,14 @@ void feed_safetensors(std::string_view bytes) {
 }
 
 void feed_config(std::string_view bytes) {
+  if (bytes.find("\"convnext\"") != std::string_view::npos) {
+    const nn::ConvNextConfig cfg = io::parse_convnext_config(bytes, "config.json");
+    int64_t params = 0;
+    for (auto& [name, shape] : nn::ConvNextForImageClassification(cfg).parameter_shapes())
+      params += numel(shape);
+    expect(params > 0, "a model of " + std::to_string(params) + " parameters");
+    return;
+  }
   if (bytes.find("\"resnet\"") != std::string_view::npos) {
     const nn::ResNetConfig cfg = io::parse_resnet_config(bytes, "config.json");
     int64_t params = 0;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/convnext.h"
 #include "kiln/data.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -44,6 +45,9 @@ nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
 // and the field.
 nn::ResNetConfig load_resnet_config(const std::string& path);
 nn::ResNetConfig parse_resnet_config(std::string_view json, const std::string& path);
+// A ConvNextConfig's config.json (model_type "convnext").
+nn::ConvNextConfig load_convnext_config(const std::string& path);
+nn::ConvNextConfig parse_convnext_config(std::string_view json, const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 

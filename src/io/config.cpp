@@ -1,4 +1,4 @@
-// kiln io: HuggingFace config.json for ViT and ResNet.
+// kiln io: HuggingFace config.json for ViT, ResNet and ConvNeXt.
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -235,6 +235,59 @@ nn::ResNetConfig parse_resnet_config(std::string_view text, const std::string& p
   parse_activation(j, bad, c.hidden_act);
   boolean("downsample_in_first_stage", c.downsample_in_first_stage);
   boolean("downsample_in_bottleneck", c.downsample_in_bottleneck);
+  parse_labels(j, bad, c.num_labels, c.id2label, c.problem_type);
+  c.validate(origin + " " + path);
+  return c;
+}
+
+nn::ConvNextConfig load_convnext_config(const std::string& path) {
+  return parse_convnext_config(read_file(path, "config"), path);
+}
+
+nn::ConvNextConfig parse_convnext_config(std::string_view text, const std::string& path) {
+  const std::string origin = "config";
+  const json j = parse_object(text, origin, path);
+  auto bad = [&](const std::string& field, const std::string& what) {
+    fail(origin, path + ": field '" + field + "' " + what);
+  };
+  if (j.contains("model_type") && j["model_type"] != "convnext")
+    bad("model_type", "is " + j["model_type"].dump() + ", expected \"convnext\"");
+  nn::ConvNextConfig c;
+  auto integer = [&](const char* f, int64_t& dst) {
+    if (!j.contains(f)) return;
+    if (!j[f].is_number_integer()) bad(f, "is " + j[f].dump() + ", expected an integer");
+    dst = j[f].get<int64_t>();
+  };
+  auto integers = [&](const char* f, std::vector<int64_t>& dst) {
+    if (!j.contains(f) || j[f].is_null()) return;
+    const json& v = j[f];
+    bool ok = v.is_array() && !v.empty();
+    for (const json& e : v) ok = ok && e.is_number_integer();
+    if (!ok) bad(f, "is " + v.dump() + ", expected a list of integers, one per stage");
+    dst = v.get<std::vector<int64_t>>();
+  };
+  auto real = [&](const char* f, double& dst) {
+    if (!j.contains(f)) return;
+    if (!j[f].is_number()) bad(f, "is " + j[f].dump() + ", expected a number");
+    dst = j[f].get<double>();
+  };
+  integer("num_channels", c.num_channels);
+  integer("patch_size", c.patch_size);
+  integers("hidden_sizes", c.hidden_sizes);
+  integers("depths", c.depths);
+  if (j.contains("num_stages")) {
+    int64_t stages = 0;
+    integer("num_stages", stages);
+    if (stages != static_cast<int64_t>(c.depths.size()))
+      bad("num_stages", "is " + std::to_string(stages) + " for " + std::to_string(c.depths.size()) +
+                            " depths: expected one depth per stage");
+  }
+  parse_activation(j, bad, c.hidden_act);
+  real("initializer_range", c.initializer_range);
+  real("layer_norm_eps", c.layer_norm_eps);
+  real("layer_scale_init_value", c.layer_scale_init_value);
+  real("drop_path_rate", c.drop_path_rate);
+  integer("image_size", c.image_size);
   parse_labels(j, bad, c.num_labels, c.id2label, c.problem_type);
   c.validate(origin + " " + path);
   return c;
