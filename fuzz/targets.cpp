@@ -103,10 +103,14 @@ void feed_config(std::string_view bytes) {
     expect(params > 0, "a model of " + std::to_string(params) + " parameters");
     return;
   }
-  nn::ViTConfig cfg = io::parse_vit_config(bytes, "config.json");
+  const bool deit = bytes.find("\"deit\"") != std::string_view::npos;
+  nn::ViTConfig cfg = deit ? io::parse_deit_config(bytes, "config.json")
+                           : io::parse_vit_config(bytes, "config.json");
   // What kiln computes from a config before it allocates anything.
   int64_t params = 0;
-  for (auto& [name, shape] : nn::ViTForImageClassification(cfg).parameter_shapes())
+  for (auto& [name, shape] :
+       nn::ViTForImageClassification(cfg, deit ? nn::ViTVariant::DeiT : nn::ViTVariant::ViT)
+           .parameter_shapes())
     params += numel(shape);
   expect(params > 0, "a model of " + std::to_string(params) + " parameters");
   (void)cfg.train_flops_per_image();

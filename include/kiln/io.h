@@ -41,6 +41,11 @@ void save_safetensors(const std::string& path, const Params& tensors,
 nn::ViTConfig load_vit_config(const std::string& path);
 // The same from the file's text; `path` is named in errors.
 nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
+// DeiT's config.json (model_type "deit"): a ViTConfig's fields.
+nn::ViTConfig load_deit_config(const std::string& path);
+nn::ViTConfig parse_deit_config(std::string_view json, const std::string& path);
+nn::ViTConfig parse_vit_family_config(std::string_view json, const std::string& path,
+                                      const std::string& model_type);
 // A ResNetConfig's config.json (model_type "resnet"); errors name the file
 // and the field.
 nn::ResNetConfig load_resnet_config(const std::string& path);

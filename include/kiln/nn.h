@@ -172,11 +172,21 @@ struct ApplyOptions {
   bool inference = false;
 };
 
-// ViTForImageClassification with HuggingFace's parameter names and shapes.
+// The models of the ViT family, one encoder: ViTForImageClassification;
+// DeiTForImageClassification (names under "deit.", a distillation token
+// after [CLS] with its own position embedding; the classifier reads [CLS]);
+// DeiTForImageClassificationWithTeacher (cls_classifier on [CLS],
+// distillation_classifier on the distillation token, the logits their mean).
+// A DeiTConfig is a ViTConfig.
+enum class ViTVariant { ViT, DeiT, DeiTWithTeacher };
+
+// ViTForImageClassification with HuggingFace's parameter names and shapes
+// (or DeiT's, by `variant`).
 class ViTForImageClassification {
  public:
-  explicit ViTForImageClassification(ViTConfig cfg);
+  explicit ViTForImageClassification(ViTConfig cfg, ViTVariant variant = ViTVariant::ViT);
   const ViTConfig& config() const { return cfg_; }
+  ViTVariant variant() const { return variant_; }
   // HuggingFace's initialization: truncated normal(initializer_range) for
   // weights, cls token and position embeddings; zero biases; unit LayerNorm.
   // Drawn on `device` (the same numbers on every device: Threefry).
@@ -200,6 +210,9 @@ class ViTForImageClassification {
 
  private:
   ViTConfig cfg_;
+  ViTVariant variant_ = ViTVariant::ViT;
+  std::string prefix() const { return variant_ == ViTVariant::ViT ? "vit" : "deit"; }
+  int64_t tokens() const { return variant_ == ViTVariant::ViT ? 1 : 2; }  // before the patches
 };
 
 }  // namespace kiln::nn

@@ -126,6 +126,19 @@ nn::ViTConfig load_vit_config(const std::string& path) {
 }
 
 nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
+  return parse_vit_family_config(text, path, "vit");
+}
+
+nn::ViTConfig load_deit_config(const std::string& path) {
+  return parse_deit_config(read_file(path, "config"), path);
+}
+
+nn::ViTConfig parse_deit_config(std::string_view text, const std::string& path) {
+  return parse_vit_family_config(text, path, "deit");
+}
+
+nn::ViTConfig parse_vit_family_config(std::string_view text, const std::string& path,
+                                      const std::string& model_type) {
   const std::string origin = "config";
   json j;
   try {
@@ -137,8 +150,8 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
   auto bad = [&](const std::string& field, const std::string& what) {
     fail(origin, path + ": field '" + field + "' " + what);
   };
-  if (j.contains("model_type") && j["model_type"] != "vit")
-    bad("model_type", "is " + j["model_type"].dump() + ", expected \"vit\"");
+  if (j.contains("model_type") && j["model_type"] != model_type)
+    bad("model_type", "is " + j["model_type"].dump() + ", expected \"" + model_type + "\"");
   nn::ViTConfig c;
   auto integer = [&](const char* f, int64_t& dst) {
     if (!j.contains(f)) return;
@@ -186,8 +199,8 @@ nn::ViTConfig parse_vit_config(std::string_view text, const std::string& path) {
   // softmax(QKᵀ/√d)V, as kiln does; it has no others.
   for (const char* f : {"attn_implementation", "_attn_implementation"})
     if (j.contains(f) && !j[f].is_null() && j[f] != "eager" && j[f] != "sdpa")
-      bad(f, "is " + j[f].dump() +
-                 ", expected \"eager\" or \"sdpa\" (transformers' ViT has no other)");
+      bad(f, "is " + j[f].dump() + ", expected \"eager\" or \"sdpa\" (transformers' " + model_type +
+                 " has no other)");
   c.validate(origin + " " + path);
   return c;
 }

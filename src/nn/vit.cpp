@@ -12,8 +12,8 @@
 namespace kiln::nn {
 namespace {
 
-std::string layer_prefix(int64_t i) {
-  return "vit.encoder.layer." + std::to_string(i) + ".";
+std::string layer_prefix(const std::string& model, int64_t i) {
+  return model + ".encoder.layer." + std::to_string(i) + ".";
 }
 
 // A matmul whose operands are rounded to `dt` (bf16 mixed precision) and
@@ -234,22 +234,23 @@ double ViTConfig::train_flops_per_image() const {
   return 3 * forward - patch;  // backward is twice the forward, but pixels need no gradient
 }
 
-ViTForImageClassification::ViTForImageClassification(ViTConfig cfg) : cfg_(cfg) {
+ViTForImageClassification::ViTForImageClassification(ViTConfig cfg, ViTVariant variant)
+    : cfg_(cfg), variant_(variant) {
   cfg_.validate();
 }
 
 std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_shapes() const {
   const auto& c = cfg_;
   int64_t h = c.hidden_size;
-  std::vector<std::pair<std::string, Shape>> s = {
-      {"vit.embeddings.cls_token", {1, 1, h}},
-      {"vit.embeddings.position_embeddings", {1, c.num_patches() + 1, h}},
-      {"vit.embeddings.patch_embeddings.projection.weight",
-       {h, c.num_channels, c.patch_size.height, c.patch_size.width}},
-      {"vit.embeddings.patch_embeddings.projection.bias", {h}},
-  };
+  const std::string m = prefix();
+  std::vector<std::pair<std::string, Shape>> s = {{m + ".embeddings.cls_token", {1, 1, h}}};
+  if (variant_ != ViTVariant::ViT) s.push_back({m + ".embeddings.distillation_token", {1, 1, h}});
+  s.push_back({m + ".embeddings.position_embeddings", {1, c.num_patches() + tokens(), h}});
+  s.push_back({m + ".embeddings.patch_embeddings.projection.weight",
+               {h, c.num_channels, c.patch_size.height, c.patch_size.width}});
+  s.push_back({m + ".embeddings.patch_embeddings.projection.bias", {h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = layer_prefix(l);
+    std::string p = layer_prefix(m, l);
     for (const char* ln : {"layernorm_before", "layernorm_after"}) {
       s.push_back({p + ln + ".weight", {h}});
       s.push_back({p + ln + ".bias", {h}});
@@ -266,11 +267,17 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
     s.push_back({p + "output.dense.weight", {h, c.intermediate_size}});
     s.push_back({p + "output.dense.bias", {h}});
   }
-  s.push_back({"vit.layernorm.weight", {h}});
-  s.push_back({"vit.layernorm.bias", {h}});
+  s.push_back({m + ".layernorm.weight", {h}});
+  s.push_back({m + ".layernorm.bias", {h}});
   if (c.num_labels > 0) {
-    s.push_back({"classifier.weight", {c.num_labels, h}});
-    s.push_back({"classifier.bias", {c.num_labels}});
+    const std::vector<std::string> heads =
+        variant_ == ViTVariant::DeiTWithTeacher
+            ? std::vector<std::string>{"cls_classifier", "distillation_classifier"}
+            : std::vector<std::string>{"classifier"};
+    for (const std::string& head : heads) {
+      s.push_back({head + ".weight", {c.num_labels, h}});
+      s.push_back({head + ".bias", {c.num_labels}});
+    }
   }
   return s;
 }
@@ -332,6 +339,13 @@ Params ViTForImageClassification::init(const random::Key& key, Device device) co
   for (auto& [name, shape] : parameter_shapes()) {
     random::Key k = random::fold_in(key, i++);
     bool is_norm = name.find("layernorm") != std::string::npos;
+    // DeiT's tokens and position embeddings start at zero (torch.zeros; its
+    // _init_weights leaves them), ViT's are drawn.
+    if (variant_ != ViTVariant::ViT && name.find(".embeddings.") != std::string::npos &&
+        name.find("patch_embeddings") == std::string::npos) {
+      p.emplace(name, zeros(shape, DType::f32, device));
+      continue;
+    }
     bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (is_norm && !is_bias) {
       p.emplace(name, ones(shape, DType::f32, device));
@@ -400,14 +414,18 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
                       : transpose(reshape(used, {b, g.height, ps.height, g.width, ps.width, ch}),
                                   {0, 1, 3, 5, 2, 4});
   patches = reshape(patches, {b * n, ch * ps.height * ps.width});
-  Array w = reshape(p.at("vit.embeddings.patch_embeddings.projection.weight"), {h, -1});
+  const std::string m = prefix();
+  Array w = reshape(p.at(m + ".embeddings.patch_embeddings.projection.weight"), {h, -1});
   Array x = mm(patches, w, {.transpose_b = true}, dt) +
-            p.at("vit.embeddings.patch_embeddings.projection.bias");
+            p.at(m + ".embeddings.patch_embeddings.projection.bias");
   x = reshape(x, {b, n, h});
-  Array cls = broadcast_to(p.at("vit.embeddings.cls_token"), {b, 1, h});
-  x = concatenate({cls, x}, 1) + p.at("vit.embeddings.position_embeddings");
+  std::vector<Array> seq{broadcast_to(p.at(m + ".embeddings.cls_token"), {b, 1, h})};
+  if (variant_ != ViTVariant::ViT)
+    seq.push_back(broadcast_to(p.at(m + ".embeddings.distillation_token"), {b, 1, h}));
+  seq.push_back(x);
+  x = concatenate(seq, 1) + p.at(m + ".embeddings.position_embeddings");
   x = dropout(x, c.hidden_dropout_prob);
-  const int64_t t = n + 1;
+  const int64_t t = n + tokens();
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const bool fused_attention =
@@ -421,7 +439,7 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
       backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},
                        DType::bf16);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string pre = layer_prefix(l);
+    std::string pre = layer_prefix(m, l);
     // Pruned heads narrow a layer's attention to heads * dh features.
     const int64_t heads = c.heads_in_layer(l), a = heads * dh;
     auto split_heads = [&](const Array& y) {  // [b, t, a] -> [b, heads, t, dh]
@@ -465,9 +483,14 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
     Array out = dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
     x = x + std::move(out);
   }
-  x = layer_norm_of(p, "vit.layernorm", x, c.layer_norm_eps);
+  x = layer_norm_of(p, m + ".layernorm", x, c.layer_norm_eps);
   Array first = reshape(slice(x, {0, 0, 0}, {b, 1, h}), {b, h});
-  return c.num_labels > 0 ? linear(p, "classifier", first, dt) : first;
+  if (c.num_labels == 0) return first;
+  if (variant_ != ViTVariant::DeiTWithTeacher) return linear(p, "classifier", first, dt);
+  Array second = reshape(slice(x, {0, 1, 0}, {b, 2, h}), {b, h});
+  return (linear(p, "cls_classifier", first, dt) +
+          linear(p, "distillation_classifier", second, dt)) *
+         0.5;
 }
 
 Array ViTForImageClassification::loss(const Array& logits, const Array& labels,
