@@ -27,6 +27,72 @@ from ._transforms import (Jitted, eval, grad, jit, lazy, lazy_cache_stats, mark_
 from . import data, nn, optim, random, train, tree
 
 negative = neg
+from ._kiln import adaptive_avg_pool2d, batch_norm, group_norm, min, pad  # noqa: E402
+
+
+def _per_axis(v: object, axes: int, what: str) -> list:
+    if isinstance(v, int):
+        return [v] * axes
+    v = list(v)
+    if len(v) != axes:
+        raise KilnError(f"{what} {v}: expected an int or {axes} ints")
+    return v
+
+
+def _padding(padding: object, axes: int) -> tuple:
+    """PyTorch's padding forms: an int, one int per axis, "same", "valid",
+    or (before, after) pairs per axis; as (pairs, same)."""
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise KilnError(f"padding '{padding}': expected 'same', 'valid', an int or pairs")
+        return [], padding == "same"
+    if isinstance(padding, int):
+        return [(padding, padding)] * axes, False
+    pads = list(padding)
+    if len(pads) != axes:
+        raise KilnError(f"padding {pads}: expected {axes} entries")
+    return [(p, p) if isinstance(p, int) else tuple(p) for p in pads], False
+
+
+def conv2d(x: Array, weight: Array, bias: object = None, stride: object = 1, padding: object = 0,
+           dilation: object = 1, groups: int = 1, channels_last: bool = False) -> Array:
+    """torch.nn.functional.conv2d: x [N, C, H, W] (channels_last: [N, H, W, C]),
+    weight [O, C / groups, KH, KW]; padding an int, a pair, "same", "valid" or
+    (before, after) pairs."""
+    pads, same = _padding(padding, 2)
+    y = _kiln._conv(x, weight, _per_axis(stride, 2, "stride"), pads, same,
+                    _per_axis(dilation, 2, "dilation"), groups, channels_last)
+    if bias is None:
+        return y
+    return y + (bias if channels_last else bias.reshape([-1, 1, 1]))
+
+
+def conv1d(x: Array, weight: Array, bias: object = None, stride: object = 1, padding: object = 0,
+           dilation: object = 1, groups: int = 1, channels_last: bool = False) -> Array:
+    """torch.nn.functional.conv1d: x [N, C, L] (channels_last: [N, L, C]), weight [O, C / groups, K]."""
+    pads, same = _padding(padding, 1)
+    y = _kiln._conv(x, weight, _per_axis(stride, 1, "stride"), pads, same,
+                    _per_axis(dilation, 1, "dilation"), groups, channels_last)
+    if bias is None:
+        return y
+    return y + (bias if channels_last else bias.reshape([-1, 1]))
+
+
+def max_pool2d(x: Array, kernel_size: object, stride: object = None, padding: object = 0,
+               channels_last: bool = False) -> Array:
+    """torch.nn.functional.max_pool2d (stride defaults to the window)."""
+    window = _per_axis(kernel_size, 2, "kernel_size")
+    stride = window if stride is None else _per_axis(stride, 2, "stride")
+    return _kiln._pool(x, True, window, stride, _padding(padding, 2)[0], channels_last, True)
+
+
+def avg_pool2d(x: Array, kernel_size: object, stride: object = None, padding: object = 0,
+               count_include_pad: bool = True, channels_last: bool = False) -> Array:
+    """torch.nn.functional.avg_pool2d (stride defaults to the window)."""
+    window = _per_axis(kernel_size, 2, "kernel_size")
+    stride = window if stride is None else _per_axis(stride, 2, "stride")
+    return _kiln._pool(x, False, window, stride, _padding(padding, 2)[0], channels_last,
+                       count_include_pad)
 
 
 def astype(x: Array, dtype_: object) -> Array:

@@ -14,6 +14,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -867,6 +868,63 @@ void bind_reductions_layout(nb::module_& m) {
   m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil(),
         kiln_doc("softmax_cross_entropy"));
   m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil(), kiln_doc("attention"));
+
+  // ---- convolution, pooling, normalization over channels (kiln/__init__.py
+  // takes PyTorch's forms of the arguments and passes them here normalized) ----
+  using Pads = std::vector<std::pair<int64_t, int64_t>>;
+  m.def(
+      "_conv",
+      [](const Array& x, const Array& w, std::vector<int64_t> stride, Pads padding, bool same,
+         std::vector<int64_t> dilation, int64_t groups, bool channels_last) {
+        const kiln::ConvOptions o{stride, dilation, padding, same, groups, channels_last};
+        return x.ndim() == 3 ? kiln::conv1d(x, w, o) : kiln::conv2d(x, w, o);
+      },
+      "x"_a, "weight"_a, "stride"_a, "padding"_a, "same"_a, "dilation"_a, "groups"_a,
+      "channels_last"_a, NoGil());
+  m.def(
+      "_pool",
+      [](const Array& x, bool max, std::vector<int64_t> window, std::vector<int64_t> stride,
+         Pads padding, bool channels_last, bool count_include_pad) {
+        const kiln::PoolOptions o{stride, padding, channels_last, count_include_pad};
+        return max ? kiln::max_pool2d(x, window, o) : kiln::avg_pool2d(x, window, o);
+      },
+      "x"_a, "max"_a, "window"_a, "stride"_a, "padding"_a, "channels_last"_a, "count_include_pad"_a,
+      NoGil());
+  m.def("adaptive_avg_pool2d", &kiln::adaptive_avg_pool2d, "x"_a, "height"_a, "width"_a,
+        "channels_last"_a = false, NoGil(),
+        "PyTorch's AdaptiveAvgPool2d((height, width)) on [N, C, H, W] (or channels last).");
+  m.def(
+      "batch_norm",
+      [](const Array& x, std::optional<Array> running_mean, std::optional<Array> running_var,
+         std::optional<Array> weight, std::optional<Array> bias, bool training, double momentum,
+         double eps, bool channels_last) {
+        const kiln::BatchNormResult r = kiln::batch_norm(
+            x, weight.value_or(Array()), bias.value_or(Array()), running_mean.value_or(Array()),
+            running_var.value_or(Array()), {training, momentum, eps, channels_last});
+        auto given = [](const Array& a) {
+          return a.valid() ? std::optional<Array>(a) : std::optional<Array>();
+        };
+        return std::make_tuple(r.y, given(r.running_mean), given(r.running_var));
+      },
+      "x"_a, "running_mean"_a = nb::none(), "running_var"_a = nb::none(), "weight"_a = nb::none(),
+      "bias"_a = nb::none(), "training"_a = false, "momentum"_a = 0.1, "eps"_a = 1e-5,
+      "channels_last"_a = false, NoGil(),
+      "PyTorch's batch_norm on [N, C, ...]: returns (y, running_mean, running_var), the running "
+      "statistics updated in training (None where none were given).");
+  m.def(
+      "group_norm",
+      [](const Array& x, int64_t groups, std::optional<Array> weight, std::optional<Array> bias,
+         double eps) {
+        return kiln::group_norm(x, groups, weight.value_or(Array()), bias.value_or(Array()), eps);
+      },
+      "x"_a, "num_groups"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5,
+      NoGil(), "PyTorch's group_norm on [N, C, ...].");
+  m.def(
+      "pad", [](const Array& x, Pads widths, double value) { return kiln::pad(x, widths, value); },
+      "x"_a, "widths"_a, "value"_a = 0.0, NoGil(),
+      "NumPy's constant pad: (before, after) for the last len(widths) axes; negative crops.");
+  m.def("min", &kiln::min, "x"_a, "axes"_a = std::vector<int>{}, "keepdims"_a = false, NoGil(),
+        "The smallest element over `axes` (all: empty); NaN propagates.");
 }
 
 // The bindings of evaluation, the lazy mode, autodiff, jit.
