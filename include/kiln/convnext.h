@@ -2,6 +2,7 @@
 // parameters as a tree in HuggingFace's names.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/nn.h"
@@ -31,6 +32,13 @@ struct ConvNextConfig {
   static const std::vector<std::string>& preset_names();
   int64_t num_logits() const { return num_labels > 0 ? num_labels : hidden_sizes.back(); }
   void validate(const std::string& origin = "ConvNextConfig") const;
+  // Training FLOPs of one image of this size (3x the forward's convolutions
+  // and linears; the stem's input gradient not counted).
+  double train_flops_per_image(Size2d image) const;
+  // transformers' config.json (model_type "convnext"): errors name `path` and the field.
+  static ConvNextConfig from_json(std::string_view json, const std::string& path);
+  // config.json as save_pretrained writes it.
+  std::string to_json() const;
 };
 
 class ConvNextForImageClassification {
@@ -48,6 +56,10 @@ class ConvNextForImageClassification {
   // sample (stochastic depth) by draws from `key`, folded in per layer.
   Array apply(const Params& params, const Array& pixels, bool train = false,
               Layout layout = Layout::NCHW, const random::Key& key = random::Key(0)) const;
+  // The same with the key held in an i32[2] array (random::key_array; the
+  // same draws for the same key), as a compiled step takes it.
+  Array apply(const Params& params, const Array& pixels, bool train, Layout layout,
+              const Array& key) const;
   Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
 
  private:

@@ -1,6 +1,7 @@
 // kiln — files: safetensors, HuggingFace config.json, pretrained models and checkpoints.
 #pragma once
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 
 #include "kiln/convnext.h"
 #include "kiln/data.h"
+#include "kiln/model.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/resnet.h"
@@ -53,6 +55,9 @@ nn::ResNetConfig parse_resnet_config(std::string_view json, const std::string& p
 // A ConvNextConfig's config.json (model_type "convnext").
 nn::ConvNextConfig load_convnext_config(const std::string& path);
 nn::ConvNextConfig parse_convnext_config(std::string_view json, const std::string& path);
+// The model of a config.json by its model_type (nn::model_from_config):
+// errors name the file, and an unknown model_type the types kiln has.
+std::shared_ptr<const nn::Model> load_model_config(const std::string& path);
 // Writes a config.json that transformers' ViTConfig.from_pretrained loads.
 void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 
@@ -192,6 +197,13 @@ Checkpoint load_checkpoint(const std::string& dir);
 // in DIR.tmp and renamed into place as a checkpoint is. Parameters that do
 // not fit the config are an error naming the tensor.
 void save_pretrained(const std::string& dir, const nn::ViTConfig& config, const Params& params,
+                     const std::optional<data::ImageProcessor>& processor = std::nullopt);
+// The same for a model of any family: config.json (Model::config_json) and
+// model.safetensors holding the parameters (f32) and the state (BatchNorm's
+// running statistics, as transformers keeps them among the weights), for
+// AutoModelForImageClassification.from_pretrained(DIR).
+void save_pretrained(const std::string& dir, const nn::Model& model, const Params& params,
+                     const Params& state,
                      const std::optional<data::ImageProcessor>& processor = std::nullopt);
 
 }  // namespace kiln::io

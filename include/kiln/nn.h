@@ -2,7 +2,9 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ops.h"
@@ -84,6 +86,14 @@ struct Size2d {
 // "224" for a square, "30x20" (height x width) otherwise.
 std::string to_string(const Size2d& s);
 
+// The models of the ViT family, one encoder: ViTForImageClassification;
+// DeiTForImageClassification (names under "deit.", a distillation token
+// after [CLS] with its own position embedding; the classifier reads [CLS]);
+// DeiTForImageClassificationWithTeacher (cls_classifier on [CLS],
+// distillation_classifier on the distillation token, the logits their mean).
+// A DeiTConfig is a ViTConfig.
+enum class ViTVariant { ViT, DeiT, DeiTWithTeacher };
+
 // transformers' ViTConfig, field for field (the defaults are ViTConfig()).
 struct ViTConfig {
   int64_t hidden_size = 768;
@@ -131,8 +141,15 @@ struct ViTConfig {
   ProblemType problem_for(DType labels) const;
   // Throws naming the field when the configuration is inconsistent.
   void validate(const std::string& origin = "ViTConfig") const;
-  // Training FLOPs of one image (forward + backward, matmuls only: 3x forward).
-  double train_flops_per_image() const;
+  // Training FLOPs of one image (forward + backward, matmuls only: 3x
+  // forward) with `tokens` before the patches ([CLS]; DeiT's distillation token).
+  double train_flops_per_image(int64_t tokens = 1) const;
+  // transformers' config.json of a model of this model_type ("vit" or
+  // "deit"): every field it reads, errors naming `path` and the field.
+  static ViTConfig from_json(std::string_view json, const std::string& path,
+                             const std::string& model_type = "vit");
+  // config.json as save_pretrained writes it for the variant.
+  std::string to_json(ViTVariant variant = ViTVariant::ViT) const;
 };
 
 // Position embeddings [1, 1 + from.height * from.width, hidden] (the [CLS]
@@ -172,13 +189,6 @@ struct ApplyOptions {
   bool inference = false;
 };
 
-// The models of the ViT family, one encoder: ViTForImageClassification;
-// DeiTForImageClassification (names under "deit.", a distillation token
-// after [CLS] with its own position embedding; the classifier reads [CLS]);
-// DeiTForImageClassificationWithTeacher (cls_classifier on [CLS],
-// distillation_classifier on the distillation token, the logits their mean).
-// A DeiTConfig is a ViTConfig.
-enum class ViTVariant { ViT, DeiT, DeiTWithTeacher };
 
 // ViTForImageClassification with HuggingFace's parameter names and shapes
 // (or DeiT's, by `variant`).
@@ -214,5 +224,11 @@ class ViTForImageClassification {
   std::string prefix() const { return variant_ == ViTVariant::ViT ? "vit" : "deit"; }
   int64_t tokens() const { return variant_ == ViTVariant::ViT ? 1 : 2; }  // before the patches
 };
+
+class Model;
+// The ViT family behind the model interface (kiln/model.h), and the
+// network of such a model (null for the other families).
+std::shared_ptr<const Model> vit_model(ViTConfig cfg, ViTVariant variant = ViTVariant::ViT);
+const ViTForImageClassification* as_vit(const Model& model);
 
 }  // namespace kiln::nn

@@ -2,6 +2,7 @@
 // and BatchNorm state as trees in HuggingFace's names.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/nn.h"
@@ -30,6 +31,13 @@ struct ResNetConfig {
   int64_t num_logits() const { return num_labels > 0 ? num_labels : hidden_sizes.back(); }
   // Throws naming the field when the configuration is inconsistent.
   void validate(const std::string& origin = "ResNetConfig") const;
+  // Training FLOPs of one image of this size (3x the forward's convolutions
+  // and classifier; the stem's input gradient not counted).
+  double train_flops_per_image(Size2d image) const;
+  // transformers' config.json (model_type "resnet"): errors name `path` and the field.
+  static ResNetConfig from_json(std::string_view json, const std::string& path);
+  // config.json as save_pretrained writes it.
+  std::string to_json() const;
 };
 
 struct ResNetOutput {

@@ -11,6 +11,7 @@
 #include "kiln/compiler.h"
 #include "kiln/data.h"
 #include "kiln/io.h"
+#include "kiln/model.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 
@@ -299,16 +300,23 @@ std::string score_function(const nn::ViTConfig& cfg);
 int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
                 const PredictOptions& opt, const std::function<void(const Prediction&)>& on_result);
 
-// One forward and backward pass of ViTForImageClassification (no dropout):
-// what `kiln grad` writes. pixels are f32 in `layout`; labels as
-// transformers takes them for the config's problem type (ViTForImageClassification::loss):
-// integer classes [B] (-100: ignored, as CrossEntropyLoss's ignore_index),
-// or float targets.
+// One forward and backward pass of a model in training mode without dropout
+// or drop path (BatchNorm normalizes by the batch and updates its running
+// statistics): what `kiln grad` writes. `weights` hold the parameters and
+// the state (as a pretrained folder does); pixels are f32 in `layout`;
+// labels as transformers takes them for the config's problem type
+// (nn::Model::loss): integer classes [B] (-100: ignored, as
+// CrossEntropyLoss's ignore_index), or float targets.
 struct GradResult {
   Array logits;  // [B, num_logits()]
   Array loss;    // scalar, transformers' loss for the problem type
   Params grads;  // HuggingFace names
+  Params state;  // the state after the forward (none for models without)
 };
+GradResult forward_backward(const nn::Model& model, const Params& weights, const Array& pixels,
+                            const Array& labels, nn::Layout layout,
+                            DType matmul_dtype = DType::f32);
+// The same for ViTForImageClassification of this config.
 GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout,
                             DType matmul_dtype = DType::f32);

@@ -115,6 +115,23 @@ void save_pretrained(const std::string& dir_in, const nn::ViTConfig& config, con
   commit_checkpoint(tmp, dir);
 }
 
+void save_pretrained(const std::string& dir_in, const nn::Model& model, const Params& params,
+                     const Params& state, const std::optional<data::ImageProcessor>& processor) {
+  model.check(params, state, "save_pretrained");
+  const std::string dir = trimmed(dir_in);
+  const std::string tmp = staging_dir(dir, "save_pretrained");
+  write_file_atomic(tmp + "/config.json", model.config_json());
+  if (processor) save_image_processor(tmp + "/preprocessor_config.json", *processor);
+  // The parameters in f32, the state as it is (num_batches_tracked: i64).
+  Params weights;
+  for (auto& [name, p] : params) weights.emplace(name, astype(p, DType::f32));
+  for (auto& [name, s] : state)
+    weights.emplace(name, is_floating(s.dtype()) ? astype(s, DType::f32) : s);
+  save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
+  sync_dir(tmp);
+  commit_checkpoint(tmp, dir);
+}
+
 Checkpoint load_checkpoint(const std::string& dir_in) {
   std::string dir = trimmed(dir_in);
   // A save killed between its two renames leaves the previous checkpoint in DIR.old.

@@ -75,6 +75,27 @@ void ConvNextConfig::validate(const std::string& origin) const {
                         std::to_string(num_labels));
 }
 
+double ConvNextConfig::train_flops_per_image(Size2d image) const {
+  int64_t h = image.height / patch_size, w = image.width / patch_size;
+  const double stem = 2.0 * static_cast<double>(num_channels * hidden_sizes[0] * patch_size *
+                                                patch_size * h * w);
+  double forward = stem;
+  int64_t prev = hidden_sizes[0];
+  for (size_t s = 0; s < hidden_sizes.size(); ++s) {
+    const int64_t d = hidden_sizes[s];
+    if (s > 0 || prev != d) {  // 2x2, stride 2
+      h /= 2, w /= 2;
+      forward += 2.0 * static_cast<double>(prev * d * 4 * h * w);
+    }
+    // 7x7 depthwise, then d -> 4d -> d.
+    forward += static_cast<double>(depths[s]) * 2.0 * static_cast<double>(d * 49 * h * w +
+                                                                          2 * d * 4 * d * h * w);
+    prev = d;
+  }
+  forward += 2.0 * static_cast<double>(hidden_sizes.back() * num_labels);
+  return 3 * forward - stem;
+}
+
 ConvNextForImageClassification::ConvNextForImageClassification(ConvNextConfig cfg)
     : cfg_(std::move(cfg)) {
   cfg_.validate();
@@ -155,6 +176,11 @@ void ConvNextForImageClassification::check(const Params& params, const std::stri
 
 Array ConvNextForImageClassification::apply(const Params& params, const Array& pixels, bool train,
                                             Layout layout, const random::Key& key) const {
+  return apply(params, pixels, train, layout, random::key_array(key, pixels.device()));
+}
+
+Array ConvNextForImageClassification::apply(const Params& params, const Array& pixels, bool train,
+                                            Layout layout, const Array& key) const {
   const auto& c = cfg_;
   const bool nhwc = layout == Layout::NHWC;
   if (pixels.ndim() != 4 || pixels.shape()[nhwc ? 3 : 1] != c.num_channels)
@@ -197,8 +223,8 @@ Array ConvNextForImageClassification::apply(const Params& params, const Array& p
           total > 1 ? c.drop_path_rate * static_cast<double>(layer) / static_cast<double>(total - 1)
                     : 0.0;
       if (train && rate > 0) {
-        const Array keep = random::bernoulli(random::fold_in(key, static_cast<uint32_t>(layer)),
-                                             {x.shape()[0], 1, 1, 1}, 1 - rate, x.device());
+        const Array keep = random::bernoulli(key.to(x.device()), static_cast<uint32_t>(layer),
+                                             {x.shape()[0], 1, 1, 1}, 1 - rate);
         x = x * astype(keep, x.dtype()) / (1 - rate);
       }
       h = h + x;

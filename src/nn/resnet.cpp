@@ -133,6 +133,30 @@ void ResNetConfig::validate(const std::string& origin) const {
                         std::to_string(num_labels));
 }
 
+double ResNetConfig::train_flops_per_image(Size2d image) const {
+  // Every convolution pads k / 2: its output is (size - 1) / stride + 1.
+  auto out = [](int64_t size, int64_t stride) { return (size - 1) / stride + 1; };
+  auto flops = [](const ConvSpec& c, int64_t h, int64_t w) {
+    return 2.0 * static_cast<double>(c.in * c.out * c.kernel * c.kernel * h * w);
+  };
+  const Plan p = plan_of(*this);
+  int64_t h = out(image.height, 2), w = out(image.width, 2);
+  const double stem = flops(p.stem, h, w);
+  h = out(h, 2), w = out(w, 2);  // the 3x3 max pool, stride 2
+  double forward = stem;
+  for (const Block& b : p.blocks) {
+    int64_t bh = h, bw = w;
+    for (const ConvSpec& c : b.layer) {
+      bh = out(bh, c.stride), bw = out(bw, c.stride);
+      forward += flops(c, bh, bw);
+    }
+    if (b.shortcut) forward += flops(*b.shortcut, bh, bw);
+    h = bh, w = bw;
+  }
+  forward += 2.0 * static_cast<double>(hidden_sizes.back() * num_labels);
+  return 3 * forward - stem;
+}
+
 ResNetForImageClassification::ResNetForImageClassification(ResNetConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
 }

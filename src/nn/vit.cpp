@@ -217,8 +217,8 @@ void ViTConfig::validate(const std::string& origin) const {
                      approx(positions) + " elements, expected at most 2^40");
 }
 
-double ViTConfig::train_flops_per_image() const {
-  double t = static_cast<double>(num_patches() + 1), h = hidden_size, i = intermediate_size;
+double ViTConfig::train_flops_per_image(int64_t tokens) const {
+  double t = static_cast<double>(num_patches() + tokens), h = hidden_size, i = intermediate_size;
   double patch = 2.0 * num_patches() * (num_channels * patch_size.height * patch_size.width) * h;
   double layers = 0;
   for (int64_t l = 0; l < num_hidden_layers; ++l) {

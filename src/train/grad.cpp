@@ -1,22 +1,23 @@
-// kiln grad: one forward and backward pass of ViTForImageClassification with
-// transformers' loss (CrossEntropyLoss's ignore_index included).
+// kiln grad: one forward and backward pass of a model with transformers'
+// loss (CrossEntropyLoss's ignore_index included).
 #include "kiln/train.h"
 
 namespace kiln::train {
 
-GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
+GradResult forward_backward(const nn::Model& model, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout, DType matmul_dtype) {
-  nn::ViTForImageClassification model(cfg);
-  model.check(weights, "weights");
-  Params p;
-  for (auto& [name, w] : weights) p.emplace(name, astype(w, DType::f32));
+  auto [params, state] = model.split(weights, "weights");
+  model.check(params, state, "weights");
+  for (auto& [name, w] : params) w = astype(w, DType::f32);
+  for (auto& [name, s] : state)
+    if (is_floating(s.dtype())) s = astype(s, DType::f32);
   if (pixels.ndim() != 4 || labels.ndim() == 0 || pixels.shape()[0] != labels.shape()[0])
     fail("batch", "pixel_values " + str(pixels.shape()) + " and labels " + str(labels.shape()) +
                       " disagree on the batch size");
   // CrossEntropyLoss skips labels equal to its ignore_index, -100, and
   // averages over the others.
   int64_t ignored = 0;
-  if (cfg.problem_for(labels.dtype()) == nn::ProblemType::SingleLabel && labels.ndim() == 1)
+  if (model.problem_for(labels.dtype()) == nn::ProblemType::SingleLabel && labels.ndim() == 1)
     for (int64_t y : labels.to_vector<int64_t>()) ignored += y == -100;
   auto loss_of = [&](const Array& logits) {
     if (ignored == 0) return model.loss(logits, labels);
@@ -26,14 +27,23 @@ GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, con
            static_cast<double>(labels.size() - ignored);
   };
   GradResult r;
-  Array x = astype(pixels, DType::f32);
+  const Array x = astype(pixels, DType::f32);
+  const nn::ModelOptions opt{
+      .layout = layout, .train = true, .drop = false, .matmul_dtype = matmul_dtype};
   auto [loss, grads] = value_and_grad([&](const Params& q) {
-    r.logits = model.apply(q, x, {.layout = layout, .matmul_dtype = matmul_dtype});
-    return loss_of(r.logits);
-  })(p);
+    nn::ModelOutput out = model.apply(q, state, x, opt);
+    r.logits = out.logits;
+    r.state = out.state;
+    return loss_of(out.logits);
+  })(params);
   r.loss = loss;
   r.grads = std::move(grads);
   return r;
+}
+
+GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
+                            const Array& labels, nn::Layout layout, DType matmul_dtype) {
+  return forward_backward(*nn::vit_model(cfg), weights, pixels, labels, layout, matmul_dtype);
 }
 
 }  // namespace kiln::train

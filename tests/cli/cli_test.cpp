@@ -831,6 +831,47 @@ TEST(Cli, AccumulationIsOneLargerBatch) {
   for (const auto& d : {abc, a, b, log}) std::filesystem::remove_all(d);
 }
 
+// kiln grad takes a config.json of any model type kiln has: a ResNet's
+// gradients and the BatchNorm statistics after its training-mode forward
+// match transformers'; an unknown model_type names the types kiln has.
+TEST(Cli, GradTakesEveryModelTypeAndWritesTheState) {
+  std::string dir = std::string(KILN_FIXTURES_DIR) + "/resnet_bottleneck_golden/",
+              out = temp_path("resnet_grads.safetensors");
+  CliRun r = kiln_cli("grad --config " + dir + "config.json --weights " + dir +
+                      "model.safetensors --batch " + dir + "batch.safetensors --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto got = io::load_safetensors(out).tensors;
+  auto want = io::load_safetensors(dir + "expected.safetensors").tensors;
+  EXPECT_NEAR(got.at("loss").item<double>(), want.at("loss").item<double>(), 1e-5);
+  int grads = 0, state = 0;
+  for (auto& [name, v] : got) {
+    grads += name.starts_with("grad.");
+    state += name.starts_with("state.");
+    if (name.starts_with("state.") && name.ends_with("num_batches_tracked")) {
+      EXPECT_EQ(v.item<int64_t>(), 1) << name;
+    }
+    if (name.starts_with("state.") && name.ends_with("running_mean")) {
+      auto a = v.to_vector<float>(), b = want.at(name).to_vector<float>();
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << name;
+    }
+  }
+  EXPECT_GT(grads, 0);
+  EXPECT_GT(state, 0);
+  EXPECT_NE(r.output.find(std::to_string(state) + " state entries"), std::string::npos) << r.output;
+  std::filesystem::remove(out);
+
+  std::string bert = temp_path("bert.json");
+  std::ofstream(bert) << R"({"model_type": "bert", "hidden_size": 8})";
+  CliRun b = kiln_cli("grad --config " + bert + " --weights " + dir + "model.safetensors --batch " +
+                      dir + "batch.safetensors --out " + out);
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.output.find(bert + ": field 'model_type' is \"bert\", which kiln does not have; its "
+                          "model types: \"convnext\", \"deit\", \"resnet\", \"vit\""),
+            std::string::npos)
+      << b.output;
+  std::filesystem::remove(bert);
+}
+
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   std::string cfg = temp_path("other.json");

@@ -349,11 +349,15 @@ void define_plot_and_grad(CLI::App& app, Subcommands& s, PlotFlags& pf, GradFlag
   pl->add_option("-o,--out", pf.out, "output .png or .svg file")->required();
 
   auto* g = s.grad = app.add_subcommand(
-      "grad", "one forward and backward pass; writes logits, loss and gradients");
-  g->add_option("--config", gf.config, "HuggingFace config.json")
+      "grad",
+      "one training-mode forward and backward pass (no dropout); writes logits, loss, "
+      "gradients (grad.NAME) and state after the forward (state.NAME: BatchNorm statistics)");
+  g->add_option("--config", gf.config,
+                "HuggingFace config.json of any model type kiln has (vit, deit, resnet, convnext)")
       ->required()
       ->check(CLI::ExistingFile);
-  g->add_option("--weights", gf.weights, "model.safetensors with HuggingFace names")
+  g->add_option("--weights", gf.weights,
+                "model.safetensors with HuggingFace names (parameters and running statistics)")
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--batch", gf.batch,

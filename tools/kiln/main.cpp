@@ -487,7 +487,8 @@ int run_predict(const cli::PredictFlags& f) {
 }
 
 int run_grad(const cli::GradFlags& f) {
-  nn::ViTConfig cfg = io::load_vit_config(f.config);
+  // Any registered model type: config.json's model_type picks the family.
+  const std::shared_ptr<const nn::Model> model = io::load_model_config(f.config);
   Params weights = io::load_safetensors(f.weights).tensors;
   Params batch = io::load_safetensors(f.batch).tensors;
   for (const char* key : {"pixel_values", "labels"})
@@ -495,14 +496,18 @@ int run_grad(const cli::GradFlags& f) {
   // Computed on --device; the results are written from the host.
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, w] : weights) w = w.to(device);
-  auto r = train::forward_backward(cfg, weights, batch.at("pixel_values").to(device),
+  auto r = train::forward_backward(*model, weights, batch.at("pixel_values").to(device),
                                    batch.at("labels").to(device),
                                    f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW);
   Params out{{"logits", r.logits}, {"loss", r.loss}};
   for (auto& [name, g] : r.grads) out.emplace("grad." + name, g);
+  for (auto& [name, s] : r.state) out.emplace("state." + name, s);
   io::save_safetensors(f.out, out);
-  std::printf("loss %.6f; wrote logits, loss and %zu gradients to %s\n", r.loss.item<float>(),
-              r.grads.size(), f.out.c_str());
+  std::printf("loss %.6f; wrote logits, loss, %zu gradients%s to %s\n", r.loss.item<float>(),
+              r.grads.size(),
+              r.state.empty() ? ""
+                              : (" and " + std::to_string(r.state.size()) + " state entries").c_str(),
+              f.out.c_str());
   return 0;
 }
 

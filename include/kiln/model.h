@@ -1,0 +1,123 @@
+// kiln — one interface for every model family, and the registry that makes
+// a model from transformers' config.json by its model_type (as
+// AutoModelForImageClassification does). A family registers itself from its
+// own source file; nothing else names its config.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/nn.h"
+
+namespace kiln::nn {
+
+// How a model runs.
+struct ModelOptions {
+  Layout layout = Layout::NCHW;  // of pixel_values
+  // Training: dropout and stochastic depth draw from `key`, BatchNorm
+  // normalizes by the batch's statistics and updates its running ones.
+  bool train = false;
+  // With train: dropout and drop path on (false: off, a deterministic pass
+  // that still updates BatchNorm's statistics, as `kiln grad` computes).
+  bool drop = true;
+  // The draws of dropout and drop path: an i32[2] key (random::key_array),
+  // folded in per site, so that eager, lazy and jit draw the same masks and
+  // a compiled step takes it as an argument. Unset: random::Key(0).
+  Array key;
+  DType matmul_dtype = DType::f32;  // f32, or bf16 mixed precision
+  bool fused_attention = true;      // attention models: one fused primitive
+  bool inference = false;           // no backward pass follows
+};
+
+struct ModelOutput {
+  Array logits;  // [B, num_logits()]
+  Params state;  // the state after the forward: updated in training, else as given
+};
+
+// An image classifier of transformers (ViT, DeiT, ResNet, ConvNeXt, ...):
+// parameters and state (BatchNorm's running statistics) as trees in
+// HuggingFace's names.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // config.json's model_type ("vit", "resnet", ...) and architectures[0]
+  // ("ViTForImageClassification", ...).
+  virtual std::string model_type() const = 0;
+  virtual std::string architecture() const = 0;
+
+  // The names and shapes of the parameters (trained) and of the state (not
+  // trained; saved and loaded with the weights).
+  virtual std::vector<std::pair<std::string, Shape>> parameter_shapes() const = 0;
+  virtual std::vector<std::pair<std::string, Shape>> state_shapes() const { return {}; }
+  // transformers' initialization, drawn on `device` (the same numbers on
+  // every device), and the state of a fresh model.
+  virtual Params init(const random::Key& key, Device device = Device::cpu()) const = 0;
+  virtual Params init_state(Device /*device*/ = Device::cpu()) const { return {}; }
+  // Throws naming `origin` and the entry where the trees do not hold exactly
+  // these names and shapes.
+  void check(const Params& params, const Params& state, const std::string& origin) const;
+  // Splits weights as a pretrained folder holds them (parameters and state
+  // in one tree) into the parameters and the state; a missing entry is an
+  // error naming it (e.g. a BatchNorm without running statistics).
+  std::pair<Params, Params> split(Params weights, const std::string& origin) const;
+
+  // pixel_values [B, C, H, W] (NCHW) or [B, H, W, C] (NHWC) -> logits and state.
+  virtual ModelOutput apply(const Params& params, const Params& state, const Array& pixels,
+                            const ModelOptions& opt = {}) const = 0;
+  // The mean loss the family's forward computes from its logits and labels
+  // by the problem type (see classification_loss).
+  Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
+
+  // The labels: num_labels 0 means no classifier (the logits are features).
+  virtual int64_t num_labels() const = 0;
+  virtual int64_t num_logits() const = 0;
+  virtual ProblemType problem_type() const = 0;
+  // id2label's names, one per label (transformers' LABEL_i where unnamed).
+  virtual std::vector<std::string> label_names() const = 0;
+  ProblemType problem_for(DType labels) const {
+    return resolve_problem(problem_type(), num_labels(), labels);
+  }
+  // The same model with a new classifier for these labels (a head swap:
+  // num_labels and id2label changed, nothing else).
+  virtual std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const = 0;
+
+  // The images it takes: channels, and the size its config names.
+  virtual int64_t num_channels() const = 0;
+  virtual Size2d image_size() const = 0;
+  // Whether training draws random numbers (dropout or drop path on).
+  virtual bool stochastic() const = 0;
+  // Training FLOPs of one image of this size (forward + backward: 3x the
+  // forward's 2 x multiply-adds of its matmuls and convolutions), for the
+  // model FLOP utilization. (ViTs take only their config's image size.)
+  virtual double train_flops_per_example(Size2d image) const = 0;
+  // config.json as transformers' save_pretrained writes it.
+  virtual std::string config_json() const = 0;
+};
+
+// A family: the model_type it reads, its presets, and how it is made.
+struct ModelFamily {
+  std::string model_type;
+  std::vector<std::string> presets;
+  // From config.json's text; errors name `origin` and the field.
+  std::function<std::shared_ptr<const Model>(std::string_view json, const std::string& origin)>
+      from_config;
+  std::function<std::shared_ptr<const Model>(const std::string& preset)> from_preset;
+};
+// Adds a family (called from the family's source file at load time); a
+// model_type registered twice is an error.
+bool register_model_family(ModelFamily family);
+
+// The model of a config.json by its model_type; an unknown or missing
+// model_type is an error naming the types kiln has.
+std::shared_ptr<const Model> model_from_config(std::string_view json, const std::string& origin);
+// A preset of any family ("vit-base", "resnet-50", ...); an unknown name is
+// an error naming them all.
+std::shared_ptr<const Model> model_from_preset(const std::string& name);
+// The registered model types and presets, sorted.
+std::vector<std::string> model_types();
+std::vector<std::string> model_presets();
+
+}  // namespace kiln::nn
