@@ -184,7 +184,8 @@ const std::vector<std::string>& tiny_checkpoint_files() {
                       .patch_size = 2,
                       .num_channels = 1,
                       .num_labels = 3};
-    io::Checkpoint ck{.config = cfg, .optimizer = "adamw", .seed = 7, .data_position = 5};
+    io::Checkpoint ck{
+        .model = nn::vit_model(cfg), .optimizer = "adamw", .seed = 7, .data_position = 5};
     ck.params = nn::ViTForImageClassification(cfg).init(random::Key(7));
     ck.state = optim::AdamW(optim::AdamWOptions{}).init(ck.params);
     ck.state.step = 5;

@@ -157,12 +157,13 @@ void write_file_atomic(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path, const std::string& origin);
 
 // A training checkpoint: a directory that transformers loads with
-// ViTForImageClassification.from_pretrained(DIR) (config.json and
-// model.safetensors), plus kiln's training state (training_state.safetensors:
+// AutoModelForImageClassification.from_pretrained(DIR) (config.json and
+// model.safetensors: the parameters and the model's state), plus kiln's
+// training state (training_state.safetensors:
 // the optimizer's buffers; trainer.json: step, seed, data position, the
 // optimizer's name).
 struct Checkpoint {
-  nn::ViTConfig config;
+  std::shared_ptr<const nn::Model> model;  // of any registered family
   Params params;
   std::string optimizer;  // "sgd", "adamw"
   optim::State state;     // buffers and step count
@@ -178,6 +179,9 @@ struct Checkpoint {
   // DIR/ema/, a folder transformers loads (config.json, model.safetensors,
   // preprocessor_config.json). Not read back: the optimizer state holds it.
   Params ema;
+  // The model's state (BatchNorm's running statistics; none for a ViT),
+  // saved among the weights as transformers keeps it.
+  Params model_state;
 };
 
 // Writes DIR atomically: everything goes to DIR.tmp first; then DIR (if any)

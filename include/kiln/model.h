@@ -87,6 +87,9 @@ class Model {
   // The images it takes: channels, and the size its config names.
   virtual int64_t num_channels() const = 0;
   virtual Size2d image_size() const = 0;
+  // Whether it takes images of image_size() only (a ViT: its position
+  // embeddings are made for one grid), or any size (convolutional models).
+  virtual bool fixed_image_size() const { return false; }
   // Whether training draws random numbers (dropout or drop path on).
   virtual bool stochastic() const = 0;
   // Training FLOPs of one image of this size (forward + backward: 3x the

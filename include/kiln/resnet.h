@@ -25,7 +25,8 @@ struct ResNetConfig {
   std::vector<std::string> id2label;
 
   // "resnet-18", "resnet-34", "resnet-50" (== ResNetConfig()), "resnet-101",
-  // "resnet-152": microsoft/resnet-*'s architectures.
+  // "resnet-152": microsoft/resnet-*'s architectures; "resnet-fmnist":
+  // ResNet-18 for Fashion-MNIST (1 channel, 10 labels).
   static ResNetConfig preset(const std::string& name);
   static const std::vector<std::string>& preset_names();
   int64_t num_logits() const { return num_labels > 0 ? num_labels : hidden_sizes.back(); }

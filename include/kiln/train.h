@@ -32,7 +32,9 @@ const std::vector<std::string>& mode_names();
 
 struct TrainConfig {
   std::string model_name = "vit-base";  // preset, or the --config path
-  nn::ViTConfig model = nn::ViTConfig::preset("vit-base");
+  // The model of any registered family (nn::model_from_preset,
+  // io::load_model_config, nn::vit_model).
+  std::shared_ptr<const nn::Model> model = nn::model_from_preset("vit-base");
   int64_t batch_size = 32;
   // Gradient accumulation: each optimizer step averages the gradients of
   // this many batches of batch_size (the update of one batch this many times
@@ -141,12 +143,16 @@ struct DataSplits {
 // checkpoint's preprocessor_config.json); unset: data_processor's default.
 DataSplits load_data(const TrainConfig& cfg,
                      const std::optional<data::ImageProcessor>& processor = std::nullopt);
+// The images' size in a run of `model`: --image-size when given; else the
+// model's own for a model that takes only its size (a ViT); else 28 for
+// Fashion-MNIST and the model's config's (224 for a ResNet) otherwise.
+nn::Size2d data_image_size(const TrainConfig& cfg, const nn::Model& model);
 // The processor of a run's image folder: `given` (a pretrained model's or a
 // checkpoint's), else for an RGB model on an image folder ViTImageProcessor's
 // defaults at the model's image size; none for other data (Fashion-MNIST,
 // random images, grey folders).
 std::optional<data::ImageProcessor> data_processor(
-    const TrainConfig& cfg, const nn::ViTConfig& model,
+    const TrainConfig& cfg, const nn::Model& model,
     const std::optional<data::ImageProcessor>& given);
 
 // The matmul dtype of a --precision value (errors name the flag).
@@ -177,7 +183,7 @@ struct TrainReport {
   double mean = 0, median = 0, p90 = 0, min = 0, max = 0;  // over timed steps, seconds
   double images_per_second = 0;
   double data_wait_share = 0;  // data wait / step time, timed steps
-  double flops_per_step = 0;  // this rank's: its shard of the batch
+  double flops_per_step = 0;   // this rank's: its shard of the batch
   double achieved_gflops = 0;
   double peak_gflops = 0;
   double mfu = 0;
@@ -201,7 +207,7 @@ struct TrainReport {
   int ranks = 1;
   uint64_t all_reduces = 0;
   double all_reduce_seconds = 0, all_reduce_exposed_seconds = 0, all_reduce_bytes = 0;
-  double wall_seconds = 0;     // the whole run, evaluation and saving included
+  double wall_seconds = 0;  // the whole run, evaluation and saving included
 };
 
 // A NaN or infinite loss stops the run with this error: the step and the
@@ -255,26 +261,36 @@ TrainReport run(const TrainConfig& cfg, std::optional<io::Checkpoint> resumed,
 // a run that evaluates every N steps compiles once per shape.
 class Evaluator {
  public:
+  Evaluator(std::shared_ptr<const nn::Model> model, nn::Layout layout, bool compiled,
+            DType matmul_dtype = DType::f32);
   Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled,
             DType matmul_dtype = DType::f32);
   Evaluator(const Evaluator&) = delete;  // the compiled pass refers to this object
   Evaluator& operator=(const Evaluator&) = delete;
 
-  EvalResult operator()(const Params& params, const data::Dataset& dataset, int64_t batch_size);
+  // `state`: the model's (BatchNorm's running statistics; none for a ViT).
+  EvalResult operator()(const Params& params, const Params& state, const data::Dataset& dataset,
+                        int64_t batch_size);
+  EvalResult operator()(const Params& params, const data::Dataset& dataset, int64_t batch_size) {
+    return (*this)(params, {}, dataset, batch_size);
+  }
   uint64_t compiles() const;  // executables built so far (0 when eager)
 
  private:
-  nn::ViTForImageClassification model_;
+  std::shared_ptr<const nn::Model> model_;
   nn::Layout layout_;
   DType matmul_dtype_;
-  std::vector<std::string> names_;  // of the parameters, in flatten()'s order
-  std::optional<Jitted> forward_;   // when compiled
+  std::vector<std::string> names_, state_names_;  // in flatten()'s order
+  std::optional<Jitted> forward_;                 // when compiled
 };
 
 // One evaluation with an Evaluator of its own.
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled,
                     DType matmul_dtype = DType::f32);
+EvalResult evaluate(std::shared_ptr<const nn::Model> model, const Params& params,
+                    const Params& state, const data::Dataset& dataset, int64_t batch_size,
+                    nn::Layout layout, bool compiled, DType matmul_dtype = DType::f32);
 
 // `kiln predict`: a model's top labels for image files.
 struct PredictOptions {
@@ -293,10 +309,14 @@ struct Prediction {
   std::string error;  // non-empty: the file could not be read or processed
 };
 // How scores come from logits for `cfg` ("softmax", "sigmoid" or "none").
+std::string score_function(const nn::Model& model);
 std::string score_function(const nn::ViTConfig& cfg);
 // Predicts every file of `images` in order, batch by batch (the model on the
 // parameters' device), calling on_result once per file as its batch is done.
 // Returns the number of files that failed.
+int64_t predict(const nn::Model& model, const Params& params, const Params& state,
+                const data::ImageFiles& images, const PredictOptions& opt,
+                const std::function<void(const Prediction&)>& on_result);
 int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
                 const PredictOptions& opt, const std::function<void(const Prediction&)>& on_result);
 

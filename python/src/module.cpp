@@ -1070,7 +1070,7 @@ void bind_nn_io(nb::module_& m) {
           [](ViTConfig& c, nb::handle v) { set_config_field(c, "patch_size", v); })
       .def_prop_ro("num_patches", &ViTConfig::num_patches)
       .def("validate", [](const ViTConfig& c) { c.validate(); })
-      .def("train_flops_per_image", &ViTConfig::train_flops_per_image)
+      .def("train_flops_per_image", [](const ViTConfig& c) { return c.train_flops_per_image(); })
       .def(
           "to_json_file",
           [](const ViTConfig& c, const std::string& path) { kiln::io::save_vit_config(path, c); },

@@ -48,13 +48,16 @@ std::string staging_dir(const std::string& dir, const char* origin) {
 }
 
 // What transformers' save_pretrained writes, into the existing folder `dir`:
-// config.json, model.safetensors (f32) and, when given, preprocessor_config.json.
-void write_model_files(const std::string& dir, const nn::ViTConfig& cfg, const Params& params,
-                       const std::optional<data::ImageProcessor>& processor) {
-  save_vit_config(dir + "/config.json", cfg);
+// config.json, model.safetensors (the parameters in f32, the state as it is:
+// num_batches_tracked is i64) and, when given, preprocessor_config.json.
+void write_model_files(const std::string& dir, const nn::Model& model, const Params& params,
+                       const Params& state, const std::optional<data::ImageProcessor>& processor) {
+  write_file_atomic(dir + "/config.json", model.config_json());
   if (processor) save_image_processor(dir + "/preprocessor_config.json", *processor);
   Params weights;
   for (auto& [name, p] : params) weights.emplace(name, astype(p, DType::f32));
+  for (auto& [name, v] : state)
+    weights.emplace(name, is_floating(v.dtype()) ? astype(v, DType::f32) : v);
   save_safetensors(dir + "/model.safetensors", weights, {{"format", "pt"}});
 }
 
@@ -63,12 +66,12 @@ void write_model_files(const std::string& dir, const nn::ViTConfig& cfg, const P
 std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
   std::string dir = trimmed(dir_in);
   std::string tmp = staging_dir(dir, "checkpoint");
-  write_model_files(tmp, c.config, c.params, c.processor);
+  write_model_files(tmp, *c.model, c.params, c.model_state, c.processor);
   if (!c.ema.empty()) {
     std::error_code mk;
     if (!fs::create_directory(tmp + "/ema", mk))
       fail("checkpoint", tmp + "/ema: cannot create the directory (" + mk.message() + ")");
-    write_model_files(tmp + "/ema", c.config, c.ema, c.processor);
+    write_model_files(tmp + "/ema", *c.model, c.ema, c.model_state, c.processor);
   }
   save_safetensors(tmp + "/training_state.safetensors", c.state.buffers,
                    {{"format", kFormat}, {"optimizer", c.optimizer}});
@@ -105,14 +108,9 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   commit_checkpoint(stage_checkpoint(dir, c), dir);
 }
 
-void save_pretrained(const std::string& dir_in, const nn::ViTConfig& config, const Params& params,
+void save_pretrained(const std::string& dir, const nn::ViTConfig& config, const Params& params,
                      const std::optional<data::ImageProcessor>& processor) {
-  nn::ViTForImageClassification(config).check(params, "save_pretrained");
-  std::string dir = trimmed(dir_in);
-  std::string tmp = staging_dir(dir, "save_pretrained");
-  write_model_files(tmp, config, params, processor);
-  sync_dir(tmp);
-  commit_checkpoint(tmp, dir);
+  save_pretrained(dir, *nn::vit_model(config), params, {}, processor);
 }
 
 void save_pretrained(const std::string& dir_in, const nn::Model& model, const Params& params,
@@ -120,14 +118,7 @@ void save_pretrained(const std::string& dir_in, const nn::Model& model, const Pa
   model.check(params, state, "save_pretrained");
   const std::string dir = trimmed(dir_in);
   const std::string tmp = staging_dir(dir, "save_pretrained");
-  write_file_atomic(tmp + "/config.json", model.config_json());
-  if (processor) save_image_processor(tmp + "/preprocessor_config.json", *processor);
-  // The parameters in f32, the state as it is (num_batches_tracked: i64).
-  Params weights;
-  for (auto& [name, p] : params) weights.emplace(name, astype(p, DType::f32));
-  for (auto& [name, s] : state)
-    weights.emplace(name, is_floating(s.dtype()) ? astype(s, DType::f32) : s);
-  save_safetensors(tmp + "/model.safetensors", weights, {{"format", "pt"}});
+  write_model_files(tmp, model, params, state, processor);
   sync_dir(tmp);
   commit_checkpoint(tmp, dir);
 }
@@ -142,11 +133,12 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
       fail("checkpoint",
            dir + ": missing " + f + " (not a checkpoint written by kiln train --save?)");
   Checkpoint c;
-  c.config = load_vit_config(dir + "/config.json");
-  c.params = load_safetensors(dir + "/model.safetensors").tensors;
+  c.model = load_model_config(dir + "/config.json");
+  const std::string weights = dir + "/model.safetensors";
+  std::tie(c.params, c.model_state) = c.model->split(load_safetensors(weights).tensors, weights);
   widen_to_f32(c.params);  // kiln writes f32; a hand-made checkpoint may not
   if (fs::exists(dir + "/preprocessor_config.json")) c.processor = load_image_processor(dir);
-  nn::ViTForImageClassification(c.config).check(c.params, dir + "/model.safetensors");
+  c.model->check(c.params, c.model_state, weights);
   json t;
   std::string path = dir + "/trainer.json";
   try {

@@ -80,6 +80,14 @@ ResNetConfig ResNetConfig::preset(const std::string& name) {
     c.hidden_sizes = {64, 128, 256, 512};
     c.depths = name == "resnet-18" ? std::vector<int64_t>{2, 2, 2, 2}
                                    : std::vector<int64_t>{3, 4, 6, 3};
+  } else if (name == "resnet-fmnist") {
+    // ResNet-18 for Fashion-MNIST: 28x28 grey images (7x7 after the stem and
+    // its pooling), 10 classes.
+    c.bottleneck = false;
+    c.hidden_sizes = {64, 128, 256, 512};
+    c.depths = {2, 2, 2, 2};
+    c.num_channels = 1;
+    c.num_labels = 10;
   } else if (name == "resnet-101") {
     c.depths = {3, 4, 23, 3};
   } else if (name == "resnet-152") {
@@ -93,8 +101,8 @@ ResNetConfig ResNetConfig::preset(const std::string& name) {
 }
 
 const std::vector<std::string>& ResNetConfig::preset_names() {
-  static const std::vector<std::string> names{"resnet-18", "resnet-34", "resnet-50", "resnet-101",
-                                              "resnet-152"};
+  static const std::vector<std::string> names{"resnet-18",  "resnet-34",  "resnet-50",
+                                              "resnet-101", "resnet-152", "resnet-fmnist"};
   return names;
 }
 

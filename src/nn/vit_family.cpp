@@ -144,6 +144,7 @@ class ViTModel final : public Model {
   }
   int64_t num_channels() const override { return cfg().num_channels; }
   Size2d image_size() const override { return cfg().image_size; }
+  bool fixed_image_size() const override { return true; }
   bool stochastic() const override {
     return cfg().hidden_dropout_prob > 0 || cfg().attention_probs_dropout_prob > 0;
   }

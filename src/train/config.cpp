@@ -97,14 +97,16 @@ void validate(const TrainConfig& cfg) {
   matmul_dtype_for(cfg.precision);
   const Device device = parse_device(cfg.device, "--device");
   if (cfg.precision == "tf32" && device.type != DeviceType::cuda)
-    fail("train", "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores) and --device "
-                  "is " + cfg.device + ": use fp32, or bf16 for mixed precision");
+    fail("train",
+         "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores) and --device "
+         "is " +
+             cfg.device + ": use fp32, or bf16 for mixed precision");
   if (device.type == DeviceType::cuda && device.index >= cuda_device_count())
-    fail("train", "--device " + cfg.device + ": " +
-                      (cuda_device_count() == 0
-                           ? cuda_unavailable_reason()
-                           : "no such device (" + std::to_string(cuda_device_count()) +
-                                 " CUDA devices visible)"));
+    fail("train",
+         "--device " + cfg.device + ": " +
+             (cuda_device_count() == 0 ? cuda_unavailable_reason()
+                                       : "no such device (" + std::to_string(cuda_device_count()) +
+                                             " CUDA devices visible)"));
   optim::Schedule{cfg.schedule, cfg.lr_warmup, cfg.steps}.validate();
   make_optimizer(cfg);
   if (cfg.momentum != 0 && cfg.optimizer != "sgd")
@@ -118,22 +120,23 @@ void validate(const TrainConfig& cfg) {
   if (!(cfg.ema == 0 || (cfg.ema > 0 && cfg.ema < 1)))
     fail("train", "--ema " + std::to_string(cfg.ema) + ": expected a decay in (0, 1), e.g. 0.999");
   if (cfg.save_best && cfg.save_dir.empty()) fail("train", "--save-best goes with --save DIR");
-  if (cfg.label_smoothing > 0 && cfg.model.num_labels == 1)
+  if (cfg.label_smoothing > 0 && cfg.model->num_labels() == 1)
     fail("train",
          "--label-smoothing smooths the classes of single-label classification, but the "
          "model has one output (regression)");
-  if (cfg.label_smoothing > 0 && cfg.model.problem_type != nn::ProblemType::Unset &&
-      cfg.model.problem_type != nn::ProblemType::SingleLabel)
+  if (cfg.label_smoothing > 0 && cfg.model->problem_type() != nn::ProblemType::Unset &&
+      cfg.model->problem_type() != nn::ProblemType::SingleLabel)
     fail("train",
          "--label-smoothing smooths single-label classification, but the model's problem_type is " +
-             std::string(nn::problem_type_name(cfg.model.problem_type)));
+             std::string(nn::problem_type_name(cfg.model->problem_type())));
   if (cfg.check_replicas < 0) fail("train", "--check-replicas must be >= 0");
   if (!(cfg.dist_timeout >= 0)) fail("train", "--dist-timeout must be >= 0");
   const int ranks = dist::size();
   if (cfg.batch_size % ranks != 0)
-    fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " (the global batch) does "
-                  "not divide among " + std::to_string(ranks) +
-                  " ranks: use a multiple of " + std::to_string(ranks));
+    fail("train", "--batch-size " + std::to_string(cfg.batch_size) +
+                      " (the global batch) does "
+                      "not divide among " +
+                      std::to_string(ranks) + " ranks: use a multiple of " + std::to_string(ranks));
 }
 
 std::optional<io::Checkpoint> load_resume(const TrainConfig& cfg) {

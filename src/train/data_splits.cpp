@@ -4,36 +4,44 @@
 
 namespace kiln::train {
 
+nn::Size2d data_image_size(const TrainConfig& cfg, const nn::Model& model) {
+  if (cfg.image_size.height > 0) return cfg.image_size;
+  if (model.fixed_image_size()) return model.image_size();
+  return cfg.data == "fashion-mnist" ? nn::Size2d(28) : model.image_size();
+}
+
 std::optional<data::ImageProcessor> data_processor(
-    const TrainConfig& cfg, const nn::ViTConfig& model,
+    const TrainConfig& cfg, const nn::Model& model,
     const std::optional<data::ImageProcessor>& given) {
-  if (cfg.data.rfind("imagefolder:", 0) != 0 || model.num_channels != 3) return std::nullopt;
+  if (cfg.data.rfind("imagefolder:", 0) != 0 || model.num_channels() != 3) return std::nullopt;
   if (given) return given;
   data::ImageProcessor p;
-  p.size = model.image_size;
+  p.size = data_image_size(cfg, model);
   return p;
 }
 
-DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg,
+DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor) {
   DataSplits d;
+  const nn::Size2d size = data_image_size(cfg, model);
+  const int64_t channels = model.num_channels(), labels = model.num_labels();
   if (cfg.data == "random") {
     data::RandomImagesOptions dopt;
-    dopt.num_labels = mcfg.num_labels;
-    dopt.image_size = mcfg.image_size;  // height and width
-    dopt.channels = mcfg.num_channels;
+    dopt.num_labels = labels;
+    dopt.image_size = size;  // height and width
+    dopt.channels = channels;
     dopt.layout = cfg.layout;
     dopt.seed = cfg.seed;
     dopt.num_samples =
         std::max<int64_t>(cfg.batch_size * cfg.accumulate * cfg.steps, cfg.batch_size);
     d.train = std::make_shared<data::RandomImages>(dopt);
   } else if (cfg.data == "fashion-mnist") {
-    if (mcfg.num_channels != 1 || mcfg.image_size != 28 || mcfg.num_labels != 10)
+    if (channels != 1 || size != 28 || labels != 10)
       fail("train",
            "--data fashion-mnist needs a model with num_channels 1, image_size 28 and "
-           "num_labels 10 (e.g. --model vit-fmnist), got " +
-               std::to_string(mcfg.num_channels) + ", " + nn::to_string(mcfg.image_size) + " and " +
-               std::to_string(mcfg.num_labels));
+           "num_labels 10 (e.g. --model vit-fmnist or resnet-fmnist), got " +
+               std::to_string(channels) + ", " + nn::to_string(size) + " and " +
+               std::to_string(labels));
     d.train = std::make_shared<data::FashionMnist>(data::FashionMnistOptions{.dir = cfg.data_dir,
                                                                              .split = "train",
                                                                              .layout = cfg.layout,
@@ -44,23 +52,22 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg,
   } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
     data::ImageFolderOptions o{.root = cfg.data.substr(12),
                                .split = "train",
-                               .image_size = mcfg.image_size,
-                               .channels = mcfg.num_channels,
+                               .image_size = size,
+                               .channels = channels,
                                .augment = cfg.augment,
                                .layout = cfg.layout,
                                .skip_bad = cfg.skip_bad_images,
                                .seed = cfg.seed,
-                               .processor = data_processor(cfg, mcfg, processor),
+                               .processor = data_processor(cfg, model, processor),
                                .random_crop = cfg.random_crop,
                                .crop_scale = {cfg.crop_scale[0], cfg.crop_scale[1]},
                                .crop_ratio = {cfg.crop_ratio[0], cfg.crop_ratio[1]},
                                .flip_prob = cfg.flip_prob};
     auto train_folder = std::make_shared<data::ImageFolder>(o);
-    if (static_cast<int64_t>(train_folder->classes().size()) != mcfg.num_labels)
-      fail("train", "--data " + cfg.data + " has " +
-                        std::to_string(train_folder->classes().size()) +
-                        " classes (sub-folders), the model has num_labels " +
-                        std::to_string(mcfg.num_labels));
+    if (static_cast<int64_t>(train_folder->classes().size()) != labels)
+      fail("train",
+           "--data " + cfg.data + " has " + std::to_string(train_folder->classes().size()) +
+               " classes (sub-folders), the model has num_labels " + std::to_string(labels));
     o.split = "holdout";
     o.augment = false;
     auto held = std::make_shared<data::ImageFolder>(o);
@@ -74,7 +81,7 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& mcfg,
 }
 
 DataSplits load_data(const TrainConfig& cfg, const std::optional<data::ImageProcessor>& processor) {
-  return make_datasets(cfg, cfg.model, processor);
+  return make_datasets(cfg, *cfg.model, processor);
 }
 
 }  // namespace kiln::train

@@ -9,15 +9,15 @@ namespace {
 // The model's forward pass as the loss and hit counts of one batch:
 // (sum of per-sample losses, correct top-1 predictions, true classes among
 // the 5 highest logits).
-std::tuple<Array, Array, Array> batch_metrics(const nn::ViTForImageClassification& model,
-                                              const Params& p, const Array& x, const Array& y,
+std::tuple<Array, Array, Array> batch_metrics(const nn::Model& model, const Params& p,
+                                              const Params& state, const Array& x, const Array& y,
                                               nn::Layout layout, DType matmul_dtype) {
   Array logits =
-      model.apply(p, x, {.layout = layout, .matmul_dtype = matmul_dtype, .inference = true});
-  const nn::ViTConfig& cfg = model.config();
-  Array loss = cfg.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
+      model.apply(p, state, x, {.layout = layout, .matmul_dtype = matmul_dtype, .inference = true})
+          .logits;
+  Array loss = model.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
                    ? sum(softmax_cross_entropy(logits, y))
-                   : model.loss(logits, targets_for(cfg, y)) * static_cast<double>(y.shape()[0]);
+                   : model.loss(logits, targets_for(model, y)) * static_cast<double>(y.shape()[0]);
   Array hits = sum(astype(equal(argmax(logits, -1), astype(y, DType::i64)), DType::f32));
   // Top-5: fewer than 5 classes score above the true one.
   Array truth = sum(logits * one_hot(y, logits.shape()[1], logits.dtype()), {-1}, true);
@@ -30,7 +30,8 @@ std::tuple<Array, Array, Array> batch_metrics(const nn::ViTForImageClassificatio
 // held-out split.
 class Part final : public data::Dataset {
  public:
-  Part(const data::Dataset& all, int64_t begin, int64_t end) : all_(all), begin_(begin), end_(end) {}
+  Part(const data::Dataset& all, int64_t begin, int64_t end)
+      : all_(all), begin_(begin), end_(end) {}
   int64_t size() const override { return end_ - begin_; }
   Shape image_shape() const override { return all_.image_shape(); }
   void get(int64_t index, float* image, int32_t* label) const override {
@@ -45,29 +46,35 @@ class Part final : public data::Dataset {
   int64_t begin_, end_;
 };
 
-// The model's config, checked before the model is built from it.
-const nn::ViTConfig& classifier(const nn::ViTConfig& cfg) {
-  require_classifier(cfg, "eval");
-  return cfg;
+// The model, checked before it is used.
+std::shared_ptr<const nn::Model> classifier(std::shared_ptr<const nn::Model> model) {
+  require_classifier(*model, "eval");
+  return model;
 }
 
 }  // namespace
 
 Evaluator::Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled, DType matmul_dtype)
-    : model_(classifier(cfg)), layout_(layout), matmul_dtype_(matmul_dtype) {
+    : Evaluator(nn::vit_model(cfg), layout, compiled, matmul_dtype) {}
+
+Evaluator::Evaluator(std::shared_ptr<const nn::Model> model, nn::Layout layout, bool compiled,
+                     DType matmul_dtype)
+    : model_(classifier(std::move(model))), layout_(layout), matmul_dtype_(matmul_dtype) {
   if (!compiled) return;
-  // (parameters..., images, labels) -> (loss sum, hits, top-5 hits); traced once per
-  // signature, that is per batch shape, with the names of the call that traces.
+  // (parameters..., state..., images, labels) -> (loss sum, hits, top-5
+  // hits); traced once per signature, that is per batch shape, with the
+  // names of the call that traces.
   forward_.emplace(jit([this](const std::vector<Array>& args) {
-    const size_t np = names_.size();
-    auto [loss, hits, top5] = batch_metrics(model_, unflatten(names_, args), args[np], args[np + 1],
-                                            layout_, matmul_dtype_);
+    const size_t np = names_.size(), ns = state_names_.size();
+    auto [loss, hits, top5] =
+        batch_metrics(*model_, unflatten(names_, args), unflatten(state_names_, args, np),
+                      args[np + ns], args[np + ns + 1], layout_, matmul_dtype_);
     return std::vector<Array>{loss, hits, top5};
   }));
 }
 
-EvalResult Evaluator::operator()(const Params& params, const data::Dataset& dataset,
-                                 int64_t batch_size) {
+EvalResult Evaluator::operator()(const Params& params, const Params& state,
+                                 const data::Dataset& dataset, int64_t batch_size) {
   auto t0 = Clock::now();
   // In a data-parallel run each rank evaluates a contiguous part of the data
   // set, and the sums are added up over the ranks.
@@ -75,6 +82,8 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
   auto ds = std::make_shared<const Part>(dataset, n * rank / ranks, n * (rank + 1) / ranks);
   names_.clear();
   for (auto& [name, p] : params) names_.push_back(name);
+  state_names_.clear();
+  for (auto& [name, v] : state) state_names_.push_back(name);
   double loss = 0, hits = 0, top5 = 0, samples = 0;
   EvalResult r;
   // The batches go to the parameters' device.
@@ -92,13 +101,14 @@ EvalResult Evaluator::operator()(const Params& params, const data::Dataset& data
     Array l, h, t;
     if (forward_) {
       std::vector<Array> args = flatten(params);
+      for (auto& v : flatten(state)) args.push_back(v);
       args.push_back(batch.images);
       args.push_back(batch.labels);
       auto out = (*forward_)(args);
       l = out[0], h = out[1], t = out[2];
     } else {
       std::tie(l, h, t) =
-          batch_metrics(model_, params, batch.images, batch.labels, layout_, matmul_dtype_);
+          batch_metrics(*model_, params, state, batch.images, batch.labels, layout_, matmul_dtype_);
     }
     loss += l.item<float>();
     hits += h.item<float>();
@@ -125,6 +135,13 @@ uint64_t Evaluator::compiles() const {
 EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
                     int64_t batch_size, nn::Layout layout, bool compiled, DType matmul_dtype) {
   return Evaluator(cfg, layout, compiled, matmul_dtype)(params, dataset, batch_size);
+}
+
+EvalResult evaluate(std::shared_ptr<const nn::Model> model, const Params& params,
+                    const Params& state, const data::Dataset& dataset, int64_t batch_size,
+                    nn::Layout layout, bool compiled, DType matmul_dtype) {
+  return Evaluator(std::move(model), layout, compiled, matmul_dtype)(params, state, dataset,
+                                                                     batch_size);
 }
 
 }  // namespace kiln::train

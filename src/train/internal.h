@@ -19,7 +19,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg);
 
 // The data sets of cfg for `model` (cfg.model, or a resumed checkpoint's);
 // an RGB image folder's images processed by `processor` (data_processor).
-DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model,
+DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor);
 
 // The data sets label each image with a class (integer). A model trained for
@@ -27,13 +27,16 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::ViTConfig& model,
 // its one-hot vector (float) for multi-label classification and for
 // regression with several outputs, the class index as a number for
 // regression with one output.
-Array targets_for(const nn::ViTConfig& cfg, const Array& classes);
+Array targets_for(const nn::Model& model, const Array& classes);
 
 // Whether `param` is trained: all are, but the classifier's alone with
 // --freeze-backbone.
 bool trains(const TrainConfig& cfg, const std::string& param);
+// Whether `param` belongs to a classifier head ("classifier.", ResNet's
+// "classifier.1.", DeiT's "cls_classifier." and "distillation_classifier.").
+bool in_head(const std::string& param);
 
 // A model without a classifier (num_labels 0) has no classes to learn.
-void require_classifier(const nn::ViTConfig& cfg, const std::string& origin);
+void require_classifier(const nn::Model& model, const std::string& origin);
 
 }  // namespace kiln::train

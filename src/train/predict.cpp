@@ -8,34 +8,45 @@
 
 namespace kiln::train {
 
-std::string score_function(const nn::ViTConfig& cfg) {
+std::string score_function(const nn::Model& model) {
   // transformers' ImageClassificationPipeline.postprocess, but regression
   // gives the output itself (the pipeline takes its sigmoid when num_labels is 1).
-  if (cfg.problem_type == nn::ProblemType::Regression) return "none";
-  if (cfg.problem_type == nn::ProblemType::MultiLabel || cfg.num_labels == 1) return "sigmoid";
+  if (model.problem_type() == nn::ProblemType::Regression) return "none";
+  if (model.problem_type() == nn::ProblemType::MultiLabel || model.num_labels() == 1)
+    return "sigmoid";
   return "softmax";
+}
+
+std::string score_function(const nn::ViTConfig& cfg) {
+  return score_function(*nn::vit_model(cfg));
 }
 
 int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
                 const PredictOptions& opt,
                 const std::function<void(const Prediction&)>& on_result) {
-  require_classifier(cfg, "predict");
+  return predict(*nn::vit_model(cfg), params, {}, images, opt, on_result);
+}
+
+int64_t predict(const nn::Model& model, const Params& params, const Params& state,
+                const data::ImageFiles& images, const PredictOptions& opt,
+                const std::function<void(const Prediction&)>& on_result) {
+  require_classifier(model, "predict");
   if (opt.batch_size <= 0)
     fail("predict", "batch size must be positive, got " + std::to_string(opt.batch_size));
   if (opt.top_k <= 0) fail("predict", "--top-k must be positive, got " + std::to_string(opt.top_k));
-  const nn::ViTForImageClassification model(cfg);
-  const nn::ApplyOptions apply{
+  const nn::ModelOptions apply{
       .layout = nn::Layout::NCHW, .matmul_dtype = opt.matmul_dtype, .inference = true};
   // The compiled forward pass closes over the parameters: constants, so
   // their casts and concatenations run once, when it compiles.
   std::optional<Jitted> forward;
   if (opt.compiled)
     forward.emplace(jit([&](const std::vector<Array>& args) {
-      return std::vector<Array>{model.apply(params, args[0], apply)};
+      return std::vector<Array>{model.apply(params, state, args[0], apply).logits};
     }));
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
-  const std::string fn = score_function(cfg);
-  const int64_t k = std::min(opt.top_k, cfg.num_labels), n = images.size();
+  const std::string fn = score_function(model);
+  const std::vector<std::string> names = model.label_names();
+  const int64_t k = std::min(opt.top_k, model.num_labels()), n = images.size();
   int64_t failed = 0;
   if (n == 0) return 0;
   auto shared = std::shared_ptr<const data::ImageFiles>(&images, [](const data::ImageFiles*) {});
@@ -51,11 +62,11 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
     if (forward) {
       logits = (*forward)({batch.images.to(device)})[0];
     } else {
-      logits = model.apply(params, batch.images.to(device), apply);
+      logits = model.apply(params, state, batch.images.to(device), apply).logits;
     }
     const std::vector<float> out = astype(logits, DType::f32).to(Device::cpu()).to_vector<float>();
     const std::vector<int32_t> ok = batch.labels.to_vector<int32_t>();
-    const int64_t L = cfg.num_logits(), rows = batch.labels.size();
+    const int64_t L = model.num_logits(), rows = batch.labels.size();
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t index = b * opt.batch_size + r;
       Prediction p{images.file(index), {}, images.error(index)};
@@ -84,7 +95,7 @@ int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::Imag
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t a, int64_t c) { return score[a] > score[c]; });
       for (int64_t i = 0; i < std::min<int64_t>(k, L); ++i)
-        p.top.emplace_back(cfg.label_name(order[i]), score[order[i]]);
+        p.top.emplace_back(names[order[i]], score[order[i]]);
       on_result(p);
     }
   }

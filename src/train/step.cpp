@@ -10,45 +10,52 @@
 
 namespace kiln::train {
 
-Array targets_for(const nn::ViTConfig& cfg, const Array& classes) {
-  switch (cfg.problem_for(classes.dtype())) {
+Array targets_for(const nn::Model& model, const Array& classes) {
+  const int64_t n = model.num_labels();
+  switch (model.problem_for(classes.dtype())) {
     case nn::ProblemType::Regression:
-      if (cfg.num_labels == 1) return astype(classes, DType::f32);
-      return one_hot(classes, cfg.num_labels, DType::f32);
-    case nn::ProblemType::MultiLabel: return one_hot(classes, cfg.num_labels, DType::f32);
+      if (n == 1) return astype(classes, DType::f32);
+      return one_hot(classes, n, DType::f32);
+    case nn::ProblemType::MultiLabel: return one_hot(classes, n, DType::f32);
     default: return classes;
   }
 }
 
-bool trains(const TrainConfig& cfg, const std::string& param) {
-  return !cfg.freeze_backbone || param.rfind("classifier.", 0) == 0;
+bool in_head(const std::string& param) {
+  for (const char* head : {"classifier.", "cls_classifier.", "distillation_classifier."})
+    if (param.rfind(head, 0) == 0) return true;
+  return false;
 }
 
-void require_classifier(const nn::ViTConfig& cfg, const std::string& origin) {
-  if (cfg.num_labels == 0)
+bool trains(const TrainConfig& cfg, const std::string& param) {
+  return !cfg.freeze_backbone || in_head(param);
+}
+
+void require_classifier(const nn::Model& model, const std::string& origin) {
+  if (model.num_labels() == 0)
     fail(origin,
-         "the model has num_labels 0 (no classifier: its logits are the final [CLS] features), "
+         "the model has num_labels 0 (no classifier: its logits are its final features), "
          "but training and evaluation learn classes; use num_labels >= 1");
 }
 
-TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification& model,
+TrainStep::TrainStep(const TrainConfig& cfg, const nn::Model& model,
                      const optim::Optimizer& optimizer, const Params& params,
-                     const optim::State& state)
+                     const Params& model_state, const optim::State& state)
     : cfg_(cfg),
       model_(model),
       optimizer_(optimizer),
       matmul_dtype_(matmul_dtype_for(cfg.precision)) {
-  const nn::ViTConfig& m = model.config();
-  dropout_ = m.hidden_dropout_prob > 0 || m.attention_probs_dropout_prob > 0;
+  dropout_ = model.stochastic();
   all_reduce_ = dist::size() > 1 || cfg.all_reduce_always;
   for (auto& [name, p] : params) {
     names_.push_back(name);
     if (trains(cfg, name)) grad_names_.push_back(name);
   }
   for (auto& [name, b] : state.buffers) buffer_names_.push_back(name);
+  for (auto& [name, v] : model_state) state_names_.push_back(name);
   if (cfg.mode == Mode::jit) {
-    // The parameters and the optimizer state are donated.
-    std::vector<int> donate(names_.size() + buffer_names_.size());
+    // The parameters, the optimizer state and the model's state are donated.
+    std::vector<int> donate(names_.size() + buffer_names_.size() + state_names_.size());
     for (size_t i = 0; i < donate.size(); ++i) donate[i] = static_cast<int>(i);
     jitted_.emplace(
         jit([this](const std::vector<Array>& args) { return step_fn(args); }, {.donate = donate}));
@@ -67,18 +74,24 @@ TrainStep::TrainStep(const TrainConfig& cfg, const nn::ViTForImageClassification
   lazy_replays_before_ = lazy_cache_stats().replays;
 }
 
-std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array& images,
-                                                   const Array& labels, const Array& key,
-                                                   bool across_ranks, bool clip) const {
-  nn::ApplyOptions opt{.layout = cfg_.layout,
-                       .train = dropout_,
-                       .dropout_key_array = key,
-                       .matmul_dtype = matmul_dtype_,
-                       .fused_attention = cfg_.fused_attention};
-  // The loss of config.json's problem_type (softmax cross-entropy for classes).
-  auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ApplyOptions& o) {
-    return model_.loss(model_.apply(q, x, o), targets_for(model_.config(), y),
-                       cfg_.label_smoothing);
+LossAndGrads TrainStep::loss_and_grads(const Params& p, const Params& model_state,
+                                       const Array& images, const Array& labels, const Array& key,
+                                       bool across_ranks, bool clip) const {
+  // Training mode: dropout and drop path where the model has them, and
+  // BatchNorm by the batch's statistics (its running ones updated).
+  const nn::ModelOptions opt{.layout = cfg_.layout,
+                             .train = true,
+                             .drop = dropout_,
+                             .key = key,
+                             .matmul_dtype = matmul_dtype_,
+                             .fused_attention = cfg_.fused_attention};
+  // The loss of config.json's problem_type (softmax cross-entropy for
+  // classes); the forward's new state is kept aside (not differentiated).
+  Params next_state;
+  auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ModelOptions& o) {
+    nn::ModelOutput out = model_.apply(q, model_state, x, o);
+    next_state = std::move(out.state);
+    return model_.loss(out.logits, targets_for(model_, y), cfg_.label_smoothing);
   };
   Array loss;
   Params grads;
@@ -105,15 +118,16 @@ std::pair<Array, Params> TrainStep::loss_and_grads(const Params& p, const Array&
     std::tie(loss, grads) = value_and_grad_params(loss_of, trained);
   }
   if (clip && cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
-  return {loss, grads};
+  return {loss, grads, std::move(next_state)};
 }
 
 std::vector<Array> TrainStep::micro_fn(const std::vector<Array>& args) const {
-  const size_t np = names_.size();
-  auto [loss, grads] =
-      loss_and_grads(unflatten(names_, args), args[np], args[np + 1], args[np + 2], true, false);
-  std::vector<Array> out{loss};
-  for (auto& g : flatten(grads)) out.push_back(g);
+  const size_t np = names_.size(), ns = state_names_.size();
+  LossAndGrads r = loss_and_grads(unflatten(names_, args), unflatten(state_names_, args, np),
+                                  args[np + ns], args[np + ns + 1], args[np + ns + 2], true, false);
+  std::vector<Array> out{r.loss};
+  for (auto& g : flatten(r.grads)) out.push_back(g);
+  for (auto& v : flatten(r.model_state)) out.push_back(v);
   return out;
 }
 
@@ -137,41 +151,48 @@ std::vector<Array> TrainStep::update_fn(const std::vector<Array>& args) const {
   return out;
 }
 
-Array TrainStep::accumulate(Params& params, optim::State& state,
+Array TrainStep::accumulate(Params& params, Params& model_state, optim::State& state,
                             const std::vector<StepInputs>& micro) {
   Params sums;
   Array loss_sum;
+  const Params state_before = model_state;
   for (const StepInputs& in : micro) {
-    Array loss;
-    Params grads;
+    LossAndGrads r;
     if (micro_) {
       std::vector<Array> args = flatten(params);
+      for (auto& v : flatten(model_state)) args.push_back(v);
       args.push_back(in.images);
       args.push_back(in.labels);
       args.push_back(in.key);
       auto out = (*micro_)(args);
-      loss = out[0];
-      grads = unflatten(grad_names_, out, 1);
+      r.loss = out[0];
+      r.grads = unflatten(grad_names_, out, 1);
+      r.model_state = unflatten(state_names_, out, 1 + grad_names_.size());
     } else if (cfg_.mode == Mode::lazy) {
       {
         LazyScope lazy;
-        std::tie(loss, grads) = loss_and_grads(params, in.images, in.labels, in.key, true, false);
+        r = loss_and_grads(params, model_state, in.images, in.labels, in.key, true, false);
       }
-      std::vector<Array> pending = flatten(grads);
-      pending.push_back(loss);
+      std::vector<Array> pending = flatten(r.grads);
+      for (auto& v : flatten(r.model_state)) pending.push_back(v);
+      pending.push_back(r.loss);
       mark_step(pending);
     } else {
-      std::tie(loss, grads) = loss_and_grads(params, in.images, in.labels, in.key, true, false);
+      r = loss_and_grads(params, model_state, in.images, in.labels, in.key, true, false);
     }
+    model_state = std::move(r.model_state);
     if (sums.empty()) {
-      sums = std::move(grads), loss_sum = loss;
+      sums = std::move(r.grads), loss_sum = r.loss;
     } else {
-      for (auto& [name, g] : grads) sums.at(name) = sums.at(name) + g;
-      loss_sum = loss_sum + loss;
+      for (auto& [name, g] : r.grads) sums.at(name) = sums.at(name) + g;
+      loss_sum = loss_sum + r.loss;
     }
   }
   Array loss = loss_sum * (1.0 / static_cast<double>(micro.size()));
-  if (!std::isfinite(loss.item<float>())) return loss;  // nothing updated: the caller stops the run
+  if (!std::isfinite(loss.item<float>())) {  // nothing updated: the caller stops the run
+    model_state = state_before;
+    return loss;
+  }
   const std::vector<Array>& scalars = micro.back().scalars;
   if (update_) {
     std::vector<Array> args = flatten(params);
@@ -198,65 +219,80 @@ Array TrainStep::accumulate(Params& params, optim::State& state,
 }
 
 std::vector<Array> TrainStep::step_fn(const std::vector<Array>& args) const {
-  const size_t np = names_.size(), nb = buffer_names_.size();
+  const size_t np = names_.size(), nb = buffer_names_.size(), ns = state_names_.size();
   Params p = unflatten(names_, args);
   optim::State st{unflatten(buffer_names_, args, np), 0};
-  const size_t at = np + nb;
-  auto [loss, grads] = loss_and_grads(p, args[at], args[at + 1], args[at + 2]);
+  const Params ms = unflatten(state_names_, args, np + nb);
+  const size_t at = np + nb + ns;
+  LossAndGrads r = loss_and_grads(p, ms, args[at], args[at + 1], args[at + 2]);
   std::vector<Array> scalars(args.begin() + at + 3, args.end());
-  auto [next, next_state] = optimizer_.apply(grads, st, p, scalars);
+  auto [next, next_state] = optimizer_.apply(r.grads, st, p, scalars);
+  Params next_ms = std::move(r.model_state);
   if (cfg_.mode == Mode::jit) {
     // The parameters and buffers are donated: on a non-finite loss the step
     // returns its inputs unchanged, so that the step can be re-run to find
     // the op where the NaN starts (one select per element, no copy).
-    Array finite = less(abs(loss), scalar_like(loss, INFINITY));
+    Array finite = less(abs(r.loss), scalar_like(r.loss, INFINITY));
     for (auto& [name, q] : next) q = where(finite, q, p.at(name));
     for (auto& [name, b] : next_state.buffers) b = where(finite, b, st.buffers.at(name));
+    for (auto& [name, v] : next_ms) v = where(finite, v, ms.at(name));
   }
   std::vector<Array> out = flatten(next);
   for (auto& b : flatten(next_state.buffers)) out.push_back(b);
-  out.push_back(loss);
+  for (auto& v : flatten(next_ms)) out.push_back(v);
+  out.push_back(r.loss);
   return out;
 }
 
 std::vector<Array> TrainStep::grad_fn(const std::vector<Array>& args) const {
-  const size_t np = names_.size();
-  auto [loss, grads] =
-      loss_and_grads(unflatten(names_, args), args[np], args[np + 1], args[np + 2]);
-  std::vector<Array> out{loss};
-  for (auto& g : flatten(grads)) out.push_back(g);
+  const size_t np = names_.size(), ns = state_names_.size();
+  LossAndGrads r = loss_and_grads(unflatten(names_, args), unflatten(state_names_, args, np),
+                                  args[np + ns], args[np + ns + 1], args[np + ns + 2]);
+  std::vector<Array> out{r.loss};
+  for (auto& g : flatten(r.grads)) out.push_back(g);
+  for (auto& v : flatten(r.model_state)) out.push_back(v);
   return out;
 }
 
-Array TrainStep::operator()(Params& params, optim::State& state, const StepInputs& in) {
-  if (cfg_.mode != Mode::eager) return whole(params, state, in);
-  return cfg_.compile_model ? eager_compiled(params, state, in) : eager(params, state, in);
+Array TrainStep::operator()(Params& params, Params& model_state, optim::State& state,
+                            const StepInputs& in) {
+  if (cfg_.mode != Mode::eager) return whole(params, model_state, state, in);
+  return cfg_.compile_model ? eager_compiled(params, model_state, state, in)
+                            : eager(params, model_state, state, in);
 }
 
-Array TrainStep::eager(Params& params, optim::State& state, const StepInputs& in) {
-  auto [loss, grads] = loss_and_grads(params, in.images, in.labels, in.key);
-  std::tie(params, state) = optimizer_.apply(grads, state, params, in.scalars);
+Array TrainStep::eager(Params& params, Params& model_state, optim::State& state,
+                       const StepInputs& in) {
+  LossAndGrads r = loss_and_grads(params, model_state, in.images, in.labels, in.key);
+  std::tie(params, state) = optimizer_.apply(r.grads, state, params, in.scalars);
+  model_state = std::move(r.model_state);
   eval(params);
   eval(state.buffers);
-  return loss;
+  eval(model_state);
+  return r.loss;
 }
 
-Array TrainStep::eager_compiled(Params& params, optim::State& state, const StepInputs& in) {
+Array TrainStep::eager_compiled(Params& params, Params& model_state, optim::State& state,
+                                const StepInputs& in) {
   std::vector<Array> args = flatten(params);
+  for (auto& v : flatten(model_state)) args.push_back(v);
   args.push_back(in.images);
   args.push_back(in.labels);
   args.push_back(in.key);
   auto out = (*jitted_)(args);
   std::tie(params, state) =
       optimizer_.apply(unflatten(grad_names_, out, 1), state, params, in.scalars);
+  model_state = unflatten(state_names_, out, 1 + grad_names_.size());
   eval(params);
   eval(state.buffers);
   return out[0];
 }
 
-Array TrainStep::whole(Params& params, optim::State& state, const StepInputs& in) {
+Array TrainStep::whole(Params& params, Params& model_state, optim::State& state,
+                       const StepInputs& in) {
   std::vector<Array> args = flatten(params);
   for (auto& b : flatten(state.buffers)) args.push_back(b);
+  for (auto& v : flatten(model_state)) args.push_back(v);
   args.push_back(in.images);
   args.push_back(in.labels);
   args.push_back(in.key);
@@ -271,8 +307,10 @@ Array TrainStep::whole(Params& params, optim::State& state, const StepInputs& in
     }
     mark_step(out);  // the step barrier
   }
+  const size_t np = names_.size(), nb = buffer_names_.size();
   params = unflatten(names_, out);
-  state = optim::State{unflatten(buffer_names_, out, names_.size()), state.step + 1};
+  state = optim::State{unflatten(buffer_names_, out, np), state.step + 1};
+  model_state = unflatten(state_names_, out, np + nb);
   return out.back();
 }
 

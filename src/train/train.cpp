@@ -36,8 +36,9 @@ double peak_rss_mib() {
 // Where a run starts: its model, parameters and optimizer state, its first
 // step and the serial number of its first training batch.
 struct Start {
-  nn::ViTConfig model;
+  std::shared_ptr<const nn::Model> model;
   Params params;
+  Params model_state;  // BatchNorm's running statistics (none for a ViT)
   optim::State state;
   int64_t first_step = 1, data_position = 0;
   std::optional<data::ImageProcessor> processor;  // a checkpoint's or a pretrained model's
@@ -65,8 +66,9 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
       fail("train", resume + "the checkpoint is at step " + std::to_string(ck.state.step) +
                         ", --steps is " + std::to_string(cfg.steps) +
                         " (the total, resumed steps included)");
-    s.model = ck.config;
+    s.model = ck.model;
     s.params = std::move(ck.params);
+    s.model_state = std::move(ck.model_state);
     s.state = std::move(ck.state);
     const optim::State fresh = optimizer.init(s.params);
     for (auto& [name, b] : fresh.buffers)
@@ -81,20 +83,23 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
     s.first_step = s.state.step + 1;
     s.data_position = ck.data_position;
     s.processor = ck.processor;
-    if (cfg.image_size.height > 0 && cfg.image_size != ck.config.image_size)
-      fail("train", resume + "the checkpoint's images are " + nn::to_string(ck.config.image_size) +
-                        ", --image-size asks for " + nn::to_string(cfg.image_size));
+    if (cfg.image_size.height > 0 && ck.model->fixed_image_size() &&
+        cfg.image_size != ck.model->image_size())
+      fail("train", resume + "the checkpoint's images are " +
+                        nn::to_string(ck.model->image_size()) + ", --image-size asks for " +
+                        nn::to_string(cfg.image_size));
   } else if (init) {
-    s.model = init->config;
+    s.model = nn::vit_model(init->config);
     s.params = std::move(init->params);
     s.state = optimizer.init(s.params);
     s.processor = init->processor;
   } else {
     // A new model's labels are named after the data's (an image folder's classes).
     std::vector<std::string> labels = data_labels(cfg);
-    if (static_cast<int64_t>(labels.size()) == s.model.num_labels) s.model.id2label = labels;
+    if (static_cast<int64_t>(labels.size()) == s.model->num_labels())
+      s.model = s.model->with_labels(labels);
   }
-  require_classifier(s.model, "train");
+  require_classifier(*s.model, "train");
   // The model and the optimizer state live on the training device (a new
   // model is drawn there: no copy of it from the host). `--device cuda` in a
   // data-parallel run: each rank takes a GPU of its host by its local rank.
@@ -102,10 +107,12 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
   if (cfg.device == "cuda" && dist::size() > 1 && cuda_device_count() > 0)
     device = Device::cuda(dist::local_rank() % cuda_device_count());
   if (s.params.empty()) {
-    s.params = nn::ViTForImageClassification(s.model).init(key, device);
+    s.params = s.model->init(key, device);
+    s.model_state = s.model->init_state(device);
     s.state = optimizer.init(s.params);
   }
   for (auto& [name, p] : s.params) p = p.to(device);
+  for (auto& [name, v] : s.model_state) v = v.to(device);
   for (auto& [name, b] : s.state.buffers) b = b.to(device);
   return s;
 }
@@ -196,8 +203,9 @@ class Trainer {
   const Clock::time_point run_start_;
   const int64_t first_step_;
   const int rank_ = dist::rank(), ranks_ = dist::size();
-  nn::ViTForImageClassification model_;
+  const std::shared_ptr<const nn::Model> model_;
   Params params_;
+  Params model_state_;  // BatchNorm's running statistics (none for a ViT)
   optim::State state_;
   const std::optional<data::ImageProcessor> processor_;  // saved with the checkpoints
   const DataSplits data_;
@@ -206,6 +214,7 @@ class Trainer {
   std::ofstream log_;
   TrainStep step_;
   double best_accuracy_ = -1;           // --save-best: of the evaluations so far
+  Params model_state_before_;           // the model's state before the current step
   std::optional<Evaluator> evaluator_;  // when the data set has a held-out split
 };
 
@@ -220,9 +229,10 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
       first_step_(start.first_step),
       model_(start.model),
       params_(std::move(start.params)),
+      model_state_(std::move(start.model_state)),
       state_(std::move(start.state)),
-      processor_(data_processor(cfg, start.model, start.processor)),
-      data_(make_datasets(cfg, start.model, processor_)),
+      processor_(data_processor(cfg, *start.model, start.processor)),
+      data_(make_datasets(cfg, *start.model, processor_)),
       loader_(data_.train, {.batch_size = cfg.batch_size,
                             .shuffle = cfg.data != "random",  // real data: every epoch anew
                             .seed = cfg.seed,
@@ -231,13 +241,13 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
                             .start = start.data_position,
                             .shard = dist::rank(),
                             .shards = dist::size()}),
-      step_(cfg, model_, optimizer, params_, state_) {
+      step_(cfg, *model_, optimizer, params_, model_state_, state_) {
   report_.skipped_images = data_.skipped;
   report_.first_step = first_step_;
   for (auto& [name, p] : params_) report_.parameters += p.size();
   // The FLOPs this rank computes (its shard of the batch), for its MFU.
-  report_.flops_per_step =
-      model_.config().train_flops_per_image() * cfg.batch_size * cfg.accumulate / ranks_;
+  report_.flops_per_step = model_->train_flops_per_example(data_image_size(cfg, *model_)) *
+                           cfg.batch_size * cfg.accumulate / ranks_;
   report_.ranks = ranks_;
   if (!cfg.log_json.empty() && rank_ == 0) {  // only rank 0 logs
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
@@ -248,7 +258,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
     fail("train", "--save-best keeps the checkpoint of the best evaluation, but --data " +
                       cfg.data + " has no held-out split to evaluate on");
   if (data_.eval)
-    evaluator_.emplace(model_.config(), cfg.layout, cfg.mode != Mode::eager || cfg.compile_model,
+    evaluator_.emplace(model_, cfg.layout, cfg.mode != Mode::eager || cfg.compile_model,
                        matmul_dtype_for(cfg.precision));
 }
 
@@ -293,8 +303,9 @@ void Trainer::step(int64_t step) {
   // donated, and the step returns them unchanged when the loss is not finite).
   Params before = params_;
   optim::State state_before = state_;
-  Array loss =
-      cfg_.accumulate > 1 ? step_.accumulate(params_, state_, micro) : step_(params_, state_, in);
+  model_state_before_ = model_state_;
+  Array loss = cfg_.accumulate > 1 ? step_.accumulate(params_, model_state_, state_, micro)
+                                   : step_(params_, model_state_, state_, in);
   float loss_value = loss.item<float>();  // the step's results exist now
   StepTiming st{step, since(t0), data_secs, loss_value, lr};
   if (!std::isfinite(loss_value))
@@ -338,8 +349,10 @@ void Trainer::check_replicas(int64_t step) {
   for (size_t r = 1; r < hashes.size(); ++r)
     if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
   if (!differ.empty())
-    fail("train", "--check-replicas: after step " + std::to_string(step) + " the parameters of "
-                      "rank" + (differ.find(',') != std::string::npos ? "s " : " ") + differ +
+    fail("train", "--check-replicas: after step " + std::to_string(step) +
+                      " the parameters of "
+                      "rank" +
+                      (differ.find(',') != std::string::npos ? "s " : " ") + differ +
                       " differ from rank 0's");
 }
 
@@ -369,16 +382,18 @@ void Trainer::stop_at_non_finite(int64_t step, float loss, const std::vector<Ste
   // The jitted step donated its inputs and returned them unchanged (an
   // accumulated step updates nothing when its loss is not finite).
   if (cfg_.mode == Mode::jit && cfg_.accumulate == 1)
-    before = params_, state_before = {state_.buffers, state_.step - 1};
+    before = params_, state_before = {state_.buffers, state_.step - 1},
+    model_state_before_ = model_state_;
   std::string where = "every op of the step's forward and backward was finite on the re-run";
   try {
     CheckFiniteScope check;
     // This rank's own forward and backward: a rank whose data makes the NaN
     // names the op; the ranks do not wait for one another.
     for (const StepInputs& in : micro) {
-      auto [l, grads] =
-          step_.loss_and_grads(before, in.images, in.labels, in.key, /*across_ranks=*/false);
-      if (&in == &micro.back()) optimizer_.apply(grads, state_before, before, micro.back().scalars);
+      LossAndGrads r = step_.loss_and_grads(before, model_state_before_, in.images, in.labels,
+                                            in.key, /*across_ranks=*/false);
+      if (&in == &micro.back())
+        optimizer_.apply(r.grads, state_before, before, micro.back().scalars);
     }
   } catch (const Error& e) {
     where = std::string("first non-finite value: ") + e.what();
@@ -389,10 +404,11 @@ void Trainer::stop_at_non_finite(int64_t step, float loss, const std::vector<Ste
 
 void Trainer::evaluate(int64_t step) {
   if (!evaluator_) return;
-  EvalResult r = (*evaluator_)(params_, *data_.eval, cfg_.batch_size);
+  EvalResult r = (*evaluator_)(params_, model_state_, *data_.eval, cfg_.batch_size);
   r.step = step;
   if (cfg_.ema > 0) {
-    EvalResult e = (*evaluator_)(optim::ema_params(state_), *data_.eval, cfg_.batch_size);
+    EvalResult e =
+        (*evaluator_)(optim::ema_params(state_), model_state_, *data_.eval, cfg_.batch_size);
     r.has_ema = true;
     r.ema_loss = e.loss, r.ema_accuracy = e.accuracy, r.ema_top5 = e.top5;
     r.seconds += e.seconds;
@@ -422,9 +438,10 @@ void Trainer::evaluate(int64_t step) {
 
 void Trainer::save(int64_t step) {
   if (rank_ != 0) return;  // the ranks hold the same parameters: rank 0 writes them
-  io::Checkpoint ck{model_.config(),    params_,   cfg_.optimizer, state_, cfg_.seed,
-                    loader_.position(), processor_};
+  io::Checkpoint ck{model_,    params_, cfg_.optimizer, state_, cfg_.seed, loader_.position(),
+                    processor_};
   ck.ema = optim::ema_params(state_);
+  ck.model_state = model_state_;
   if (cfg_.save_best) ck.best_accuracy = best_accuracy_;
   io::save_checkpoint(cfg_.save_dir, ck);
   if (cb_.on_save) cb_.on_save(step, cfg_.save_dir);

@@ -411,6 +411,39 @@ TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
   std::filesystem::remove(out);
 }
 
+// A ResNet from its config.json through kiln train (BatchNorm's statistics
+// saved in the checkpoint) and kiln eval, which gives the run's final
+// accuracy from the checkpoint; precision bf16 is refused naming the family.
+TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
+  if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  std::string cfg = temp_path("resnet.json"), ckpt = temp_path("resnet-ckpt");
+  std::ofstream(cfg) << R"({"model_type": "resnet", "embedding_size": 8, "hidden_sizes": [8, 16],
+    "depths": [1, 1], "layer_type": "basic", "num_channels": 1, "num_labels": 10})";
+  CliRun r = kiln_cli("train --data fashion-mnist --config " + cfg +
+                      " --steps 20 --warmup 1 --batch-size 64 --mode jit --optimizer adamw"
+                      " --lr 3e-3 --save " +
+                      ckpt);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("28x28 images (NCHW) of fashion-mnist, 10 labels"), std::string::npos)
+      << r.output;
+  size_t at = r.output.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string acc = r.output.substr(at + 20, r.output.find('%', at) - at - 20);
+  EXPECT_GT(std::stod(acc), 15.0) << r.output;  // chance: 10%
+  CliRun e = kiln_cli("eval --checkpoint " + ckpt + " --data fashion-mnist");
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("(step 20) on fashion-mnist test"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("accuracy " + acc + "%"), std::string::npos) << e.output << r.output;
+  CliRun b = kiln_cli("train --config " + cfg + " --image-size 16 --steps 1 --precision bf16");
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.output.find("[resnet] the ResNet family computes in f32; precision bf16"),
+            std::string::npos)
+      << b.output;
+  std::filesystem::remove(cfg);
+  std::filesystem::remove_all(ckpt);
+}
+
 // Fashion-MNIST end to end with a tiny model: train with evaluation and a
 // checkpoint, evaluate the checkpoint, plot the log.
 TEST(Cli, FashionMnistTrainEvalPlot) {

@@ -31,7 +31,8 @@ TEST(CommandLine, AbbreviatedFlagsAndModeAliasesResolveToATrainConfig) {
   EXPECT_EQ(cfg.mode, train::Mode::eager);
   EXPECT_TRUE(cfg.compile_model);
   EXPECT_EQ(cfg.steps, 20);  // the default schedule of a small preset
-  EXPECT_EQ(cfg.model.hidden_size, nn::ViTConfig::preset("vit-tiny").hidden_size);
+  EXPECT_EQ(nn::as_vit(*cfg.model)->config().hidden_size,
+            nn::ViTConfig::preset("vit-tiny").hidden_size);
   train::validate(cfg);
 }
 

@@ -251,10 +251,11 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
     write(f.root / "dog" / ("d" + std::to_string(i) + ".JPG"),
           encode_jpeg(solid(20, 20, 10, 10, 250), 20, 20));
   train::TrainConfig t;
-  t.model = nn::ViTConfig::preset("vit-tiny");
-  t.model.image_size = 16, t.model.patch_size = 8, t.model.hidden_size = 16;
-  t.model.num_attention_heads = 2, t.model.intermediate_size = 32, t.model.num_hidden_layers = 1;
-  t.model.num_labels = 2;
+  nn::ViTConfig m = nn::ViTConfig::preset("vit-tiny");
+  m.image_size = 16, m.patch_size = 8, m.hidden_size = 16;
+  m.num_attention_heads = 2, m.intermediate_size = 32, m.num_hidden_layers = 1;
+  m.num_labels = 2;
+  t.model = nn::vit_model(m);
   t.data = "imagefolder:" + f.root.string();
   t.augment = true;
   t.batch_size = 4, t.steps = 3, t.warmup = 0, t.workers = 1, t.mode = train::Mode::jit;
@@ -276,7 +277,8 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   EXPECT_NE(out.find("held-out: loss"), std::string::npos) << out;
   EXPECT_NE(out.find(want), std::string::npos) << out;
   fs::remove_all(ckpt);
-  t.model.num_labels = 3;
+  m.num_labels = 3;
+  t.model = nn::vit_model(m);
   std::string e = error_of([&] { train::run(t); });
   EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos)
       << e;

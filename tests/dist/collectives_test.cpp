@@ -175,10 +175,11 @@ TEST(GradBuckets, ATrainingRunThroughTheBucketsIsTheSameRun) {
     for (const char* device : {"cpu", "ref"}) {
       SCOPED_TRACE(std::string(mode) + " on " + device);
       train::TrainConfig c;
-      c.model = small_config();
+      nn::ViTConfig m = small_config();
       // Three labels: graphs of their own, which no other test's lazy runs
       // leave in the process's executable cache.
-      c.model.num_labels = 3;
+      m.num_labels = 3;
+      c.model = nn::vit_model(m);
       c.batch_size = 4;
       c.steps = 4;
       c.warmup = 1;

@@ -179,7 +179,7 @@ TEST(ResNet, PresetsAreMicrosoftsArchitecturesAndInitIsTransformers) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "[resnet] unknown preset 'resnet-51', expected one of resnet-18, resnet-34, "
-                 "resnet-50, resnet-101, resnet-152");
+                 "resnet-50, resnet-101, resnet-152, resnet-fmnist");
   }
 }
 

@@ -36,7 +36,7 @@ nn::ViTConfig small_config() {
 
 train::TrainConfig small_run(const std::string& mode, const std::string& optimizer) {
   train::TrainConfig t;
-  t.model = small_config();
+  t.model = nn::vit_model(small_config());
   t.model_name = "small";
   t.batch_size = 4;
   t.mode = train::parse_mode(mode);
@@ -227,9 +227,11 @@ TEST(Checkpoint, HasTransformersNamesAndConfig) {
 TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
   std::string dir = temp_dir("atomic");
   nn::ViTForImageClassification model(small_config());
-  io::Checkpoint first{small_config(), model.init(random::Key(1)), "sgd", {{}, 1}, 0, 1};
+  io::Checkpoint first{nn::vit_model(small_config()), model.init(random::Key(1)), "sgd", {{}, 1}, 0,
+                      1};
   io::save_checkpoint(dir, first);
-  io::Checkpoint second{small_config(), model.init(random::Key(2)), "sgd", {{}, 2}, 0, 2};
+  io::Checkpoint second{nn::vit_model(small_config()), model.init(random::Key(2)), "sgd",
+                       {{}, 2}, 0, 2};
   // Killed after writing everything to DIR.tmp, before the renames:
   std::string staged = io::stage_checkpoint(dir, second);
   EXPECT_TRUE(fs::exists(staged + "/model.safetensors"));
@@ -320,12 +322,12 @@ TEST(Train, AReshapedModelTrainsAlikeInEveryMode) {
     std::string dir = temp_dir("reshaped-" + mode);
     train::TrainConfig t = small_run(mode == "eager-compile" ? "eager" : mode, "sgd");
     t.compile_model = mode == "eager-compile";
-    t.model = c;
+    t.model = nn::vit_model(c);
     t.save_dir = dir;
     auto report = train::run(t);
     EXPECT_NEAR(report.steps[0].loss, std::log(5.0), 0.5) << mode;  // chance at the start
     Params p = final_params(dir);
-    nn::ViTConfig back = io::load_checkpoint(dir).config;
+    nn::ViTConfig back = nn::as_vit(*io::load_checkpoint(dir).model)->config();
     EXPECT_EQ(back.image_size, nn::Size2d(18, 13));
     EXPECT_EQ(back.pruned_heads, c.pruned_heads);
     EXPECT_EQ(back.hidden_act, nn::Activation::Mish);
@@ -373,7 +375,7 @@ TEST(Train, RegressionAndMultiLabelLearnTargetsMadeFromTheClasses) {
     for (std::string mode : {"eager", "lazy", "jit"}) {
       std::string dir = temp_dir(std::string(k.name) + "-" + mode);
       train::TrainConfig t = small_run(mode, "sgd");
-      t.model = c;
+      t.model = nn::vit_model(c);
       t.save_dir = dir;
       auto report = train::run(t);
       EXPECT_NEAR(report.steps[0].loss, want, 1e-5 * want) << k.name << " " << mode;
@@ -391,7 +393,9 @@ TEST(Train, RegressionAndMultiLabelLearnTargetsMadeFromTheClasses) {
 
 TEST(Train, AModelWithoutAClassifierIsRefusedNamingNumLabels) {
   train::TrainConfig t = small_run("eager", "sgd");
-  t.model.num_labels = 0;
+  nn::ViTConfig c = small_config();
+  c.num_labels = 0;
+  t.model = nn::vit_model(c);
   try {
     train::run(t);
     FAIL() << "expected an error";
@@ -491,8 +495,10 @@ train::TrainConfig tiny_fashion_run(const std::string& dir) {
   write_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
   write_idx_gz(dir + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
   train::TrainConfig t = small_run("jit", "sgd");
-  t.model.image_size = 28, t.model.patch_size = 14, t.model.num_channels = 1;
-  t.model.num_labels = 10, t.model.num_hidden_layers = 1;
+  nn::ViTConfig c = small_config();
+  c.image_size = 28, c.patch_size = 14, c.num_channels = 1;
+  c.num_labels = 10, c.num_hidden_layers = 1;
+  t.model = nn::vit_model(c);
   t.data = "fashion-mnist";
   t.data_dir = dir;
   t.steps = 6;

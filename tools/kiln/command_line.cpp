@@ -128,10 +128,15 @@ CLI::App* define_train_model(CLI::App& app, Subcommands& s, TrainFlags& tf) {
   t->add_flag("--compile-model", tc.compile_model,
               "with --mode eager: compile forward and backward, the optimizer stays eager "
               "(lazy and jit compile the whole step already)");
-  auto* model_opt = t->add_option("--model", tf.model, "preset")
-                        ->check(CLI::IsMember(nn::ViTConfig::preset_names()));
+  auto* model_opt =
+      t->add_option("--model", tf.model,
+                    "preset of any family (vit-base, resnet-50, convnext-tiny, deit-small, ...)")
+          ->check(CLI::IsMember(nn::model_presets()));
   auto* config_opt =
-      t->add_option("--config", tf.config_file, "a HuggingFace config.json instead of a preset")
+      t->add_option(
+           "--config", tf.config_file,
+           "a HuggingFace config.json (model_type vit, deit, resnet or convnext) instead of "
+           "a preset")
           ->check(CLI::ExistingFile)
           ->excludes(model_opt);
   t->add_option("--init-from", tc.init_from,
@@ -449,18 +454,22 @@ train::TrainConfig train_config(const TrainFlags& f) {
   if (cfg.mode != train::Mode::eager) cfg.compile_model = false;
   default_schedule(f, cfg);
   if (!f.config_file.empty()) {
-    cfg.model = io::load_vit_config(f.config_file);
+    cfg.model = io::load_model_config(f.config_file);
     cfg.model_name = f.config_file;
   } else {
-    cfg.model = nn::ViTConfig::preset(f.model);
+    cfg.model = nn::model_from_preset(f.model);
     cfg.model_name = f.model;
   }
   if (!f.image_size.empty()) {
     cfg.image_size = *parse_image_size(f.image_size);
-    // A new model's images; --init-from's model is resized when it is loaded.
-    if (cfg.init_from.empty()) {
-      cfg.model.image_size = cfg.image_size;
-      cfg.model.validate("--image-size " + f.image_size);
+    // A new ViT's images (a convolutional model takes any size); --init-from's
+    // model is resized when it is loaded.
+    const nn::ViTForImageClassification* vit = nn::as_vit(*cfg.model);
+    if (cfg.init_from.empty() && vit) {
+      nn::ViTConfig c = vit->config();
+      c.image_size = cfg.image_size;
+      c.validate("--image-size " + f.image_size);
+      cfg.model = nn::vit_model(c, vit->variant());
     }
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
@@ -490,13 +499,13 @@ TrainSetup prepare_train(const TrainFlags& f) {
   train::TrainConfig& cfg = s.config;
   s.resumed = train::load_resume(cfg);
   if (s.resumed) {
-    cfg.model = s.resumed->config;
+    cfg.model = s.resumed->model;
     cfg.model_name = cfg.resume_dir;
   } else {
     s.init = train::load_init(cfg);
   }
   if (s.init) {
-    cfg.model = s.init->config;
+    cfg.model = nn::vit_model(s.init->config);
     cfg.model_name =
         cfg.init_from == s.init->dir ? cfg.init_from : cfg.init_from + " (" + s.init->dir + ")";
   }

@@ -127,8 +127,7 @@ std::string fmt_g(double v) {
 // and optimizer; device, precision and schedule.
 void print_description(const train::TrainConfig& cfg) {
   int64_t params = 0;
-  for (auto& [name, shape] : nn::ViTForImageClassification(cfg.model).parameter_shapes())
-    params += numel(shape);
+  for (auto& [name, shape] : cfg.model->parameter_shapes()) params += numel(shape);
   std::printf("kiln train: mode %s (%s)%s, model %s, %.1fM parameters\n",
               train::mode_name(cfg.mode).c_str(), train::mode_alias(cfg.mode).c_str(),
               cfg.compile_model ? " with --compile-model" : "", cfg.model_name.c_str(),
@@ -140,21 +139,23 @@ void print_description(const train::TrainConfig& cfg) {
     opt += ", " + std::to_string(cfg.lr_warmup) + " warm-up steps then " + cfg.schedule;
   if (cfg.clip_norm > 0) opt += ", gradients clipped to norm " + fmt_g(cfg.clip_norm);
   // The data sets' labels are classes; other problem types learn targets made from them.
-  nn::ProblemType problem = cfg.model.problem_for(DType::i32);
+  nn::ProblemType problem = cfg.model->problem_for(DType::i32);
+  const nn::Size2d size = train::data_image_size(cfg, *cfg.model);
   std::string loss = problem == nn::ProblemType::SingleLabel
                          ? ""
                          : std::string(" (") + nn::problem_type_name(problem) + ")";
-  std::printf(
-      "batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
-      (long long)cfg.batch_size, (long long)cfg.model.image_size.height,
-      (long long)cfg.model.image_size.width, cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
-      cfg.data == "random" ? "random data" : cfg.data.c_str(), (long long)cfg.model.num_labels,
-      loss.c_str(), opt.c_str(), cfg.lr, (unsigned long long)cfg.seed);
+  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
+              (long long)cfg.batch_size, (long long)size.height, (long long)size.width,
+              cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
+              cfg.data == "random" ? "random data" : cfg.data.c_str(),
+              (long long)cfg.model->num_labels(), loss.c_str(), opt.c_str(), cfg.lr,
+              (unsigned long long)cfg.seed);
   if (dist::size() > 1)
-    std::printf("data-parallel: %d ranks, %lld samples of each batch per rank, gradients "
-                "averaged in buckets of %g MB on %s\n",
-                dist::size(), (long long)(cfg.batch_size / dist::size()), cfg.bucket_mb,
-                dist::library().c_str());
+    std::printf(
+        "data-parallel: %d ranks, %lld samples of each batch per rank, gradients "
+        "averaged in buckets of %g MB on %s\n",
+        dist::size(), (long long)(cfg.batch_size / dist::size()), cfg.bucket_mb,
+        dist::library().c_str());
   std::string precision = "fp32";
   if (cfg.precision == "bf16")
     precision = cpu_bf16_gemm_native() ? "bf16 mixed precision"
@@ -162,10 +163,11 @@ void print_description(const train::TrainConfig& cfg) {
                                          "bf16-rounded operands are multiplied in f32)";
   const Device device = parse_device(cfg.device, "--device");
   if (device.type == DeviceType::cpu)
-    std::printf("device cpu (%s), %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld "
-                "untimed\n",
-                cpu_gemm_isa().c_str(), num_threads(), precision.c_str(),
-                cpu_gemm_library().c_str(), (long long)cfg.steps, (long long)cfg.warmup);
+    std::printf(
+        "device cpu (%s), %d threads, %s, f32 GEMMs on %s; %lld steps, the first %lld "
+        "untimed\n",
+        cpu_gemm_isa().c_str(), num_threads(), precision.c_str(), cpu_gemm_library().c_str(),
+        (long long)cfg.steps, (long long)cfg.warmup);
   else
     std::printf("device %s (%s), %s; %lld steps, the first %lld untimed\n", device.str().c_str(),
                 device.type == DeviceType::ref ? "the reference backend: plain loops in f64"
@@ -262,7 +264,8 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
         "%.0f MiB of intermediates%s\n",
         fmt_seconds(r.first_step_seconds).c_str(), r.compile_ms, (unsigned long long)r.compiles,
         r.compiles == 1 ? "" : "s", r.arena_bytes / 1048576.0, r.intermediate_bytes / 1048576.0,
-        r.replays ? ("; " + std::to_string(r.replays) + " steps replayed as one graph").c_str() : "");
+        r.replays ? ("; " + std::to_string(r.replays) + " steps replayed as one graph").c_str()
+                  : "");
   if (r.peak_gflops > 0)
     std::printf(
         "model FLOP utilization %.1f%%: %.0f of %.0f GFLOP/s (%.1f GFLOP per step; peak "
@@ -270,17 +273,16 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
         100 * r.mfu, r.achieved_gflops, r.peak_gflops, r.flops_per_step / 1e9,
         tools::peak_description(cfg.precision == "bf16").c_str());
   if (r.ranks > 1)
-    std::printf("gradient all-reduces: %llu of %.1f MB in the timed steps, %s in all, of which "
-                "%s (%.0f%%) not hidden behind the backward (per step: %s exposed)\n",
-                (unsigned long long)r.all_reduces, r.all_reduce_bytes / 1e6,
-                fmt_seconds(r.all_reduce_seconds).c_str(),
-                fmt_seconds(r.all_reduce_exposed_seconds).c_str(),
-                r.all_reduce_seconds > 0
-                    ? 100 * r.all_reduce_exposed_seconds / r.all_reduce_seconds
-                    : 0.0,
-                fmt_seconds(r.all_reduce_exposed_seconds /
-                            std::max<int64_t>(1, cfg.steps - r.first_step + 1 - cfg.warmup))
-                    .c_str());
+    std::printf(
+        "gradient all-reduces: %llu of %.1f MB in the timed steps, %s in all, of which "
+        "%s (%.0f%%) not hidden behind the backward (per step: %s exposed)\n",
+        (unsigned long long)r.all_reduces, r.all_reduce_bytes / 1e6,
+        fmt_seconds(r.all_reduce_seconds).c_str(),
+        fmt_seconds(r.all_reduce_exposed_seconds).c_str(),
+        r.all_reduce_seconds > 0 ? 100 * r.all_reduce_exposed_seconds / r.all_reduce_seconds : 0.0,
+        fmt_seconds(r.all_reduce_exposed_seconds /
+                    std::max<int64_t>(1, cfg.steps - r.first_step + 1 - cfg.warmup))
+            .c_str());
   if (r.skipped_images)
     std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
                 (long long)r.skipped_images);
@@ -330,7 +332,7 @@ int run_train(const cli::TrainFlags& f) {
   if (init) {
     for (const std::string& note : init->notes)
       std::printf("--init-from %s: %s\n", cfg.init_from.c_str(), note.c_str());
-    if (train::data_processor(cfg, cfg.model, std::nullopt))  // an RGB image folder
+    if (train::data_processor(cfg, *cfg.model, std::nullopt))  // an RGB image folder
       print_processor_note("--init-from", cfg.init_from, *init, stdout);
   }
   int64_t print_every = f.print_every > 0 ? f.print_every : std::max<int64_t>(1, cfg.steps / 50);
@@ -363,7 +365,7 @@ int run_eval(const cli::EvalFlags& f) {
   std::string what = f.checkpoint;
   std::optional<data::ImageProcessor> processor;
   if (!f.model.empty()) {
-    const auto& presets = nn::ViTConfig::preset_names();
+    const auto presets = nn::model_presets();
     if (std::find(presets.begin(), presets.end(), f.model) != presets.end())
       fail("eval", "--model " + f.model +
                        " is a preset (kiln train --model); eval --model takes "
@@ -378,7 +380,7 @@ int run_eval(const cli::EvalFlags& f) {
     for (const std::string& note : m.notes)
       std::printf("--model %s: %s\n", f.model.c_str(), note.c_str());
     print_processor_note("--model", f.model, m, stdout);
-    ck.config = m.config;
+    ck.model = nn::vit_model(m.config);
     ck.params = std::move(m.params);
     processor = m.processor;
     what = f.model;
@@ -388,19 +390,19 @@ int run_eval(const cli::EvalFlags& f) {
     what += " (step " + std::to_string(ck.state.step) + ")";
   }
   train::TrainConfig cfg;
-  cfg.model = ck.config;
+  cfg.model = ck.model;
   cfg.data = f.data;
   cfg.data_dir = f.data_dir;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   const std::vector<std::string> labels = train::data_labels(cfg);
-  if (static_cast<int64_t>(labels.size()) == cfg.model.num_labels)
-    for (int64_t i = 0; i < cfg.model.num_labels; ++i)
-      if (!cfg.model.id2label.empty() && cfg.model.label_name(i) != labels[i] &&
-          cfg.model.label_name(i) != "LABEL_" + std::to_string(i)) {
+  const std::vector<std::string> names = cfg.model->label_names();
+  if (labels.size() == names.size())
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] != labels[i] && names[i] != "LABEL_" + std::to_string(i)) {
         std::printf(
             "note: the model's label %lld is '%s', the data's '%s' (label i is counted as "
             "class i)\n",
-            (long long)i, cfg.model.label_name(i).c_str(), labels[i].c_str());
+            (long long)i, names[i].c_str(), labels[i].c_str());
         break;
       }
   train::DataSplits splits = train::load_data(cfg, processor);
@@ -410,7 +412,9 @@ int run_eval(const cli::EvalFlags& f) {
                      " has no held-out split (an image folder needs 10 or more files per class)");
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
-  auto r = train::evaluate(cfg.model, ck.params, *ds, f.batch_size, cfg.layout, f.mode != "eager");
+  for (auto& [name, v] : ck.model_state) v = v.to(device);
+  auto r = train::evaluate(cfg.model, ck.params, ck.model_state, *ds, f.batch_size, cfg.layout,
+                           f.mode != "eager");
   std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, top-5 %.2f%%, %s)\n",
               what.c_str(), f.data.c_str(),
               f.split == "train"          ? "train"
@@ -503,11 +507,11 @@ int run_grad(const cli::GradFlags& f) {
   for (auto& [name, g] : r.grads) out.emplace("grad." + name, g);
   for (auto& [name, s] : r.state) out.emplace("state." + name, s);
   io::save_safetensors(f.out, out);
-  std::printf("loss %.6f; wrote logits, loss, %zu gradients%s to %s\n", r.loss.item<float>(),
-              r.grads.size(),
-              r.state.empty() ? ""
-                              : (" and " + std::to_string(r.state.size()) + " state entries").c_str(),
-              f.out.c_str());
+  std::printf(
+      "loss %.6f; wrote logits, loss, %zu gradients%s to %s\n", r.loss.item<float>(),
+      r.grads.size(),
+      r.state.empty() ? "" : (" and " + std::to_string(r.state.size()) + " state entries").c_str(),
+      f.out.c_str());
   return 0;
 }
 

@@ -1,0 +1,235 @@
+// kiln train with models of every family through the model interface: a
+// ResNet (BatchNorm's running statistics carried through every mode's step,
+// saved in the checkpoint, resumed, used by evaluation) and a ConvNeXt with
+// stochastic depth (the same draws in eager, lazy and jit).
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/train.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  fs::path p =
+      fs::temp_directory_path() / ("kiln-families-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::shared_ptr<const nn::Model> tiny_resnet(int64_t channels = 3, int64_t labels = 5) {
+  return nn::model_from_config(
+      R"({"model_type": "resnet", "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+          "layer_type": "basic", "num_channels": )" +
+          std::to_string(channels) + R"(, "num_labels": )" + std::to_string(labels) + "}",
+      "tiny_resnet.json");
+}
+
+train::TrainConfig run_of(std::shared_ptr<const nn::Model> model, const std::string& mode) {
+  train::TrainConfig t;
+  t.model = std::move(model);
+  t.model_name = "tiny";
+  t.batch_size = 4;
+  t.mode = train::parse_mode(mode == "eager-compile" ? "eager" : mode);
+  t.compile_model = mode == "eager-compile";
+  t.steps = 4;
+  t.warmup = 0;
+  t.lr = 0.05;
+  t.momentum = 0.9;
+  t.weight_decay = 1e-4;
+  t.clip_norm = 1.0;
+  t.image_size = 16;
+  t.workers = 0;
+  return t;
+}
+
+double max_relative_difference(const Params& a, const Params& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (auto& [name, x] : a) {
+    auto u = astype(x, DType::f64).to_vector<double>();
+    auto v = astype(b.at(name), DType::f64).to_vector<double>();
+    for (size_t i = 0; i < u.size(); ++i)
+      worst = std::max(worst, std::fabs(u[i] - v[i]) / std::max(1.0, std::fabs(v[i])));
+  }
+  return worst;
+}
+
+// Every mode trains a ResNet to the same parameters and running statistics;
+// the checkpoint holds the statistics beside the weights, and
+// num_batches_tracked counts the batches (two per step with --accumulate 2).
+TEST(TrainFamilies, AResNetTrainsAlikeInEveryModeWithItsStatistics) {
+  for (int64_t accumulate : {1, 2}) {
+    Params ref, ref_state;
+    for (std::string mode : {"eager", "eager-compile", "lazy", "jit"}) {
+      SCOPED_TRACE(mode + " accumulate " + std::to_string(accumulate));
+      const std::string dir = temp_dir("resnet-" + mode);
+      train::TrainConfig t = run_of(tiny_resnet(), mode);
+      t.accumulate = accumulate;
+      t.save_dir = dir;
+      const train::TrainReport report = train::run(t);
+      for (auto& st : report.steps) EXPECT_TRUE(std::isfinite(st.loss));
+      EXPECT_GT(report.flops_per_step, 0);
+      const io::Checkpoint ck = io::load_checkpoint(dir);
+      EXPECT_EQ(ck.model->model_type(), "resnet");
+      ASSERT_EQ(ck.model_state.size(), ck.model->state_shapes().size());
+      for (auto& [name, v] : ck.model_state) {
+        if (name.ends_with("num_batches_tracked")) {
+          EXPECT_EQ(v.dtype(), DType::i64) << name;
+          EXPECT_EQ(v.item<int64_t>(), 4 * accumulate) << name;
+        } else if (name.ends_with("running_mean")) {
+          EXPECT_GT(sum(abs(v)).item<float>(), 0.0f) << name;  // moved from its initial zeros
+        }
+      }
+      fs::remove_all(dir);
+      if (ref.empty()) {
+        ref = ck.params, ref_state = ck.model_state;
+        continue;
+      }
+      EXPECT_LT(max_relative_difference(ck.params, ref), 1e-4);
+      EXPECT_LT(max_relative_difference(ck.model_state, ref_state), 1e-4);
+    }
+  }
+}
+
+// A run stopped after 2 steps and resumed from its checkpoint ends where 4
+// steps in one run end: parameters and running statistics bit for bit.
+TEST(TrainFamilies, AResumedResNetContinuesItsStatistics) {
+  const std::string whole = temp_dir("resnet-whole"), half = temp_dir("resnet-half");
+  train::TrainConfig t = run_of(tiny_resnet(), "jit");
+  t.save_dir = whole;
+  train::run(t);
+  train::TrainConfig a = run_of(tiny_resnet(), "jit");
+  a.save_dir = half;
+  a.save_every = 2;
+  struct Stop {};
+  try {
+    train::run(a, {.on_save = [](int64_t step, const std::string&) {
+                 if (step == 2) throw Stop{};
+               }});
+  } catch (const Stop&) {
+  }
+  train::TrainConfig b = run_of(tiny_resnet(), "jit");
+  b.resume_dir = half;
+  b.save_dir = half;
+  EXPECT_EQ(train::run(b).first_step, 3);
+  const io::Checkpoint x = io::load_checkpoint(half), y = io::load_checkpoint(whole);
+  EXPECT_EQ(max_relative_difference(x.params, y.params), 0.0);
+  EXPECT_EQ(max_relative_difference(x.model_state, y.model_state), 0.0);
+  fs::remove_all(whole);
+  fs::remove_all(half);
+}
+
+// Stochastic depth draws from the step's key: eager, lazy and jit drop the
+// same branches and end at the same parameters; another seed does not.
+TEST(TrainFamilies, AConvNextWithDropPathTrainsAlikeInEveryMode) {
+  const auto model = nn::model_from_config(
+      R"({"model_type": "convnext", "hidden_sizes": [8, 16], "depths": [2, 1], "num_labels": 5,
+          "drop_path_rate": 0.5, "layer_scale_init_value": 0, "image_size": 16})",
+      "tiny_convnext.json");
+  Params ref;
+  for (std::string mode : {"eager", "eager-compile", "lazy", "jit"}) {
+    SCOPED_TRACE(mode);
+    const std::string dir = temp_dir("convnext-" + mode);
+    train::TrainConfig t = run_of(model, mode);
+    t.save_dir = dir;
+    train::run(t);
+    Params p = io::load_checkpoint(dir).params;
+    fs::remove_all(dir);
+    if (ref.empty()) {
+      ref = p;
+      continue;
+    }
+    EXPECT_LT(max_relative_difference(p, ref), 1e-4);
+  }
+  const std::string dir = temp_dir("convnext-seed");
+  train::TrainConfig t = run_of(model, "jit");
+  t.seed = 1;
+  t.save_dir = dir;
+  train::run(t);
+  EXPECT_GT(max_relative_difference(io::load_checkpoint(dir).params, ref), 1e-3);
+  fs::remove_all(dir);
+}
+
+void write_idx_gz(const std::string& path, const Shape& shape, int modulo) {
+  std::vector<uint8_t> b{0, 0, 0x08, static_cast<uint8_t>(shape.size())};
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
+    n *= d;
+  }
+  for (int64_t i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 37) % modulo));
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, b.data(), b.size()), static_cast<int>(b.size()));
+  gzclose(f);
+}
+
+// A ResNet on Fashion-MNIST-shaped data (28x28 grey, 10 classes):
+// evaluation normalizes by the running statistics, and evaluating the saved
+// checkpoint gives the run's last numbers; --freeze-backbone trains only
+// the classifier while the statistics still follow the batches.
+TEST(TrainFamilies, AResNetEvaluatesWithItsRunningStatistics) {
+  const std::string data = temp_dir("fmnist"), dir = temp_dir("resnet-fmnist");
+  fs::create_directories(data);
+  write_idx_gz(data + "/train-images-idx3-ubyte.gz", {16, 28, 28}, 256);
+  write_idx_gz(data + "/train-labels-idx1-ubyte.gz", {16}, 10);
+  write_idx_gz(data + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
+  write_idx_gz(data + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
+  train::TrainConfig t = run_of(tiny_resnet(1, 10), "jit");
+  t.image_size = 0;  // Fashion-MNIST's 28
+  t.data = "fashion-mnist";
+  t.data_dir = data;
+  t.save_dir = dir;
+  const train::TrainReport report = train::run(t);
+  ASSERT_EQ(report.evals.size(), 1u);
+  EXPECT_EQ(report.evals[0].samples, 10);
+  const io::Checkpoint ck = io::load_checkpoint(dir);
+  EXPECT_EQ(ck.model->label_names()[0], "T-shirt/top");  // the data's labels
+  const train::DataSplits splits = train::load_data(t);
+  for (bool compiled : {false, true}) {
+    const train::EvalResult e = train::evaluate(ck.model, ck.params, ck.model_state, *splits.eval,
+                                                4, nn::Layout::NCHW, compiled);
+    EXPECT_NEAR(e.loss, report.evals[0].loss, 1e-4 * std::max(1.0, e.loss));
+    EXPECT_DOUBLE_EQ(e.accuracy, report.evals[0].accuracy);
+  }
+  // Fresh statistics (zero means, unit variances) give other logits.
+  const train::EvalResult fresh = train::evaluate(ck.model, ck.params, ck.model->init_state(),
+                                                  *splits.eval, 4, nn::Layout::NCHW, false);
+  EXPECT_GT(std::fabs(fresh.loss - report.evals[0].loss), 1e-3);
+
+  train::TrainConfig frozen = t;
+  frozen.freeze_backbone = true;
+  frozen.init_from.clear();
+  const std::string fdir = temp_dir("resnet-frozen");
+  frozen.save_dir = fdir;
+  frozen.seed = 0;
+  train::run(frozen);
+  const io::Checkpoint f = io::load_checkpoint(fdir);
+  const Params init = f.model->init(random::split(random::Key(0), 3)[0]);
+  for (auto& [name, v] : f.params) {
+    const double moved = max_relative_difference({{name, v}}, {{name, init.at(name)}});
+    if (name.rfind("classifier.", 0) == 0) {
+      EXPECT_GT(moved, 0.0) << name;
+    } else {
+      EXPECT_EQ(moved, 0.0) << name;
+    }
+  }
+  for (auto& [name, v] : f.model_state) {
+    if (name.ends_with("num_batches_tracked")) {
+      EXPECT_EQ(v.item<int64_t>(), 4) << name;
+    }
+  }
+  for (const auto& d : {data, dir, fdir}) fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace kiln
