@@ -1,14 +1,16 @@
 // kiln cpu backend: Conv, ConvGradInput and ConvGradWeight. f32 and bf16 run
 // oneDNN's convolution primitives (forward, backward data, backward weights)
 // on the arrays' own layouts (NCHW or NHWC, the weight OIHW or GOIHW: the
-// same memory as [O, C / groups, KH, KW]), created once per shape and cached
-// per thread; bf16 accumulates in f32. Where the CPU has no bf16 unit the
+// same memory as [O, C / groups, KH, KW]; for NHWC the weights reordered to
+// and from the blocked format oneDNN's kernels choose), created once per
+// shape and cached per thread; bf16 accumulates in f32. Where the CPU has no bf16 unit the
 // bf16 operands are widened to f32 (exactly), as matmuls are. f64 (gradient
 // checks) is a plain loop over the window's taps. Pool and PoolGrad are
 // loops over each window, a thread per range of (batch, channel) planes.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <type_traits>
@@ -26,11 +28,32 @@ dnnl::engine& engine() {
   return e;
 }
 
+// One argument of a cached convolution: the memory the caller holds (plain
+// NCHW/NHWC activations, OIHW weights) and the one the primitive takes; where
+// they differ (weights in a blocked format), a reorder between them through
+// a scratch buffer.
+struct ConvArg {
+  int arg = 0;
+  dnnl::memory::desc user, prim;
+  std::optional<dnnl::reorder> reorder;  // user -> prim for inputs, prim -> user for the output
+  std::vector<char> scratch;
+};
+
 struct CachedConv {
   dnnl::primitive prim;
-  int arg0 = 0, arg1 = 0, arg_out = 0;  // the oneDNN arguments of in[0], in[1] and the output
-  dnnl::memory::desc md0, md1, md_out;
+  ConvArg in0, in1, out;  // the oneDNN arguments of in[0], in[1] and the output
 };
+
+ConvArg conv_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim,
+                 bool output) {
+  ConvArg a{arg, user, prim, std::nullopt, {}};
+  if (user != prim) {
+    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
+    a.scratch.resize(prim.get_size());
+  }
+  return a;
+}
 
 CachedConv make_conv(Op op, const ConvGeometry& q, DType dt) {
   using dnnl::memory;
@@ -40,46 +63,40 @@ CachedConv make_conv(Op op, const ConvGeometry& q, DType dt) {
       q.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
   const memory::desc x_md(dims{q.n, q.c, q.h, q.w}, t, act);
   const memory::desc y_md(dims{q.n, q.o, q.ho, q.wo}, t, act);
-  const memory::desc w_md =
-      q.groups > 1
-          ? memory::desc(dims{q.groups, q.og, q.cg, q.kh, q.kw}, t, memory::format_tag::goihw)
-          : memory::desc(dims{q.o, q.c, q.kh, q.kw}, t, memory::format_tag::oihw);
+  const dims w_dims = q.groups > 1 ? dims{q.groups, q.og, q.cg, q.kh, q.kw}
+                                   : dims{q.o, q.c, q.kh, q.kw};
+  const memory::desc w_md(w_dims, t,
+                          q.groups > 1 ? memory::format_tag::goihw : memory::format_tag::oihw);
+  // Channels-last activations: the weights in the format oneDNN's direct
+  // kernels want (blocked; reordered on each call, they are small). With
+  // plain OIHW weights oneDNN 2.6 has only its reference loops for NHWC,
+  // ~190x slower; NCHW runs its im2col + GEMM kernels on plain weights.
+  const memory::desc w_any = q.channels_last ? memory::desc(w_dims, t, memory::format_tag::any)
+                                             : w_md;
   const dims strides{q.sh, q.sw}, dilation{q.dh - 1, q.dw - 1}, lo{q.ph, q.pw},
       hi{q.ph_after, q.pw_after};
   const dnnl::convolution_forward::desc fwd(dnnl::prop_kind::forward_training,
-                                            dnnl::algorithm::convolution_direct, x_md, w_md, y_md,
+                                            dnnl::algorithm::convolution_direct, x_md, w_any, y_md,
                                             strides, dilation, lo, hi);
   const dnnl::convolution_forward::primitive_desc fwd_pd(fwd, engine());
   if (op == Op::Conv)
-    return {dnnl::convolution_forward(fwd_pd),
-            DNNL_ARG_SRC,
-            DNNL_ARG_WEIGHTS,
-            DNNL_ARG_DST,
-            x_md,
-            w_md,
-            y_md};
+    return {dnnl::convolution_forward(fwd_pd), conv_arg(DNNL_ARG_SRC, x_md, x_md, false),
+            conv_arg(DNNL_ARG_WEIGHTS, w_md, fwd_pd.weights_desc(), false),
+            conv_arg(DNNL_ARG_DST, y_md, y_md, true)};
   if (op == Op::ConvGradInput) {
-    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_md, w_md,
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_md, w_any,
                                                   y_md, strides, dilation, lo, hi);
     const dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd_pd);
-    return {dnnl::convolution_backward_data(pd),
-            DNNL_ARG_DIFF_DST,
-            DNNL_ARG_WEIGHTS,
-            DNNL_ARG_DIFF_SRC,
-            y_md,
-            w_md,
-            x_md};
+    return {dnnl::convolution_backward_data(pd), conv_arg(DNNL_ARG_DIFF_DST, y_md, y_md, false),
+            conv_arg(DNNL_ARG_WEIGHTS, w_md, pd.weights_desc(), false),
+            conv_arg(DNNL_ARG_DIFF_SRC, x_md, x_md, true)};
   }
-  const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_md, w_md,
+  const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_md, w_any,
                                                    y_md, strides, dilation, lo, hi);
   const dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd_pd);
-  return {dnnl::convolution_backward_weights(pd),
-          DNNL_ARG_SRC,
-          DNNL_ARG_DIFF_DST,
-          DNNL_ARG_DIFF_WEIGHTS,
-          x_md,
-          y_md,
-          w_md};
+  return {dnnl::convolution_backward_weights(pd), conv_arg(DNNL_ARG_SRC, x_md, x_md, false),
+          conv_arg(DNNL_ARG_DIFF_DST, y_md, y_md, false),
+          conv_arg(DNNL_ARG_DIFF_WEIGHTS, w_md, pd.diff_weights_desc(), true)};
 }
 
 void run_onednn(const Primitive& p, const ConvGeometry& q, DType dt, const void* a, const void* b,
@@ -89,11 +106,22 @@ void run_onednn(const Primitive& p, const ConvGeometry& q, DType dt, const void*
       p.str() + " " + str(q.input_shape()) + " " + str(q.weight_shape()) + " " + name_of(dt);
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_conv(p.op(), q, dt)).first;
-  const CachedConv& c = it->second;
+  CachedConv& c = it->second;
   thread_local dnnl::stream stream(engine());
-  c.prim.execute(stream, {{c.arg0, dnnl::memory(c.md0, engine(), const_cast<void*>(a))},
-                          {c.arg1, dnnl::memory(c.md1, engine(), const_cast<void*>(b))},
-                          {c.arg_out, dnnl::memory(c.md_out, engine(), y)}});
+  // The memory the primitive reads or writes for one argument: the caller's,
+  // or the scratch buffer an input is reordered into.
+  auto bind = [&](ConvArg& arg, void* data) {
+    const dnnl::memory user(arg.user, engine(), data);
+    if (!arg.reorder) return std::pair{user, user};
+    return std::pair{user, dnnl::memory(arg.prim, engine(), arg.scratch.data())};
+  };
+  auto [u0, m0] = bind(c.in0, const_cast<void*>(a));
+  auto [u1, m1] = bind(c.in1, const_cast<void*>(b));
+  auto [uy, my] = bind(c.out, y);
+  if (c.in0.reorder) c.in0.reorder->execute(stream, u0, m0);
+  if (c.in1.reorder) c.in1.reorder->execute(stream, u1, m1);
+  c.prim.execute(stream, {{c.in0.arg, m0}, {c.in1.arg, m1}, {c.out.arg, my}});
+  if (c.out.reorder) c.out.reorder->execute(stream, my, uy);
   stream.wait();
 }
 
