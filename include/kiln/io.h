@@ -85,8 +85,12 @@ void save_image_processor(const std::string& path, const data::ImageProcessor& p
 // (f32), and what loading it converted or left out.
 struct Pretrained {
   std::string dir;  // the folder its files were read from
+  // The model of config.json's model_type, and for a ViT (model_type "vit")
+  // its config (kept in step with `model`).
+  std::shared_ptr<const nn::Model> model;
   nn::ViTConfig config;
   Params params;
+  Params state;  // the model's state (BatchNorm's running statistics), none for a ViT
   // False for a headless ViTModel checkpoint (or one whose classifier was
   // dropped): params lack classifier.weight and classifier.bias.
   bool has_classifier = false;
@@ -97,7 +101,8 @@ struct Pretrained {
   std::vector<std::string> notes;  // for the user: conversions, ignored tensors, a new classifier
 };
 
-// Reads a pretrained ViT from SRC:
+// Reads a pretrained model of any registered family from SRC (a ViT, a
+// DeiT, a ResNet, a ConvNeXt: config.json's model_type says which):
 // - a folder as transformers' save_pretrained writes it: config.json
 //   (transformers 4.x or 5.x) and model.safetensors, or the shards that
 //   model.safetensors.index.json lists (file names confined to the folder);

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -83,6 +84,8 @@ class Model {
   // The same model with a new classifier for these labels (a head swap:
   // num_labels and id2label changed, nothing else).
   virtual std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const = 0;
+  // The parameters of the classifier (those whose shapes follow num_labels).
+  std::set<std::string> head_parameters() const;
 
   // The images it takes: channels, and the size its config names.
   virtual int64_t num_channels() const = 0;

@@ -24,7 +24,7 @@ from ._kiln import (abs, add, argmax, argsort, attention, broadcast_to, clip, co
                     sum_to, swapaxes, take, take_along_axis, tanh, top_k, where)
 from ._transforms import (Jitted, eval, grad, jit, lazy, lazy_cache_stats, mark_step,
                           value_and_grad, vjp)
-from . import data, nn, optim, random, train, tree
+from . import data, models, nn, optim, random, train, tree
 
 negative = neg
 from ._kiln import adaptive_avg_pool2d, batch_norm, group_norm, min, pad  # noqa: E402

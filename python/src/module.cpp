@@ -12,6 +12,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -27,6 +28,7 @@
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/model.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln_docstrings.h"
@@ -1132,6 +1134,10 @@ void bind_io(nb::module_& m) {
           nb::gil_scoped_release release;
           p = kiln::io::load_pretrained(src);
         }
+        if (!kiln::nn::as_vit(*p.model))
+          kiln::fail("model", src + ": a " + p.model->architecture() + " (model_type \"" +
+                                  p.model->model_type() +
+                                  "\"), not a ViT; kiln.models.from_pretrained loads every family");
         return nb::make_tuple(p.config, p.params, p.has_classifier, p.notes, p.dir);
       },
       "src"_a);
@@ -1166,6 +1172,83 @@ void bind_io(nb::module_& m) {
 }
 
 // The bindings of the optimizers' update rules, schedules, clipping.
+// Models of every family behind kiln::nn::Model (kiln.models).
+void bind_models(nb::module_& m) {
+  using kiln::nn::Model;
+  using Ptr = std::shared_ptr<Model>;
+  // The registry's models are const; Python holds them as they are.
+  auto held = [](std::shared_ptr<const Model> p) { return std::const_pointer_cast<Model>(p); };
+  nb::class_<Model>(m, "_Model")
+      .def_prop_ro("model_type", &Model::model_type)
+      .def_prop_ro("architecture", &Model::architecture)
+      .def_prop_ro("num_labels", &Model::num_labels)
+      .def_prop_ro("num_channels", &Model::num_channels)
+      .def_prop_ro("image_size", [](const Model& md) { return size2d(md.image_size()); })
+      .def("label_names", &Model::label_names)
+      .def("parameter_shapes", &Model::parameter_shapes)
+      .def("state_shapes", &Model::state_shapes)
+      .def("head_parameters", &Model::head_parameters)
+      .def("config_json", &Model::config_json)
+      .def("init", &Model::init, "key"_a, "device"_a = Device::cpu(), NoGil())
+      .def("init_state", &Model::init_state, "device"_a = Device::cpu(), NoGil())
+      .def("check", &Model::check, "params"_a, "state"_a, "origin"_a)
+      .def(
+          "apply",
+          [](const Model& md, const kiln::Params& params, const kiln::Params& state,
+             const Array& pixels, kiln::nn::Layout layout, bool train, std::optional<Array> key,
+             DType matmul_dtype, bool inference) {
+            kiln::nn::ModelOptions o{.layout = layout,
+                                     .train = train,
+                                     .matmul_dtype = matmul_dtype,
+                                     .inference = inference};
+            if (key) o.key = *key;
+            kiln::nn::ModelOutput out = md.apply(params, state, pixels, o);
+            return std::pair{out.logits, out.state};
+          },
+          "params"_a, "state"_a, "pixels"_a, "layout"_a, "train"_a, "key"_a.none(),
+          "matmul_dtype"_a, "inference"_a = false, NoGil())
+      .def("loss", &Model::loss, "logits"_a, "labels"_a, "label_smoothing"_a = 0.0, NoGil())
+      .def(
+          "with_labels",
+          [held](const Model& md, const std::vector<std::string>& names) {
+            return held(md.with_labels(names));
+          },
+          "names"_a)
+      .def("train_flops_per_example", [](const Model& md, nb::handle size) {
+        return md.train_flops_per_example(to_size2d(size, "image_size"));
+      });
+  m.def(
+      "_model_from_config",
+      [held](const std::string& text, const std::string& origin) -> Ptr {
+        return held(kiln::nn::model_from_config(text, origin));
+      },
+      "text"_a, "origin"_a);
+  m.def(
+      "_model_from_preset",
+      [held](const std::string& name) -> Ptr { return held(kiln::nn::model_from_preset(name)); },
+      "name"_a);
+  m.def("_model_types", &kiln::nn::model_types);
+  m.def("_model_presets", &kiln::nn::model_presets);
+  m.def(
+      "_load_model",
+      [held](const std::string& src, std::optional<std::vector<std::string>> labels,
+             const kiln::random::Key& key) {
+        kiln::io::Pretrained p;
+        {
+          nb::gil_scoped_release release;
+          p = kiln::io::load_pretrained(src);
+          if (labels) kiln::io::adapt_classifier(p, *labels, key);
+        }
+        return nb::make_tuple(held(p.model), p.params, p.state, p.has_classifier, p.notes, p.dir);
+      },
+      "src"_a, "labels"_a.none(), "key"_a);
+  m.def(
+      "_save_model",
+      [](const std::string& dir, const Model& md, const kiln::Params& params,
+         const kiln::Params& state) { kiln::io::save_pretrained(dir, md, params, state); },
+      "dir"_a, "model"_a, "params"_a, "state"_a, NoGil());
+}
+
 void bind_optim(nb::module_& m) {
   // ---- optim: the C++ optimizers' update rules over flat name maps ----
   nb::class_<kiln::optim::Optimizer>(m, "_Optimizer")
@@ -1336,6 +1419,7 @@ NB_MODULE(_kiln, m) {
   bind_random(m);
   bind_nn_io(m);
   bind_io(m);
+  bind_models(m);
   bind_optim(m);
   bind_data_train(m);
 }

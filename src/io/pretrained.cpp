@@ -1,6 +1,7 @@
 // kiln io: pretrained models as transformers saves them (a folder) or as the
-// Hugging Face Hub cache holds them, read into ViTForImageClassification's
-// names; and a classifier for new labels.
+// Hugging Face Hub cache holds them, read into their family's names (a ViT's
+// headless and transformers 5 names converted); and a classifier for new
+// labels.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -274,6 +275,77 @@ Source resolve_unguarded(const std::string& src) {
   return hub_snapshot(src);
 }
 
+// The notes of weights stored in other floating-point types.
+void note_dtypes(Pretrained& m, const std::set<std::string>& dtypes) {
+  if (dtypes.empty()) return;
+  std::string names;
+  for (const auto& d : dtypes) names += (names.empty() ? "" : ", ") + d;
+  m.notes.push_back("weights stored in " + names + ", converted to f32");
+}
+
+// preprocessor_config.json, or ViTImageProcessor's defaults at the model's size.
+void read_processor(Pretrained& m) {
+  std::error_code ec;
+  m.has_processor = fs::exists(fs::path(m.dir) / "preprocessor_config.json", ec);
+  if (m.has_processor)
+    m.processor = load_image_processor(m.dir, &m.notes);
+  else
+    m.processor.size = m.model->image_size();  // the defaults, at the model's size
+}
+
+// A model of a family other than ViT (DeiT, ResNet, ConvNeXt, ...): its
+// weights under the names the family has, the parameters and the state
+// (BatchNorm's running statistics, which a saved BatchNorm must have).
+Pretrained load_family(Pretrained m, const std::string& config_path, const std::string& root) {
+  Params raw = load_weights(m.dir, root);
+  std::map<std::string, Shape> params, state;
+  for (auto& [name, shape] : m.model->parameter_shapes()) params.emplace(name, shape);
+  for (auto& [name, shape] : m.model->state_shapes()) state.emplace(name, shape);
+  const std::set<std::string> head = m.model->head_parameters();
+  std::vector<std::string> unused;
+  std::set<std::string> dtypes;
+  for (auto& [name, a] : raw) {
+    const bool is_param = params.count(name), is_state = state.count(name);
+    if (!is_param && !is_state) {
+      unused.push_back(name);
+      continue;
+    }
+    const Shape& want = is_param ? params.at(name) : state.at(name);
+    if (is_param && !is_floating(a.dtype()))
+      fail(kOrigin, m.dir + ": tensor '" + name + "' is " + name_of(a.dtype()) +
+                        ", expected floating-point weights");
+    if (a.shape() != want)
+      fail(kOrigin, m.dir + ": tensor '" + name + "' has shape " + str(a.shape()) + ", but " +
+                        config_path + " (" + m.model->architecture() + ") asks for " + str(want));
+    if (is_floating(a.dtype()) && a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
+    (is_param ? m.params : m.state).emplace(name, a);
+  }
+  widen_to_f32(m.params);
+  widen_to_f32(m.state);
+  std::vector<std::string> missing, missing_state;
+  for (auto& [name, shape] : params)
+    if (!m.params.count(name) && !head.count(name)) missing.push_back(name);
+  for (auto& [name, shape] : state)
+    if (!m.state.count(name)) missing_state.push_back(name);
+  if (!missing.empty())
+    fail(kOrigin, m.dir + ": the weights lack " + list(missing) + " (" + config_path +
+                      " asks for them: weights of another model?)");
+  if (!missing_state.empty())
+    fail(kOrigin, m.dir + ": the weights lack " + list(missing_state) +
+                      ": a BatchNorm saved without its running statistics cannot be evaluated");
+  int heads = 0;
+  for (const auto& name : head) heads += m.params.count(name);
+  if (heads != 0 && heads != static_cast<int>(head.size()))
+    fail(kOrigin, m.dir + ": the weights have part of the classifier (" + std::to_string(heads) +
+                      " of its " + std::to_string(head.size()) + " tensors)");
+  m.has_classifier = heads > 0 || m.model->num_labels() == 0;
+  if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a headless checkpoint)");
+  note_dtypes(m, dtypes);
+  if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
+  read_processor(m);
+  return m;
+}
+
 Pretrained load_unguarded(const std::string& src) {
   Pretrained m;
   const Source source = resolve_unguarded(src);
@@ -282,7 +354,18 @@ Pretrained load_unguarded(const std::string& src) {
   const std::string config_path = m.dir + "/config.json";
   if (!exists(config_path))
     fail(kOrigin, m.dir + ": no config.json (not a folder written by save_pretrained?)");
-  m.config = load_vit_config(confined(config_path, root));
+  const std::string text = read_file(confined(config_path, root), "config");
+  // A ViT (model_type "vit", or none: kiln's first checkpoints) is read with
+  // its conversions (headless ViTModel names, transformers 5's); every other
+  // family by the registry.
+  const bool vit = text.find("\"model_type\"") == std::string::npos ||
+                   nn::model_from_config(text, config_path)->model_type() == "vit";
+  if (!vit) {
+    m.model = nn::model_from_config(text, config_path);
+    return load_family(std::move(m), config_path, root);
+  }
+  m.config = parse_vit_config(text, config_path);
+  m.model = nn::vit_model(m.config);
   Params raw = load_weights(m.dir, root);
 
   // What ViTForImageClassification has, classifier included when the config has labels.
@@ -329,21 +412,12 @@ Pretrained load_unguarded(const std::string& src) {
                       " without classifier." + (weight ? "bias" : "weight"));
   m.has_classifier = weight || m.config.num_labels == 0;
   if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a ViTModel checkpoint)");
-  if (!dtypes.empty()) {
-    std::string names;
-    for (const auto& d : dtypes) names += (names.empty() ? "" : ", ") + d;
-    m.notes.push_back("weights stored in " + names + ", converted to f32");
-  }
+  note_dtypes(m, dtypes);
   if (!pooler.empty())
     m.notes.push_back("the pooler (" + list(pooler, 2) +
                       ") is left out: ViTForImageClassification does not use it");
   if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
-  std::error_code ec;
-  m.has_processor = fs::exists(fs::path(m.dir) / "preprocessor_config.json", ec);
-  if (m.has_processor)
-    m.processor = load_image_processor(m.dir, &m.notes);
-  else
-    m.processor.size = m.config.image_size;  // the defaults, at the model's size
+  read_processor(m);
   return m;
 }
 
@@ -357,8 +431,47 @@ Pretrained load_pretrained(const std::string& src) {
   return guarded(src, [&] { return load_unguarded(src); });
 }
 
-void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
-                      const random::Key& key) {
+namespace {
+
+// adapt_classifier for a family other than ViT: the family's own head and
+// its initialization.
+void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                             const random::Key& key) {
+  const std::vector<std::string> had = m.model->label_names();
+  const bool same = labels.empty() || labels == had;
+  if (m.has_classifier && same) return;
+  bool unnamed = true;
+  for (size_t i = 0; i < had.size(); ++i) unnamed &= had[i] == "LABEL_" + std::to_string(i);
+  if (m.has_classifier && unnamed && labels.size() == had.size()) {
+    m.model = m.model->with_labels(labels);
+    m.notes.push_back("its classifier's labels are unnamed (" + list(had) +
+                      "): kept, as the data's " + std::to_string(labels.size()) + " labels (" +
+                      list(labels) + ")");
+    return;
+  }
+  if (!labels.empty()) m.model = m.model->with_labels(labels);
+  const std::set<std::string> head = m.model->head_parameters();
+  for (const auto& name : head) m.params.erase(name);
+  if (m.model->num_labels() > 0) {
+    const Params fresh = m.model->init(key);
+    for (const auto& name : head) m.params[name] = fresh.at(name);
+    eval(m.params);
+  }
+  const std::vector<std::string> names = m.model->label_names();
+  m.notes.push_back(std::string(m.has_classifier
+                                    ? "its classifier's " + std::to_string(had.size()) +
+                                          " labels (" + list(had) + ") are not the data's"
+                                    : "it has no classifier") +
+                    ": a new one for " + std::to_string(names.size()) + " labels (" + list(names) +
+                    "), drawn as transformers does with ignore_mismatched_sizes");
+  m.has_classifier = true;
+}
+
+}  // namespace
+
+// adapt_classifier for a ViT: m.config's classifier.
+void adapt_vit_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                          const random::Key& key) {
   nn::ViTConfig& c = m.config;
   std::vector<std::string> had;
   for (int64_t i = 0; i < c.num_labels; ++i) had.push_back(c.label_name(i));
@@ -399,24 +512,13 @@ void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
   m.has_classifier = true;
 }
 
-void set_image_size(Pretrained& m, nn::Size2d image_size) {
-  nn::ViTConfig c = m.config;
-  c.image_size = image_size;
-  c.validate("image size " + nn::to_string(image_size));
-  if (image_size == m.config.image_size) return;
-  const nn::Size2d from = m.config.grid(), to = c.grid();
-  const std::string what = "image size " + nn::to_string(m.config.image_size) + " -> " +
-                           nn::to_string(image_size) + ": ";
-  if (from != to) {
-    Array& pos = m.params.at("vit.embeddings.position_embeddings");
-    pos = nn::resample_position_embeddings(pos, from, to);
-    m.notes.push_back(what + "position embeddings resampled from " + nn::to_string(from) + " to " +
-                      nn::to_string(to) +
-                      " patches (bicubic, as transformers' interpolate_pos_encoding)");
-  } else {
-    m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
-  }
-  m.config.image_size = image_size;
+void set_vit_image_size(Pretrained& m, nn::Size2d image_size);
+
+namespace {
+
+// The processor of `m` making pixel values of `image_size` (a centre crop
+// keeps its ratio to the resize).
+void resize_processor(Pretrained& m, nn::Size2d image_size) {
   data::ImageProcessor& p = m.processor;
   auto scaled = [](int64_t v, int64_t to, int64_t from) {
     return std::max<int64_t>(1, std::llround(static_cast<double>(v) * static_cast<double>(to) /
@@ -437,6 +539,51 @@ void set_image_size(Pretrained& m, nn::Size2d image_size) {
     p.shortest_edge = p.longest_edge = 0;
     p.size = image_size;
   }
+}
+
+}  // namespace
+
+void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                      const random::Key& key) {
+  if (!nn::as_vit(*m.model)) return adapt_family_classifier(m, labels, key);
+  adapt_vit_classifier(m, labels, key);
+  m.model = nn::vit_model(m.config);  // m.config is the ViT's: the model follows it
+}
+
+void set_image_size(Pretrained& m, nn::Size2d image_size) {
+  if (!nn::as_vit(*m.model)) {
+    // A convolutional model takes any size: only its images change.
+    if (image_size.height <= 0 || image_size.width <= 0)
+      fail("image size " + nn::to_string(image_size), "expected a positive height and width");
+    resize_processor(m, image_size);
+    m.notes.push_back("image size " + nn::to_string(image_size) + ": images processed to it (" +
+                      m.model->architecture() + " takes any size)");
+    return;
+  }
+  set_vit_image_size(m, image_size);
+  m.model = nn::vit_model(m.config);
+}
+
+void set_vit_image_size(Pretrained& m, nn::Size2d image_size) {
+  nn::ViTConfig c = m.config;
+  c.image_size = image_size;
+  c.validate("image size " + nn::to_string(image_size));
+  if (image_size == m.config.image_size) return;
+  const nn::Size2d from = m.config.grid(), to = c.grid();
+  const std::string what = "image size " + nn::to_string(m.config.image_size) + " -> " +
+                           nn::to_string(image_size) + ": ";
+  if (from != to) {
+    Array& pos = m.params.at("vit.embeddings.position_embeddings");
+    pos = nn::resample_position_embeddings(pos, from, to);
+    m.notes.push_back(what + "position embeddings resampled from " + nn::to_string(from) + " to " +
+                      nn::to_string(to) +
+                      " patches (bicubic, as transformers' interpolate_pos_encoding)");
+  } else {
+    m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
+  }
+  m.config.image_size = image_size;
+  resize_processor(m, image_size);
+  const data::ImageProcessor& p = m.processor;
   if (m.config.num_channels == 3)  // grey models take no ViTImageProcessor
     m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
                       " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");

@@ -62,6 +62,21 @@ std::pair<Params, Params> Model::split(Params weights, const std::string& origin
   return {std::move(weights), std::move(state)};
 }
 
+std::set<std::string> Model::head_parameters() const {
+  // The parameters whose shapes change with one label more.
+  std::vector<std::string> names = label_names();
+  names.push_back("LABEL_" + std::to_string(names.size()));
+  const auto more = with_labels(names)->parameter_shapes();
+  std::set<std::string> head;
+  for (const auto& [name, shape] : more) head.insert(name);
+  for (const auto& [name, shape] : parameter_shapes()) {
+    auto it =
+        std::find_if(more.begin(), more.end(), [&](const auto& e) { return e.first == name; });
+    if (it != more.end() && it->second == shape) head.erase(name);
+  }
+  return head;
+}
+
 Array Model::loss(const Array& logits, const Array& labels, double label_smoothing) const {
   const std::string who = model_type();
   return classification_loss(logits, labels, num_labels(), problem_type(), label_smoothing,

@@ -50,15 +50,25 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
     d.eval = std::make_shared<data::FashionMnist>(
         data::FashionMnistOptions{.dir = cfg.data_dir, .split = "test", .layout = cfg.layout});
   } else if (cfg.data.rfind("imagefolder:", 0) == 0) {
+    // A convolutional model takes the size its processor makes (a checkpoint's
+    // or a pretrained model's), unless --image-size says otherwise.
+    const std::optional<data::ImageProcessor> proc = data_processor(cfg, model, processor);
+    nn::Size2d folder_size = size;
+    if (proc && !model.fixed_image_size() && cfg.image_size.height <= 0) {
+      if (proc->do_center_crop)
+        folder_size = proc->crop_size;
+      else if (proc->do_resize && proc->shortest_edge == 0)
+        folder_size = proc->size;
+    }
     data::ImageFolderOptions o{.root = cfg.data.substr(12),
                                .split = "train",
-                               .image_size = size,
+                               .image_size = folder_size,
                                .channels = channels,
                                .augment = cfg.augment,
                                .layout = cfg.layout,
                                .skip_bad = cfg.skip_bad_images,
                                .seed = cfg.seed,
-                               .processor = data_processor(cfg, model, processor),
+                               .processor = proc,
                                .random_crop = cfg.random_crop,
                                .crop_scale = {cfg.crop_scale[0], cfg.crop_scale[1]},
                                .crop_ratio = {cfg.crop_ratio[0], cfg.crop_ratio[1]},

@@ -89,8 +89,9 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
                         nn::to_string(ck.model->image_size()) + ", --image-size asks for " +
                         nn::to_string(cfg.image_size));
   } else if (init) {
-    s.model = nn::vit_model(init->config);
+    s.model = init->model;
     s.params = std::move(init->params);
+    s.model_state = std::move(init->state);
     s.state = optimizer.init(s.params);
     s.processor = init->processor;
   } else {

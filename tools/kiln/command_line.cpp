@@ -505,7 +505,7 @@ TrainSetup prepare_train(const TrainFlags& f) {
     s.init = train::load_init(cfg);
   }
   if (s.init) {
-    cfg.model = nn::vit_model(s.init->config);
+    cfg.model = s.init->model;
     cfg.model_name =
         cfg.init_from == s.init->dir ? cfg.init_from : cfg.init_from + " (" + s.init->dir + ")";
   }

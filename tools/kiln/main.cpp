@@ -306,7 +306,7 @@ void print_processor_note(const char* flag, const std::string& src, const io::Pr
       to,
       "%s %s: no preprocessor_config.json in %s: ViTImageProcessor's defaults at the model's "
       "image size (resize to %s, bilinear, rescale 1/255, normalize with mean 0.5 and std 0.5)\n",
-      flag, src.c_str(), m.dir.c_str(), nn::to_string(m.config.image_size).c_str());
+      flag, src.c_str(), m.dir.c_str(), nn::to_string(m.processor.size).c_str());
 }
 
 int run_train(const cli::TrainFlags& f) {
@@ -380,8 +380,9 @@ int run_eval(const cli::EvalFlags& f) {
     for (const std::string& note : m.notes)
       std::printf("--model %s: %s\n", f.model.c_str(), note.c_str());
     print_processor_note("--model", f.model, m, stdout);
-    ck.model = nn::vit_model(m.config);
+    ck.model = m.model;
     ck.params = std::move(m.params);
+    ck.model_state = std::move(m.state);
     processor = m.processor;
     what = f.model;
   } else {
@@ -442,12 +443,18 @@ int run_predict(const cli::PredictFlags& f) {
         "--model " + f.model +
             ": no classifier (a ViTModel checkpoint): fine-tune it first (kiln train --init-from " +
             f.model + " --data ...)");
-  if (m.config.num_channels != 3)
-    fail("predict", "--model " + f.model + " takes " + std::to_string(m.config.num_channels) +
+  if (m.model->num_channels() != 3)
+    fail("predict", "--model " + f.model + " takes " + std::to_string(m.model->num_channels()) +
                         "-channel images; predict reads RGB images (num_channels 3)");
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : m.params) p = p.to(device);
-  data::ImageFiles images(files, m.processor, m.config.image_size);
+  // A ViT takes its own size; a convolutional model the processor's output.
+  const data::ImageProcessor& pp = m.processor;
+  const nn::Size2d size = m.model->fixed_image_size()         ? m.model->image_size()
+                          : pp.do_center_crop                 ? pp.crop_size
+                          : pp.do_resize && !pp.shortest_edge ? pp.size
+                                                              : m.model->image_size();
+  data::ImageFiles images(files, m.processor, size);
   train::PredictOptions opt{.batch_size = f.batch_size,
                             .top_k = f.top_k,
                             .compiled = f.mode == "jit",
@@ -455,7 +462,7 @@ int run_predict(const cli::PredictFlags& f) {
                             .matmul_dtype = train::matmul_dtype_for(f.precision)};
   int64_t done = 0;
   const int64_t failed =
-      train::predict(m.config, m.params, images, opt, [&](const train::Prediction& p) {
+      train::predict(*m.model, m.params, m.state, images, opt, [&](const train::Prediction& p) {
         ++done;
         if (!p.error.empty()) std::fprintf(stderr, "kiln predict: %s\n", p.error.c_str());
         if (f.json) {
@@ -484,7 +491,7 @@ int run_predict(const cli::PredictFlags& f) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "kiln predict: %lld images in %s (%.1f images/s, %s, %s)%s\n",
                (long long)done, fmt_seconds(seconds).c_str(), done / seconds, f.mode.c_str(),
-               train::score_function(m.config).c_str(),
+               train::score_function(*m.model).c_str(),
                failed ? (", " + std::to_string(failed) + " failed").c_str() : "");
   if (kernel_profile_enabled()) std::fprintf(stderr, "%s", kernel_profile_report().c_str());
   return failed ? 1 : 0;

@@ -1,0 +1,175 @@
+"""Models of every family kiln has (ViT, DeiT, ResNet, ConvNeXt), made from
+transformers' config.json by its ``model_type`` as
+``AutoModelForImageClassification`` makes them, over parameter and state
+trees (flat dicts of HuggingFace's names):
+
+    model, params, state = kiln.models.from_pretrained("microsoft/resnet-50")
+    logits, state = model.apply(params, state, pixel_values, train=True)
+    loss = model.loss(logits, labels)
+
+The state is what a model keeps besides its parameters (a ResNet's
+BatchNorm running statistics; empty for a ViT): ``apply`` returns it updated
+in training and as given in evaluation.
+"""
+from __future__ import annotations
+
+import json as _json
+import os as _os
+from typing import Any, NamedTuple, Sequence
+
+from . import _kiln
+from ._array import Array, Device, _device, asarray, dtype as _dtype, float32
+from ._kiln import KilnError, Layout
+from .random import Key
+
+__all__ = ["Model", "Pretrained", "from_config", "from_preset", "from_pretrained", "model_types",
+           "presets"]
+
+_PRECISIONS = {"fp32": float32, "bf16": _dtype("bfloat16")}
+
+
+class Model:
+    """One model of any family, as a pure function of its parameter and
+    state dicts. Made by :func:`from_config`, :func:`from_preset` or
+    :func:`from_pretrained`."""
+
+    def __init__(self, native: Any):
+        self._m = native
+
+    @property
+    def model_type(self) -> str:
+        """config.json's model_type: "vit", "deit", "resnet", "convnext"."""
+        return self._m.model_type
+
+    @property
+    def architecture(self) -> str:
+        """transformers' class: "ResNetForImageClassification", ..."""
+        return self._m.architecture
+
+    @property
+    def num_labels(self) -> int:
+        return self._m.num_labels
+
+    @property
+    def labels(self) -> list:
+        """id2label's names, one per label."""
+        return self._m.label_names()
+
+    @property
+    def num_channels(self) -> int:
+        return self._m.num_channels
+
+    @property
+    def image_size(self) -> Any:
+        """The image size its config names (convolutional models take any)."""
+        return self._m.image_size
+
+    @property
+    def config(self) -> dict:
+        """config.json as save_pretrained writes it."""
+        return _json.loads(self._m.config_json())
+
+    def parameter_shapes(self) -> dict:
+        return {name: tuple(shape) for name, shape in self._m.parameter_shapes()}
+
+    def state_shapes(self) -> dict:
+        return {name: tuple(shape) for name, shape in self._m.state_shapes()}
+
+    def init(self, key: Key, device: Any = None) -> dict:
+        """transformers' initialization of the parameters, drawn on ``device``."""
+        return self._m.init(key, _device(device) or Device("cpu"))
+
+    def init_state(self, device: Any = None) -> dict:
+        """The state of a fresh model (running means 0, variances 1)."""
+        return self._m.init_state(_device(device) or Device("cpu"))
+
+    def apply(self, params: dict, state: dict, pixel_values: Any, *, train: bool = False,
+              key: Any = None, layout: str = "NCHW", precision: str = "fp32",
+              inference: bool = False) -> tuple:
+        """(logits [B, num_labels], new state) of pixel_values [B, C, H, W]
+        (or [B, H, W, C] with layout="NHWC"). ``train``: BatchNorm by the
+        batch's statistics (the running ones updated), dropout and drop path
+        drawn from ``key`` (a Key, or its kiln.random.key_data array inside
+        jit)."""
+        if precision not in _PRECISIONS:
+            raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
+        if isinstance(key, Key):
+            key = _kiln._key_array(key)
+        elif key is not None:
+            key = asarray(key)
+        logits, new_state = self._m.apply(params, state or {}, asarray(pixel_values),
+                                          getattr(Layout, layout), train, key,
+                                          _PRECISIONS[precision], inference)
+        return logits, new_state
+
+    __call__ = apply
+
+    def loss(self, logits: Array, labels: Any, label_smoothing: float = 0.0) -> Array:
+        """The mean loss transformers computes for the config's problem type
+        (softmax cross-entropy for integer labels)."""
+        return self._m.loss(logits, asarray(labels), float(label_smoothing))
+
+    def with_labels(self, labels: Sequence[str]) -> "Model":
+        """The same model with a classifier for these labels (a head swap)."""
+        return Model(self._m.with_labels(list(labels)))
+
+    def head_parameters(self) -> set:
+        """The names of the classifier's parameters."""
+        return set(self._m.head_parameters())
+
+    def check(self, params: dict, state: dict | None = None) -> None:
+        """Raises naming the entry where the trees do not fit the model."""
+        self._m.check(params, state or {}, "params")
+
+    def save_pretrained(self, directory: str, params: dict, state: dict | None = None) -> None:
+        """Writes config.json and model.safetensors (parameters and state) for
+        transformers' AutoModelForImageClassification.from_pretrained."""
+        _kiln._save_model(_os.fspath(directory), self._m, params, state or {})
+
+    def __repr__(self) -> str:
+        return f"kiln.models.Model({self.architecture}, {self.num_labels} labels)"
+
+
+class Pretrained(NamedTuple):
+    """What :func:`from_pretrained` returns."""
+    model: Model
+    params: dict
+    state: dict
+
+
+def from_config(config: Any) -> Model:
+    """The model of a config.json (a path, or the config as a dict) by its
+    model_type; another type is an error naming the types kiln has."""
+    if isinstance(config, dict):
+        return Model(_kiln._model_from_config(_json.dumps(config), "config"))
+    path = _os.fspath(config)
+    with open(path, encoding="utf-8") as f:
+        return Model(_kiln._model_from_config(f.read(), path))
+
+
+def from_preset(name: str) -> Model:
+    """A preset of any family: "vit-base", "deit-small", "resnet-50",
+    "convnext-tiny", ... (:func:`presets`)."""
+    return Model(_kiln._model_from_preset(name))
+
+
+def from_pretrained(src: str, labels: Sequence[str] | None = None,
+                    key: Key | None = None) -> Pretrained:
+    """A pretrained model of any family, as AutoModelForImageClassification
+    loads it: a folder that transformers saved, or a Hub id (the local
+    cache, else a download). With ``labels``, a new classifier for them
+    (drawn from ``key``) where the model's differ."""
+    native, params, state, _, _, _ = _kiln._load_model(
+        _os.fspath(src), list(labels) if labels is not None else None,
+        key if key is not None else Key(0))
+    return Pretrained(Model(native), params, state)
+
+
+def model_types() -> list:
+    """The model types kiln has."""
+    return _kiln._model_types()
+
+
+def presets() -> list:
+    """Every family's presets."""
+    return _kiln._model_presets()
