@@ -87,6 +87,17 @@ void feed_safetensors(std::string_view bytes) {
 }
 
 void feed_config(std::string_view bytes) {
+  if (bytes.find("\"model_type\"") != std::string_view::npos) {
+    // The registry (kiln train --config, kiln grad): the model, its FLOPs,
+    // its config written back, a head swap.
+    const std::shared_ptr<const nn::Model> m = nn::model_from_config(bytes, "config.json");
+    int64_t params = 0;
+    for (auto& [name, shape] : m->parameter_shapes()) params += numel(shape);
+    expect(params > 0, "a model of " + std::to_string(params) + " parameters");
+    (void)m->train_flops_per_example(224);
+    (void)m->config_json();
+    (void)m->with_labels({"a", "b"})->head_parameters();
+  }
   if (bytes.find("\"convnext\"") != std::string_view::npos) {
     const nn::ConvNextConfig cfg = io::parse_convnext_config(bytes, "config.json");
     int64_t params = 0;

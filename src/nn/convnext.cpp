@@ -8,6 +8,8 @@
 // over the last axis there.
 #include "kiln/convnext.h"
 
+#include <cmath>
+
 namespace kiln::nn {
 namespace {
 
@@ -76,23 +78,25 @@ void ConvNextConfig::validate(const std::string& origin) const {
 }
 
 double ConvNextConfig::train_flops_per_image(Size2d image) const {
-  int64_t h = image.height / patch_size, w = image.width / patch_size;
-  const double stem = 2.0 * static_cast<double>(num_channels * hidden_sizes[0] * patch_size *
-                                                patch_size * h * w);
+  // In double throughout: a config's sizes may be large enough to overflow int64.
+  const double p = static_cast<double>(patch_size);
+  double h = static_cast<double>(image.height / patch_size),
+         w = static_cast<double>(image.width / patch_size);
+  const double stem = 2.0 * static_cast<double>(num_channels) *
+                      static_cast<double>(hidden_sizes[0]) * p * p * h * w;
   double forward = stem;
   int64_t prev = hidden_sizes[0];
   for (size_t s = 0; s < hidden_sizes.size(); ++s) {
-    const int64_t d = hidden_sizes[s];
-    if (s > 0 || prev != d) {  // 2x2, stride 2
-      h /= 2, w /= 2;
-      forward += 2.0 * static_cast<double>(prev * d * 4 * h * w);
+    const double d = static_cast<double>(hidden_sizes[s]);
+    if (s > 0 || prev != hidden_sizes[s]) {  // 2x2, stride 2
+      h = std::floor(h / 2), w = std::floor(w / 2);
+      forward += 2.0 * static_cast<double>(prev) * d * 4 * h * w;
     }
     // 7x7 depthwise, then d -> 4d -> d.
-    forward += static_cast<double>(depths[s]) * 2.0 * static_cast<double>(d * 49 * h * w +
-                                                                          2 * d * 4 * d * h * w);
-    prev = d;
+    forward += static_cast<double>(depths[s]) * 2.0 * (d * 49 * h * w + 2 * d * 4 * d * h * w);
+    prev = hidden_sizes[s];
   }
-  forward += 2.0 * static_cast<double>(hidden_sizes.back() * num_labels);
+  forward += 2.0 * static_cast<double>(hidden_sizes.back()) * static_cast<double>(num_labels);
   return 3 * forward - stem;
 }
 

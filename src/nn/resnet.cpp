@@ -145,7 +145,9 @@ double ResNetConfig::train_flops_per_image(Size2d image) const {
   // Every convolution pads k / 2: its output is (size - 1) / stride + 1.
   auto out = [](int64_t size, int64_t stride) { return (size - 1) / stride + 1; };
   auto flops = [](const ConvSpec& c, int64_t h, int64_t w) {
-    return 2.0 * static_cast<double>(c.in * c.out * c.kernel * c.kernel * h * w);
+    return 2.0 * static_cast<double>(c.in) * static_cast<double>(c.out) *
+           static_cast<double>(c.kernel * c.kernel) * static_cast<double>(h) *
+           static_cast<double>(w);
   };
   const Plan p = plan_of(*this);
   int64_t h = out(image.height, 2), w = out(image.width, 2);
@@ -161,7 +163,7 @@ double ResNetConfig::train_flops_per_image(Size2d image) const {
     if (b.shortcut) forward += flops(*b.shortcut, bh, bw);
     h = bh, w = bw;
   }
-  forward += 2.0 * static_cast<double>(hidden_sizes.back() * num_labels);
+  forward += 2.0 * static_cast<double>(hidden_sizes.back()) * static_cast<double>(num_labels);
   return 3 * forward - stem;
 }
 

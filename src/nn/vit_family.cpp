@@ -153,7 +153,8 @@ class ViTModel final : public Model {
     double flops = cfg().train_flops_per_image(deit ? 2 : 1);
     // DeiT with its teacher's head: a second classifier on the distillation token.
     if (net_.variant() == ViTVariant::DeiTWithTeacher)
-      flops += 3 * 2.0 * static_cast<double>(cfg().hidden_size * cfg().num_labels);
+      flops += 3 * 2.0 * static_cast<double>(cfg().hidden_size) *
+               static_cast<double>(cfg().num_labels);
     return flops;
   }
   std::string config_json() const override { return cfg().to_json(net_.variant()); }
