@@ -5,8 +5,10 @@
 #include <cmath>
 
 #include "buckets.h"
+#include "core/array_node.h"
 #include "internal.h"
 #include "kiln/distributed.h"
+#include "ops/dispatch.h"
 
 namespace kiln::train {
 
@@ -118,6 +120,13 @@ LossAndGrads TrainStep::loss_and_grads(const Params& p, const Params& model_stat
     std::tie(loss, grads) = value_and_grad_params(loss_of, trained);
   }
   if (clip && cfg_.clip_norm > 0) grads = optim::clip_by_global_norm(grads, cfg_.clip_norm).first;
+  // Eagerly, the new state's arrays still hold the differentiated forward's
+  // graph (the running statistics read the batch's activations): kept, each
+  // step's state would keep that step's activations alive, and through the
+  // next step's state every step's. Computed values drop it (traced and lazy
+  // ones have no value yet: their graphs end with the executable's run).
+  for (auto& [name, v] : next_state)
+    if (v.node()->buffer) detach(*v.node());
   return {loss, grads, std::move(next_state)};
 }
 

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/array_node.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
+#include "train/step.h"
 
 namespace kiln {
 namespace {
@@ -96,6 +98,32 @@ TEST(TrainFamilies, AResNetTrainsAlikeInEveryModeWithItsStatistics) {
       }
       EXPECT_LT(max_relative_difference(ck.params, ref), 1e-4);
       EXPECT_LT(max_relative_difference(ck.model_state, ref_state), 1e-4);
+    }
+  }
+}
+
+// An eager step's new running statistics hold no graph: kept, each step's
+// statistics would hold that step's activations (their batch statistics read
+// them) and the previous step's statistics, so that memory grew every step.
+TEST(TrainFamilies, EagerStatisticsDoNotHoldTheForwardsGraph) {
+  for (const std::string mode : {"eager", "lazy", "jit"}) {
+    SCOPED_TRACE(mode);
+    const train::TrainConfig t = run_of(tiny_resnet(), mode);
+    const auto optimizer = optim::SGD({.lr = 0.1});
+    Params params = t.model->init(random::Key(0)), state = t.model->init_state();
+    optim::State opt = optimizer.init(params);
+    train::TrainStep step(t, *t.model, optimizer, params, state, opt);
+    const Array x = random::normal(random::Key(1), {4, 3, 16, 16});
+    const Array y = Array::from_data(std::vector<int64_t>{0, 1, 2, 3}.data(), {4}, DType::i64);
+    for (int i = 0; i < 2; ++i) {
+      std::vector<Array> scalars;
+      for (double v : optimizer.scalars(opt.step + 1, 0.1))
+        scalars.push_back(Array::scalar(static_cast<float>(v)));
+      step(params, state, opt, {x, y, random::key_array(random::Key(2)), scalars});
+    }
+    for (auto& [name, v] : state) {
+      EXPECT_TRUE(v.node()->inputs.empty()) << name;
+      EXPECT_NE(v.node()->buffer, nullptr) << name;
     }
   }
 }
