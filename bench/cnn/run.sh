@@ -4,6 +4,7 @@
 # on this CPU, one after the other in one run. Writes OUT/results.jsonl and
 # OUT/lscpu.txt.
 #   PYTHON: a Python with torch and transformers (default bench/peers/.venv)
+#   MODELS: which (default "resnet-50 convnext-tiny")
 #   bench/cnn/run.sh OUT [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,7 +15,7 @@ py=${PYTHON:-bench/peers/.venv/bin/python}
 mkdir -p "$out"
 lscpu > "$out/lscpu.txt"
 : > "$out/results.jsonl"
-for model in resnet-50 convnext-tiny; do
+for model in ${MODELS:-resnet-50 convnext-tiny}; do
   for mode in jit eager; do
     log="$out/kiln-$model-$mode.jsonl"
     build/kiln train --model "$model" --batch-size 32 --steps "$steps" --warmup 2 --mode "$mode" \

@@ -27,9 +27,9 @@ a = p.parse_args()
 
 torch.manual_seed(0)
 if a.model == "resnet-50":
-    model = transformers.ResNetForImageClassification(transformers.ResNetConfig())
+    model = transformers.ResNetForImageClassification(transformers.ResNetConfig(num_labels=1000))
 else:
-    model = transformers.ConvNextForImageClassification(transformers.ConvNextConfig())
+    model = transformers.ConvNextForImageClassification(transformers.ConvNextConfig(num_labels=1000))
 model.train()
 fmt = torch.channels_last if a.channels_last else torch.contiguous_format
 model = model.to(memory_format=fmt)
