@@ -66,12 +66,13 @@ std::set<std::string> Model::head_parameters() const {
   // The parameters whose shapes change with one label more.
   std::vector<std::string> names = label_names();
   names.push_back("LABEL_" + std::to_string(names.size()));
-  const auto more = with_labels(names)->parameter_shapes();
+  std::map<std::string, Shape> more;
+  for (const auto& [name, shape] : with_labels(names)->parameter_shapes())
+    more.emplace(name, shape);
   std::set<std::string> head;
   for (const auto& [name, shape] : more) head.insert(name);
   for (const auto& [name, shape] : parameter_shapes()) {
-    auto it =
-        std::find_if(more.begin(), more.end(), [&](const auto& e) { return e.first == name; });
+    auto it = more.find(name);
     if (it != more.end() && it->second == shape) head.erase(name);
   }
   return head;

@@ -6,7 +6,10 @@ namespace kiln::train {
 
 GradResult forward_backward(const nn::Model& model, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout, DType matmul_dtype) {
-  auto [params, state] = model.split(weights, "weights");
+  // (Not structured bindings: clang 14 cannot capture those in the lambda below.)
+  std::pair<Params, Params> split = model.split(weights, "weights");
+  Params& params = split.first;
+  Params& state = split.second;
   model.check(params, state, "weights");
   for (auto& [name, w] : params) w = astype(w, DType::f32);
   for (auto& [name, s] : state)

@@ -201,8 +201,10 @@ TEST(Models, ConfigsRoundTripAndHeadsSwap) {
 TEST(Models, SavePretrainedKeepsTheStateAndLoadsBack) {
   const std::string src = kFixtures + "resnet_basic_golden/";
   const auto model = io::load_model_config(src + "config.json");
-  auto [params, state] =
+  const std::pair<Params, Params> split =
       model->split(io::load_safetensors(src + "model.safetensors").tensors, "fixture");
+  const Params& params = split.first;
+  const Params& state = split.second;
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("kiln_model_save_" + std::to_string(::getpid())))
           .string();
