@@ -152,6 +152,12 @@ std::string label_name(const std::vector<std::string>& id2label, int64_t i) {
   return i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);
 }
 
+std::vector<std::string> label_names(int64_t num_labels, const std::vector<std::string>& id2label) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < num_labels; ++i) names.push_back(label_name(id2label, i));
+  return names;
+}
+
 void write_labels(json& j, int64_t num_labels, const std::vector<std::string>& id2label,
                   ProblemType problem) {
   json ids = json::object(), names = json::object();

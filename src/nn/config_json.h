@@ -45,5 +45,7 @@ void write_labels(json& j, int64_t num_labels, const std::vector<std::string>& i
                   ProblemType problem);
 // label i's name: id2label[i], or transformers' LABEL_i.
 std::string label_name(const std::vector<std::string>& id2label, int64_t i);
+// Every label's name, in label order.
+std::vector<std::string> label_names(int64_t num_labels, const std::vector<std::string>& id2label);
 
 }  // namespace kiln::nn::config_json

@@ -83,10 +83,7 @@ class ConvNextModel final : public Model {
   int64_t num_logits() const override { return cfg().num_logits(); }
   ProblemType problem_type() const override { return cfg().problem_type; }
   std::vector<std::string> label_names() const override {
-    std::vector<std::string> names;
-    for (int64_t i = 0; i < cfg().num_labels; ++i)
-      names.push_back(config_json::label_name(cfg().id2label, i));
-    return names;
+    return config_json::label_names(cfg().num_labels, cfg().id2label);
   }
   std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const override {
     ConvNextConfig c = cfg();

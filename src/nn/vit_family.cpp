@@ -132,9 +132,7 @@ class ViTModel final : public Model {
   int64_t num_logits() const override { return cfg().num_logits(); }
   ProblemType problem_type() const override { return cfg().problem_type; }
   std::vector<std::string> label_names() const override {
-    std::vector<std::string> names;
-    for (int64_t i = 0; i < cfg().num_labels; ++i) names.push_back(cfg().label_name(i));
-    return names;
+    return config_json::label_names(cfg().num_labels, cfg().id2label);
   }
   std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const override {
     ViTConfig c = cfg();
@@ -153,8 +151,8 @@ class ViTModel final : public Model {
     double flops = cfg().train_flops_per_image(deit ? 2 : 1);
     // DeiT with its teacher's head: a second classifier on the distillation token.
     if (net_.variant() == ViTVariant::DeiTWithTeacher)
-      flops += 3 * 2.0 * static_cast<double>(cfg().hidden_size) *
-               static_cast<double>(cfg().num_labels);
+      flops +=
+          3 * 2.0 * static_cast<double>(cfg().hidden_size) * static_cast<double>(cfg().num_labels);
     return flops;
   }
   std::string config_json() const override { return cfg().to_json(net_.variant()); }
