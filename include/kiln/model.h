@@ -11,27 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/layers.h"
 #include "kiln/nn.h"
 
 namespace kiln::nn {
-
-// How a model runs.
-struct ModelOptions {
-  Layout layout = Layout::NCHW;  // of pixel_values
-  // Training: dropout and stochastic depth draw from `key`, BatchNorm
-  // normalizes by the batch's statistics and updates its running ones.
-  bool train = false;
-  // With train: dropout and drop path on (false: off, a deterministic pass
-  // that still updates BatchNorm's statistics, as `kiln grad` computes).
-  bool drop = true;
-  // The draws of dropout and drop path: an i32[2] key (random::key_array),
-  // folded in per site, so that eager, lazy and jit draw the same masks and
-  // a compiled step takes it as an argument. Unset: random::Key(0).
-  Array key;
-  DType matmul_dtype = DType::f32;  // f32, or bf16 mixed precision
-  bool fused_attention = true;      // attention models: one fused primitive
-  bool inference = false;           // no backward pass follows
-};
 
 struct ModelOutput {
   Array logits;  // [B, num_logits()]

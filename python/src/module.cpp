@@ -1173,6 +1173,188 @@ void bind_io(nb::module_& m) {
 
 // The bindings of the optimizers' update rules, schedules, clipping.
 // Models of every family behind kiln::nn::Model (kiln.models).
+// ---- layers (kiln/layers.h) -------------------------------------------------
+
+// What each layer binding shares: its declarations, init, and a forward
+// through a Scope of the options Python gives; `call` runs the layer.
+template <typename L, typename Call>
+void layer_methods(nb::class_<L>& c, Call call) {
+  namespace nn = kiln::nn;
+  c.def("declarations",
+        [](const L& l) {
+          nn::Decls d;
+          l.declare(d);
+          return nn::shapes_of(d);
+        })
+      .def(
+          "init",
+          [](const L& l, const kiln::random::Key& key, Device device) {
+            nn::Decls d;
+            l.declare(d);
+            return nn::init_params(d, key, device);
+          },
+          "key"_a, "device"_a = Device::cpu(), NoGil())
+      .def(
+          "apply",
+          [call](const L& l, const kiln::Params& params, const kiln::Params& state, const Array& x,
+                 kiln::nn::Layout in, kiln::nn::Layout out, bool train, bool drop,
+                 std::optional<Array> key, DType matmul_dtype, bool fused, bool inference) {
+            nn::ModelOptions o{.layout = in,
+                               .train = train,
+                               .drop = drop,
+                               .matmul_dtype = matmul_dtype,
+                               .fused_attention = fused,
+                               .inference = inference};
+            if (key) o.key = *key;
+            nn::Scope s(params, state, std::move(o), "nn");
+            Array y = call(l, s, x, in, out);
+            return std::pair{y, s.take_state()};
+          },
+          "params"_a, "state"_a, "x"_a, "layout"_a, "out_layout"_a, "train"_a, "drop"_a, "key"_a.none(),
+          "matmul_dtype"_a, "fused_attention"_a, "inference"_a, NoGil());
+}
+
+void bind_layers(nb::module_& m) {
+  namespace nn = kiln::nn;
+  using nn::Layout;
+  using nn::Scope;
+  nb::class_<nn::Init>(m, "_Init")
+      .def_static("zeros", &nn::Init::zeros)
+      .def_static("ones", &nn::Init::ones)
+      .def_static("constant", &nn::Init::constant, "value"_a)
+      .def_static("normal", &nn::Init::normal, "std"_a)
+      .def_static("truncated_normal", &nn::Init::truncated_normal, "std"_a)
+      .def_static("uniform", &nn::Init::uniform, "bound"_a)
+      .def_static("kaiming_normal_fan_out", &nn::Init::kaiming_normal_fan_out, "fan_out"_a)
+      .def_static("torch_default", &nn::Init::torch_default, "fan_in"_a);
+
+  nb::class_<nn::Linear> linear(m, "_Linear");
+  linear.def(nb::init<>())
+      .def_rw("name", &nn::Linear::name)
+      .def_rw("in_features", &nn::Linear::in)
+      .def_rw("out_features", &nn::Linear::out)
+      .def_rw("bias", &nn::Linear::bias)
+      .def_rw("weight_init", &nn::Linear::weight_init)
+      .def_rw("bias_init", &nn::Linear::bias_init);
+  layer_methods(linear, [](const nn::Linear& l, Scope& s, const Array& x, Layout, Layout) {
+    return l(s, x);
+  });
+
+  auto size_prop = [](auto& cls, const char* name, nn::Size2d nn::Conv2d::*field) {
+    cls.def_prop_rw(
+        name, [field](const nn::Conv2d& c) { return size2d(c.*field); },
+        [field, name](nn::Conv2d& c, nb::handle v) { c.*field = to_size2d(v, name); });
+  };
+  nb::class_<nn::Conv2d> conv(m, "_Conv2d");
+  conv.def(nb::init<>())
+      .def_rw("name", &nn::Conv2d::name)
+      .def_rw("in_channels", &nn::Conv2d::in)
+      .def_rw("out_channels", &nn::Conv2d::out)
+      .def_rw("padding", &nn::Conv2d::padding)
+      .def_rw("same", &nn::Conv2d::same)
+      .def_rw("groups", &nn::Conv2d::groups)
+      .def_rw("bias", &nn::Conv2d::bias)
+      .def_rw("weight_init", &nn::Conv2d::weight_init)
+      .def_rw("bias_init", &nn::Conv2d::bias_init)
+      .def_rw("patch_matmul", &nn::Conv2d::patch_matmul);
+  size_prop(conv, "kernel_size", &nn::Conv2d::kernel);
+  size_prop(conv, "stride", &nn::Conv2d::stride);
+  size_prop(conv, "dilation", &nn::Conv2d::dilation);
+  layer_methods(conv, [](const nn::Conv2d& c, Scope& s, const Array& x, Layout in, Layout out) {
+    return c(s, x, in, out);
+  });
+
+  nb::class_<nn::LayerNorm> ln(m, "_LayerNorm");
+  ln.def(nb::init<>())
+      .def_rw("name", &nn::LayerNorm::name)
+      .def_rw("dim", &nn::LayerNorm::dim)
+      .def_rw("eps", &nn::LayerNorm::eps)
+      .def_rw("channels_first", &nn::LayerNorm::channels_first);
+  layer_methods(ln, [](const nn::LayerNorm& l, Scope& s, const Array& x, Layout, Layout) {
+    return l(s, x);
+  });
+
+  nb::class_<nn::BatchNorm> bn(m, "_BatchNorm");
+  bn.def(nb::init<>())
+      .def_rw("name", &nn::BatchNorm::name)
+      .def_rw("dim", &nn::BatchNorm::dim)
+      .def_rw("eps", &nn::BatchNorm::eps)
+      .def_rw("momentum", &nn::BatchNorm::momentum)
+      .def("init_state", [](const nn::BatchNorm& b, Device device) {
+        nn::Decls d;
+        b.declare_state(d);
+        return nn::init_state(d, device);
+      }, "device"_a = Device::cpu());
+  layer_methods(bn, [](const nn::BatchNorm& b, Scope& s, const Array& x, Layout in, Layout) {
+    return b(s, x, in);
+  });
+
+  nb::class_<nn::Embedding> emb(m, "_Embedding");
+  emb.def(nb::init<>())
+      .def_rw("name", &nn::Embedding::name)
+      .def_rw("num_embeddings", &nn::Embedding::num)
+      .def_rw("dim", &nn::Embedding::dim)
+      .def_rw("init_", &nn::Embedding::init);
+  layer_methods(emb, [](const nn::Embedding& e, Scope& s, const Array& x, Layout, Layout) {
+    return e(s, x);
+  });
+
+  // Dropout and DropPath declare nothing; they take `declare` for the shared methods.
+  struct DropoutLayer : nn::Dropout {
+    void declare(nn::Decls&) const {}
+  };
+  struct DropPathLayer : nn::DropPath {
+    void declare(nn::Decls&) const {}
+  };
+  nb::class_<DropoutLayer> dropout(m, "_Dropout");
+  dropout.def(nb::init<>()).def_prop_rw(
+      "p", [](const DropoutLayer& d) { return d.p; }, [](DropoutLayer& d, double p) { d.p = p; });
+  layer_methods(dropout, [](const DropoutLayer& d, Scope& s, const Array& x, Layout, Layout) {
+    return d(s, x);
+  });
+  nb::class_<DropPathLayer> drop_path(m, "_DropPath");
+  drop_path.def(nb::init<>()).def_prop_rw(
+      "p", [](const DropPathLayer& d) { return d.p; }, [](DropPathLayer& d, double p) { d.p = p; });
+  layer_methods(drop_path, [](const DropPathLayer& d, Scope& s, const Array& x, Layout, Layout) {
+    return d(s, x);
+  });
+
+  nb::class_<nn::MultiHeadAttention> mha(m, "_MultiHeadAttention");
+  mha.def(nb::init<>())
+      .def_rw("query", &nn::MultiHeadAttention::query)
+      .def_rw("key", &nn::MultiHeadAttention::key)
+      .def_rw("value", &nn::MultiHeadAttention::value)
+      .def_rw("output", &nn::MultiHeadAttention::output)
+      .def_rw("dim", &nn::MultiHeadAttention::dim)
+      .def_rw("heads", &nn::MultiHeadAttention::heads)
+      .def_rw("head_dim", &nn::MultiHeadAttention::head_dim)
+      .def_rw("qkv_bias", &nn::MultiHeadAttention::qkv_bias)
+      .def_rw("dropout", &nn::MultiHeadAttention::dropout)
+      .def_rw("weight_init", &nn::MultiHeadAttention::weight_init);
+  layer_methods(mha, [](const nn::MultiHeadAttention& a, Scope& s, const Array& x, Layout, Layout) {
+    return a(s, x);
+  });
+
+  nb::class_<nn::MLP> mlp(m, "_MLP");
+  mlp.def(nb::init<>())
+      .def_rw("up", &nn::MLP::up)
+      .def_rw("down", &nn::MLP::down)
+      .def_prop_rw(
+          "activation", [](const nn::MLP& p) { return std::string(nn::activation_name(p.act)); },
+          [](nn::MLP& p, const std::string& name) {
+            auto a = nn::activation_from_name(name);
+            if (!a) {
+              std::string known;
+              for (const auto& n : nn::activation_names()) known += (known.empty() ? "" : ", ") + n;
+              kiln::fail("nn.MLP", "unknown activation '" + name + "', expected one of " + known);
+            }
+            p.act = *a;
+          });
+  layer_methods(mlp, [](const nn::MLP& p, Scope& s, const Array& x, Layout, Layout) {
+    return p(s, x);
+  });
+}
+
 void bind_models(nb::module_& m) {
   using kiln::nn::Model;
   using Ptr = std::shared_ptr<Model>;
@@ -1419,6 +1601,7 @@ NB_MODULE(_kiln, m) {
   bind_random(m);
   bind_nn_io(m);
   bind_io(m);
+  bind_layers(m);
   bind_models(m);
   bind_optim(m);
   bind_data_train(m);

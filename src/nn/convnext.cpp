@@ -9,18 +9,134 @@
 #include "kiln/convnext.h"
 
 #include <cmath>
+#include <optional>
+
+#include "kiln/layers.h"
 
 namespace kiln::nn {
 namespace {
 
-const Array& entry(const Params& tree, const std::string& name) {
-  auto it = tree.find(name);
-  if (it == tree.end()) fail("convnext", "missing parameter '" + name + "'");
-  return it->second;
-}
-
 std::string stage_name(size_t s) {
   return "convnext.encoder.stages." + std::to_string(s);
+}
+
+// The layers, by name, as transformers' ConvNext modules hold them (LayerNorms
+// over channels, computed channels last).
+struct Stem {
+  Conv2d patch;
+  LayerNorm norm;
+};
+Stem stem_of(const ConvNextConfig& c) {
+  const int64_t c0 = c.hidden_sizes[0];
+  return {{.name = "convnext.embeddings.patch_embeddings",
+           .in = c.num_channels,
+           .out = c0,
+           .kernel = c.patch_size,
+           .stride = c.patch_size,
+           .weight_init = Init::normal(c.initializer_range)},
+          {"convnext.embeddings.layernorm", c0, 1e-6}};
+}
+
+struct Downsampling {
+  LayerNorm norm;
+  Conv2d conv;
+};
+Downsampling downsampling_of(const ConvNextConfig& c, size_t s, int64_t in, int64_t out) {
+  const std::string down = stage_name(s) + ".downsampling_layer.";
+  return {{down + "0", in, 1e-6},
+          {.name = down + "1",
+           .in = in,
+           .out = out,
+           .kernel = 2,
+           .stride = 2,
+           .weight_init = Init::normal(c.initializer_range)}};
+}
+
+// ConvNextLayer: 7x7 depthwise convolution, LayerNorm, the 4x MLP, layer
+// scale, drop path (its rate: torch.linspace(0, drop_path_rate, total)[index]).
+struct Block {
+  Conv2d dwconv;
+  LayerNorm norm;
+  MLP mlp;
+  std::string layer_scale;  // empty: none
+  int64_t dim;
+  DropPath drop_path;
+
+  void declare(Decls& d, double layer_scale_init) const {
+    dwconv.declare(d);
+    norm.declare(d);
+    mlp.declare(d);
+    if (!layer_scale.empty()) d.push_back({layer_scale, {dim}, Init::constant(layer_scale_init)});
+  }
+  Array operator()(Scope& s, const Array& h) const {
+    Array x = mlp(s, norm(s, dwconv(s, h, Layout::NHWC)));
+    if (!layer_scale.empty()) x = x * s.param(layer_scale);
+    return h + drop_path(s, x);
+  }
+};
+Block block_of(const ConvNextConfig& c, size_t s, int64_t l, int64_t index, int64_t total) {
+  const std::string p = stage_name(s) + ".layers." + std::to_string(l) + ".";
+  const int64_t d = c.hidden_sizes[s];
+  const Init w = Init::normal(c.initializer_range);
+  const double rate = total > 1 ? c.drop_path_rate * static_cast<double>(index) /
+                                      static_cast<double>(total - 1)
+                                : 0.0;
+  return {{.name = p + "dwconv",
+           .in = d,
+           .out = d,
+           .kernel = 7,
+           .padding = Conv2d::pad(3),
+           .groups = d,
+           .weight_init = w},
+          {p + "layernorm", d, 1e-6},
+          {.up = {p + "pwconv1", d, 4 * d, true, w},
+           .down = {p + "pwconv2", 4 * d, d, true, w},
+           .act = c.hidden_act},
+          c.layer_scale_init_value > 0 ? p + "layer_scale_parameter" : std::string(),
+          d,
+          {rate}};
+}
+
+// Visits the stages: f(stage, its downsampling or null, its blocks).
+template <typename F>
+void for_each_stage(const ConvNextConfig& c, F&& f) {
+  int64_t total = 0, index = 0;
+  for (int64_t d : c.depths) total += d;
+  int64_t prev = c.hidden_sizes[0];
+  for (size_t s = 0; s < c.hidden_sizes.size(); ++s) {
+    const int64_t d = c.hidden_sizes[s];
+    std::optional<Downsampling> down;
+    if (s > 0 || prev != d) down = downsampling_of(c, s, prev, d);
+    std::vector<Block> blocks;
+    for (int64_t l = 0; l < c.depths[s]; ++l) blocks.push_back(block_of(c, s, l, index++, total));
+    f(down, blocks);
+    prev = d;
+  }
+}
+
+LayerNorm final_norm(const ConvNextConfig& c) {
+  return {"convnext.layernorm", c.hidden_sizes.back(), c.layer_norm_eps};
+}
+Linear classifier_of(const ConvNextConfig& c) {
+  return {"classifier", c.hidden_sizes.back(), c.num_labels, true,
+          Init::normal(c.initializer_range)};
+}
+
+Decls declarations(const ConvNextConfig& c) {
+  Decls d;
+  const Stem stem = stem_of(c);
+  stem.patch.declare(d);
+  stem.norm.declare(d);
+  for_each_stage(c, [&](const std::optional<Downsampling>& down, const std::vector<Block>& blocks) {
+    if (down) {
+      down->norm.declare(d);
+      down->conv.declare(d);
+    }
+    for (const Block& b : blocks) b.declare(d, c.layer_scale_init_value);
+  });
+  final_norm(c).declare(d);
+  if (c.num_labels > 0) classifier_of(c).declare(d);
+  return d;
 }
 
 }  // namespace
@@ -107,65 +223,11 @@ ConvNextForImageClassification::ConvNextForImageClassification(ConvNextConfig cf
 
 std::vector<std::pair<std::string, Shape>> ConvNextForImageClassification::parameter_shapes()
     const {
-  const auto& c = cfg_;
-  std::vector<std::pair<std::string, Shape>> out;
-  auto add = [&](const std::string& n, Shape s) { out.emplace_back(n, std::move(s)); };
-  const int64_t c0 = c.hidden_sizes[0];
-  add("convnext.embeddings.patch_embeddings.weight", {c0, c.num_channels, c.patch_size, c.patch_size});
-  add("convnext.embeddings.patch_embeddings.bias", {c0});
-  add("convnext.embeddings.layernorm.weight", {c0});
-  add("convnext.embeddings.layernorm.bias", {c0});
-  int64_t prev = c0;
-  for (size_t s = 0; s < c.hidden_sizes.size(); ++s) {
-    const int64_t d = c.hidden_sizes[s];
-    if (s > 0 || prev != d) {
-      const std::string down = stage_name(s) + ".downsampling_layer.";
-      add(down + "0.weight", {prev});
-      add(down + "0.bias", {prev});
-      add(down + "1.weight", {d, prev, 2, 2});
-      add(down + "1.bias", {d});
-    }
-    for (int64_t l = 0; l < c.depths[s]; ++l) {
-      const std::string p = stage_name(s) + ".layers." + std::to_string(l) + ".";
-      add(p + "dwconv.weight", {d, 1, 7, 7});
-      add(p + "dwconv.bias", {d});
-      add(p + "layernorm.weight", {d});
-      add(p + "layernorm.bias", {d});
-      add(p + "pwconv1.weight", {4 * d, d});
-      add(p + "pwconv1.bias", {4 * d});
-      add(p + "pwconv2.weight", {d, 4 * d});
-      add(p + "pwconv2.bias", {d});
-      if (c.layer_scale_init_value > 0) add(p + "layer_scale_parameter", {d});
-    }
-    prev = d;
-  }
-  add("convnext.layernorm.weight", {prev});
-  add("convnext.layernorm.bias", {prev});
-  if (c.num_labels > 0) {
-    add("classifier.weight", {c.num_labels, prev});
-    add("classifier.bias", {c.num_labels});
-  }
-  return out;
+  return shapes_of(declarations(cfg_));
 }
 
 Params ConvNextForImageClassification::init(const random::Key& key, Device device) const {
-  Params p;
-  uint32_t i = 0;
-  for (auto& [name, shape] : parameter_shapes()) {
-    const random::Key k = random::fold_in(key, i++);
-    const bool norm = name.find("layernorm") != std::string::npos ||
-                      name.find("downsampling_layer.0") != std::string::npos;
-    if (name.ends_with("layer_scale_parameter"))
-      p.emplace(name, full(shape, cfg_.layer_scale_init_value, DType::f32, device));
-    else if (name.ends_with(".bias"))
-      p.emplace(name, zeros(shape, DType::f32, device));
-    else if (norm)
-      p.emplace(name, ones(shape, DType::f32, device));
-    else
-      p.emplace(name, random::normal(k, shape, DType::f32, device) * cfg_.initializer_range);
-  }
-  eval(p);
-  return p;
+  return init_params(declarations(cfg_), key, device);
 }
 
 void ConvNextForImageClassification::check(const Params& params, const std::string& origin) const {
@@ -191,52 +253,17 @@ Array ConvNextForImageClassification::apply(const Params& params, const Array& p
     fail("convnext", "pixel_values " + str(pixels.shape()) + ": expected " +
                          std::to_string(c.num_channels) + " channels (num_channels) on axis " +
                          (nhwc ? "3 (NHWC)" : "1 (NCHW)"));
-  auto P = [&](const std::string& n) -> const Array& { return entry(params, n); };
-  auto norm = [&](const Array& x, const std::string& n, double eps) {
-    return layer_norm(x, P(n + ".weight"), P(n + ".bias"), eps);
-  };
-  auto conv = [&](const Array& x, const std::string& n, int64_t stride, int64_t pad,
-                  int64_t groups) {
-    return conv2d(x, P(n + ".weight"),
-                  {.stride = {stride}, .padding = {{pad, pad}}, .groups = groups,
-                   .channels_last = true}) +
-           P(n + ".bias");
-  };
-  auto linear = [&](const Array& x, const std::string& n) {
-    return matmul(x, P(n + ".weight"), {.transpose_b = true}) + P(n + ".bias");
-  };
+  const Params no_state;
+  Scope s(params, no_state, {.train = train, .key = key}, "convnext");
+  const Stem stem = stem_of(c);
   Array h = nhwc ? pixels : transpose(pixels, {0, 2, 3, 1});
-  h = norm(conv(h, "convnext.embeddings.patch_embeddings", c.patch_size, 0, 1),
-           "convnext.embeddings.layernorm", 1e-6);
-  int64_t total = 0, layer = 0;
-  for (int64_t d : c.depths) total += d;
-  int64_t prev = c.hidden_sizes[0];
-  for (size_t s = 0; s < c.hidden_sizes.size(); ++s) {
-    const int64_t d = c.hidden_sizes[s];
-    if (s > 0 || prev != d) {
-      const std::string down = stage_name(s) + ".downsampling_layer.";
-      h = conv(norm(h, down + "0", 1e-6), down + "1", 2, 0, 1);
-    }
-    for (int64_t l = 0; l < c.depths[s]; ++l, ++layer) {
-      const std::string p = stage_name(s) + ".layers." + std::to_string(l) + ".";
-      Array x = norm(conv(h, p + "dwconv", 1, 3, d), p + "layernorm", 1e-6);
-      x = linear(activate(c.hidden_act, linear(x, p + "pwconv1")), p + "pwconv2");
-      if (c.layer_scale_init_value > 0) x = x * P(p + "layer_scale_parameter");
-      // torch.linspace(0, drop_path_rate, total)[layer]
-      const double rate =
-          total > 1 ? c.drop_path_rate * static_cast<double>(layer) / static_cast<double>(total - 1)
-                    : 0.0;
-      if (train && rate > 0) {
-        const Array keep = random::bernoulli(key.to(x.device()), static_cast<uint32_t>(layer),
-                                             {x.shape()[0], 1, 1, 1}, 1 - rate);
-        x = x * astype(keep, x.dtype()) / (1 - rate);
-      }
-      h = h + x;
-    }
-    prev = d;
-  }
-  const Array pooled = norm(mean(h, {1, 2}), "convnext.layernorm", c.layer_norm_eps);
-  return c.num_labels > 0 ? linear(pooled, "classifier") : pooled;
+  h = stem.norm(s, stem.patch(s, h, Layout::NHWC));
+  for_each_stage(c, [&](const std::optional<Downsampling>& down, const std::vector<Block>& blocks) {
+    if (down) h = down->conv(s, down->norm(s, h), Layout::NHWC);
+    for (const Block& b : blocks) h = b(s, h);
+  });
+  const Array pooled = final_norm(c)(s, mean(h, {1, 2}));
+  return c.num_labels > 0 ? classifier_of(c)(s, pooled) : pooled;
 }
 
 Array ConvNextForImageClassification::loss(const Array& logits, const Array& labels,

@@ -5,6 +5,8 @@
 // average pooling and a linear classifier.
 #include "kiln/resnet.h"
 
+#include "kiln/layers.h"
+
 #include <cmath>
 #include <optional>
 
@@ -65,10 +67,40 @@ void for_each_conv(const Plan& p, F&& f) {
   }
 }
 
-const Array& entry(const Params& tree, const std::string& name, const char* what) {
-  auto it = tree.find(name);
-  if (it == tree.end()) fail("resnet", std::string("missing ") + what + " '" + name + "'");
-  return it->second;
+// transformers' ResNetConvLayer: the convolution (no bias; kaiming normal,
+// fan out), its BatchNorm.
+Conv2d conv_of(const ConvSpec& c) {
+  return {.name = c.name + ".convolution",
+          .in = c.in,
+          .out = c.out,
+          .kernel = c.kernel,
+          .stride = c.stride,
+          .padding = Conv2d::pad(c.kernel / 2),
+          .bias = false,
+          .weight_init = Init::kaiming_normal_fan_out(c.out * c.kernel * c.kernel)};
+}
+BatchNorm norm_of(const ConvSpec& c) { return {c.name + ".normalization", c.out}; }
+
+// The classifier (after a flatten: "classifier.1"), torch's default init.
+Linear classifier_of(const ResNetConfig& c) {
+  const Init init = Init::torch_default(c.hidden_sizes.back());
+  return {"classifier.1", c.hidden_sizes.back(), c.num_labels, true, init, init};
+}
+
+Decls declarations(const ResNetConfig& cfg) {
+  Decls d;
+  for_each_conv(plan_of(cfg), [&](const ConvSpec& c) {
+    conv_of(c).declare(d);
+    norm_of(c).declare(d);
+  });
+  if (cfg.num_labels > 0) classifier_of(cfg).declare(d);
+  return d;
+}
+
+Decls state_declarations(const ResNetConfig& cfg) {
+  Decls d;
+  for_each_conv(plan_of(cfg), [&](const ConvSpec& c) { norm_of(c).declare_state(d); });
+  return d;
 }
 
 }  // namespace
@@ -172,61 +204,19 @@ ResNetForImageClassification::ResNetForImageClassification(ResNetConfig cfg) : c
 }
 
 std::vector<std::pair<std::string, Shape>> ResNetForImageClassification::parameter_shapes() const {
-  std::vector<std::pair<std::string, Shape>> out;
-  for_each_conv(plan_of(cfg_), [&](const ConvSpec& c) {
-    out.emplace_back(c.name + ".convolution.weight", Shape{c.out, c.in, c.kernel, c.kernel});
-    out.emplace_back(c.name + ".normalization.weight", Shape{c.out});
-    out.emplace_back(c.name + ".normalization.bias", Shape{c.out});
-  });
-  if (cfg_.num_labels > 0) {
-    out.emplace_back("classifier.1.weight", Shape{cfg_.num_labels, cfg_.hidden_sizes.back()});
-    out.emplace_back("classifier.1.bias", Shape{cfg_.num_labels});
-  }
-  return out;
+  return shapes_of(declarations(cfg_));
 }
 
 std::vector<std::pair<std::string, Shape>> ResNetForImageClassification::state_shapes() const {
-  std::vector<std::pair<std::string, Shape>> out;
-  for_each_conv(plan_of(cfg_), [&](const ConvSpec& c) {
-    out.emplace_back(c.name + ".normalization.running_mean", Shape{c.out});
-    out.emplace_back(c.name + ".normalization.running_var", Shape{c.out});
-    out.emplace_back(c.name + ".normalization.num_batches_tracked", Shape{});
-  });
-  return out;
+  return shapes_of(state_declarations(cfg_));
 }
 
 Params ResNetForImageClassification::init(const random::Key& key, Device device) const {
-  Params p;
-  uint32_t i = 0;
-  for (auto& [name, shape] : parameter_shapes()) {
-    const random::Key k = random::fold_in(key, i++);
-    if (name.ends_with(".convolution.weight")) {
-      // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std √2 / √(O·KH·KW).
-      const double std = std::sqrt(2.0 / static_cast<double>(shape[0] * shape[2] * shape[3]));
-      p.emplace(name, random::normal(k, shape, DType::f32, device) * std);
-    } else if (name.ends_with(".normalization.weight")) {
-      p.emplace(name, ones(shape, DType::f32, device));
-    } else if (name.ends_with(".normalization.bias")) {
-      p.emplace(name, zeros(shape, DType::f32, device));
-    } else {  // the classifier: ±1/√fan_in for its weight and bias
-      const double bound = 1.0 / std::sqrt(static_cast<double>(cfg_.hidden_sizes.back()));
-      p.emplace(name, random::uniform(k, shape, -bound, bound, DType::f32, device));
-    }
-  }
-  eval(p);
-  return p;
+  return init_params(declarations(cfg_), key, device);
 }
 
 Params ResNetForImageClassification::init_state(Device device) const {
-  Params s;
-  for (auto& [name, shape] : state_shapes()) {
-    if (name.ends_with("num_batches_tracked"))
-      s.emplace(name, zeros(shape, DType::i64, device));
-    else
-      s.emplace(name, name.ends_with("running_var") ? ones(shape, DType::f32, device)
-                                                    : zeros(shape, DType::f32, device));
-  }
-  return s;
+  return nn::init_state(state_declarations(cfg_), device);
 }
 
 void ResNetForImageClassification::check(const Params& params, const Params& state,
@@ -256,25 +246,10 @@ ResNetOutput ResNetForImageClassification::apply(const Params& params, const Par
                        " (num_channels " + std::to_string(cfg_.num_channels) + ")");
   // Computed channels last whatever the pixels' layout (the convolutions'
   // fastest form on the cpu: oneDNN's direct kernels, 2x its NCHW GEMMs).
-  ResNetOutput out;
-  out.state = state;
+  Scope s(params, state, {.train = train}, "resnet");
   auto conv_bn = [&](const ConvSpec& c, const Array& x) {
-    const Array y =
-        conv2d(x, entry(params, c.name + ".convolution.weight", "parameter"),
-               {.stride = {c.stride}, .padding = {{c.kernel / 2, c.kernel / 2}}, .channels_last = true});
-    const std::string bn = c.name + ".normalization.";
-    const BatchNormResult r =
-        batch_norm(y, entry(params, bn + "weight", "parameter"), entry(params, bn + "bias", "parameter"),
-                   entry(state, bn + "running_mean", "BatchNorm statistic"),
-                   entry(state, bn + "running_var", "BatchNorm statistic"),
-                   {.training = train, .momentum = 0.1, .eps = 1e-5, .channels_last = true});
-    if (train) {
-      out.state[bn + "running_mean"] = r.running_mean;
-      out.state[bn + "running_var"] = r.running_var;
-      const Array& n = entry(state, bn + "num_batches_tracked", "BatchNorm statistic");
-      out.state[bn + "num_batches_tracked"] = n + scalar_like(n, 1.0);
-    }
-    return c.act ? activate(cfg_.hidden_act, r.y) : r.y;
+    const Array y = norm_of(c)(s, conv_of(c)(s, x, Layout::NHWC), Layout::NHWC);
+    return c.act ? activate(cfg_.hidden_act, y) : y;
   };
   const Plan plan = plan_of(cfg_);
   const Array x = nhwc ? pixels : transpose(pixels, {0, 2, 3, 1});
@@ -286,11 +261,9 @@ ResNetOutput ResNetForImageClassification::apply(const Params& params, const Par
     h = activate(cfg_.hidden_act, y + (b.shortcut ? conv_bn(*b.shortcut, h) : h));
   }
   const Array pooled = mean(h, {1, 2});  // [B, C]
-  out.logits = cfg_.num_labels > 0
-                   ? matmul(pooled, entry(params, "classifier.1.weight", "parameter"),
-                            {.transpose_b = true}) +
-                         entry(params, "classifier.1.bias", "parameter")
-                   : pooled;
+  ResNetOutput out;
+  out.logits = cfg_.num_labels > 0 ? classifier_of(cfg_)(s, pooled) : pooled;
+  out.state = s.take_state();
   return out;
 }
 

@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/layers.h"
 #include "kiln/nn.h"
-#include "ops/dispatch.h"
 
 namespace kiln::nn {
 namespace {
@@ -16,47 +16,44 @@ std::string layer_prefix(const std::string& model, int64_t i) {
   return model + ".encoder.layer." + std::to_string(i) + ".";
 }
 
-// A matmul whose operands are rounded to `dt` (bf16 mixed precision) and
-// whose result is f32.
-Array mm(const Array& a, const Array& b, MatmulOptions o, DType dt) {
-  if (dt == DType::f32) return matmul(a, b, o);
-  o.out = DType::f32;
-  return matmul(astype(a, dt), astype(b, dt), o);
-}
+// The layers of encoder layer `l` of a model whose names start `m`.
+struct EncoderLayer {
+  LayerNorm before, after;
+  MultiHeadAttention attention;
+  Dropout dropout;  // after the attention's and the MLP's output projections
+  MLP mlp;
 
-// y = x · Wᵀ + b for x [..., in], W [out, in] (torch.nn.Linear).
-Array linear(const Params& p, const std::string& name, const Array& x, DType dt, bool bias = true) {
-  Array y = mm(x, p.at(name + ".weight"), {.transpose_b = true}, dt);
-  // (y is given up: eager mode adds the bias in its buffer)
-  return bias ? std::move(y) + p.at(name + ".bias") : y;
-}
-
-Array layer_norm_of(const Params& p, const std::string& name, const Array& x, double eps) {
-  return layer_norm(x, p.at(name + ".weight"), p.at(name + ".bias"), eps);
-}
-
-// Inverted dropout: kept values are scaled by 1/(1-p); p = 1 drops
-// everything (torch returns x * 0, whose gradient is 0).
-class Dropout {
- public:
-  Dropout(const ApplyOptions& opt)
-      : active_(opt.train), key_(opt.dropout_key), key_array_(opt.dropout_key_array) {}
-  Array operator()(const Array& x, double p) {
-    if (!active_ || p <= 0) return x;
-    if (p >= 1) return x * 0.0;
-    uint32_t site = counter_++;
-    Array keep =
-        key_array_.valid()
-            ? random::bernoulli(key_array_.to(x.device()), site, x.shape(), 1.0 - p)
-            : random::bernoulli(random::fold_in(key_, site), x.shape(), 1.0 - p, x.device());
-    return where(keep, x * (1.0 / (1.0 - p)), scalar_like(x, 0.0));
+  EncoderLayer(const ViTConfig& c, const std::string& m, int64_t l) {
+    const std::string p = layer_prefix(m, l), att = p + "attention.attention.";
+    const Init w = Init::truncated_normal(c.initializer_range);
+    before = {p + "layernorm_before", c.hidden_size, c.layer_norm_eps};
+    after = {p + "layernorm_after", c.hidden_size, c.layer_norm_eps};
+    // Pruned heads narrow a layer's attention to heads * head_dim features.
+    attention = {.query = att + "query",
+                 .key = att + "key",
+                 .value = att + "value",
+                 .output = p + "attention.output.dense",
+                 .dim = c.hidden_size,
+                 .heads = c.heads_in_layer(l),
+                 .head_dim = c.head_dim(),
+                 .qkv_bias = c.qkv_bias,
+                 .dropout = c.attention_probs_dropout_prob,
+                 .weight_init = w};
+    dropout = {c.hidden_dropout_prob};
+    mlp = {.up = {p + "intermediate.dense", c.hidden_size, c.intermediate_size, true, w},
+           .down = {p + "output.dense", c.intermediate_size, c.hidden_size, true, w},
+           .act = c.hidden_act};
   }
-
- private:
-  bool active_;
-  random::Key key_;
-  Array key_array_;
-  uint32_t counter_ = 0;
+  void declare(Decls& d) const {
+    before.declare(d);
+    after.declare(d);
+    attention.declare(d);
+    mlp.declare(d);
+  }
+  Array operator()(Scope& s, const Array& x) const {
+    Array h = x + dropout(s, attention(s, before(s, x)));
+    return h + dropout(s, mlp(s, after(s, h)));
+  }
 };
 
 }  // namespace
@@ -239,47 +236,54 @@ ViTForImageClassification::ViTForImageClassification(ViTConfig cfg, ViTVariant v
   cfg_.validate();
 }
 
+namespace {
+
+// The layers outside the encoder, by name.
+std::string embeddings(const std::string& m) { return m + ".embeddings."; }
+
+Conv2d patch_projection(const ViTConfig& c, const std::string& m) {
+  return {.name = embeddings(m) + "patch_embeddings.projection",
+          .in = c.num_channels,
+          .out = c.hidden_size,
+          .kernel = c.patch_size,
+          .stride = c.patch_size,
+          .weight_init = Init::truncated_normal(c.initializer_range),
+          .patch_matmul = true};
+}
+
+std::vector<Linear> classifiers(const ViTConfig& c, ViTVariant v) {
+  if (c.num_labels == 0) return {};
+  const std::vector<std::string> names =
+      v == ViTVariant::DeiTWithTeacher
+          ? std::vector<std::string>{"cls_classifier", "distillation_classifier"}
+          : std::vector<std::string>{"classifier"};
+  std::vector<Linear> out;
+  for (const std::string& n : names)
+    out.push_back({n, c.hidden_size, c.num_labels, true, Init::truncated_normal(c.initializer_range)});
+  return out;
+}
+
+// Every parameter in transformers' order, with its initialization:
+// truncated normal(initializer_range) for weights, ViT's [CLS] token and
+// position embeddings (DeiT's tokens and position embeddings start at zero:
+// its _init_weights leaves torch.zeros), zero biases, unit LayerNorms.
+Decls declarations(const ViTConfig& c, ViTVariant v, const std::string& m, int64_t tokens) {
+  const int64_t h = c.hidden_size;
+  const Init token = v == ViTVariant::ViT ? Init::truncated_normal(c.initializer_range) : Init::zeros();
+  Decls d{{embeddings(m) + "cls_token", {1, 1, h}, token}};
+  if (v != ViTVariant::ViT) d.push_back({embeddings(m) + "distillation_token", {1, 1, h}, token});
+  d.push_back({embeddings(m) + "position_embeddings", {1, c.num_patches() + tokens, h}, token});
+  patch_projection(c, m).declare(d);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) EncoderLayer(c, m, l).declare(d);
+  LayerNorm{m + ".layernorm", h, c.layer_norm_eps}.declare(d);
+  for (const Linear& head : classifiers(c, v)) head.declare(d);
+  return d;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_shapes() const {
-  const auto& c = cfg_;
-  int64_t h = c.hidden_size;
-  const std::string m = prefix();
-  std::vector<std::pair<std::string, Shape>> s = {{m + ".embeddings.cls_token", {1, 1, h}}};
-  if (variant_ != ViTVariant::ViT) s.push_back({m + ".embeddings.distillation_token", {1, 1, h}});
-  s.push_back({m + ".embeddings.position_embeddings", {1, c.num_patches() + tokens(), h}});
-  s.push_back({m + ".embeddings.patch_embeddings.projection.weight",
-               {h, c.num_channels, c.patch_size.height, c.patch_size.width}});
-  s.push_back({m + ".embeddings.patch_embeddings.projection.bias", {h}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = layer_prefix(m, l);
-    for (const char* ln : {"layernorm_before", "layernorm_after"}) {
-      s.push_back({p + ln + ".weight", {h}});
-      s.push_back({p + ln + ".bias", {h}});
-    }
-    const int64_t a = c.heads_in_layer(l) * c.head_dim();  // less with pruned heads
-    for (const char* proj : {"query", "key", "value"}) {
-      s.push_back({p + "attention.attention." + proj + ".weight", {a, h}});
-      if (c.qkv_bias) s.push_back({p + "attention.attention." + proj + ".bias", {a}});
-    }
-    s.push_back({p + "attention.output.dense.weight", {h, a}});
-    s.push_back({p + "attention.output.dense.bias", {h}});
-    s.push_back({p + "intermediate.dense.weight", {c.intermediate_size, h}});
-    s.push_back({p + "intermediate.dense.bias", {c.intermediate_size}});
-    s.push_back({p + "output.dense.weight", {h, c.intermediate_size}});
-    s.push_back({p + "output.dense.bias", {h}});
-  }
-  s.push_back({m + ".layernorm.weight", {h}});
-  s.push_back({m + ".layernorm.bias", {h}});
-  if (c.num_labels > 0) {
-    const std::vector<std::string> heads =
-        variant_ == ViTVariant::DeiTWithTeacher
-            ? std::vector<std::string>{"cls_classifier", "distillation_classifier"}
-            : std::vector<std::string>{"classifier"};
-    for (const std::string& head : heads) {
-      s.push_back({head + ".weight", {c.num_labels, h}});
-      s.push_back({head + ".bias", {c.num_labels}});
-    }
-  }
-  return s;
+  return shapes_of(declarations(cfg_, variant_, prefix(), tokens()));
 }
 
 Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to) {
@@ -334,32 +338,7 @@ Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to) {
 }
 
 Params ViTForImageClassification::init(const random::Key& key, Device device) const {
-  Params p;
-  uint32_t i = 0;
-  for (auto& [name, shape] : parameter_shapes()) {
-    random::Key k = random::fold_in(key, i++);
-    bool is_norm = name.find("layernorm") != std::string::npos;
-    // DeiT's tokens and position embeddings start at zero (torch.zeros; its
-    // _init_weights leaves them), ViT's are drawn.
-    if (variant_ != ViTVariant::ViT && name.find(".embeddings.") != std::string::npos &&
-        name.find("patch_embeddings") == std::string::npos) {
-      p.emplace(name, zeros(shape, DType::f32, device));
-      continue;
-    }
-    bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (is_norm && !is_bias) {
-      p.emplace(name, ones(shape, DType::f32, device));
-    } else if (is_bias) {
-      p.emplace(name, zeros(shape, DType::f32, device));
-    } else {
-      // torch.nn.init.trunc_normal_(std=initializer_range), bounds ±2 absolute.
-      double std = cfg_.initializer_range;
-      p.emplace(name,
-                random::truncated_normal(k, shape, -2.0 / std, 2.0 / std, DType::f32, device) * std);
-    }
-  }
-  eval(p);
-  return p;
+  return init_params(declarations(cfg_, variant_, prefix(), tokens()), key, device);
 }
 
 void ViTForImageClassification::check(const Params& params, const std::string& origin) const {
@@ -382,9 +361,8 @@ void ViTForImageClassification::check(const Params& params, const std::string& o
 Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
                                        const ApplyOptions& opt) const {
   const auto& c = cfg_;
-  const Size2d img = c.image_size, ps = c.patch_size, g = c.grid();
-  const int64_t n = c.num_patches(), h = c.hidden_size, ch = c.num_channels;
-  const int64_t dh = c.head_dim();
+  const Size2d img = c.image_size;
+  const int64_t h = c.hidden_size, ch = c.num_channels;
   Shape want = opt.layout == Layout::NCHW ? Shape{-1, ch, img.height, img.width}
                                           : Shape{-1, img.height, img.width, ch};
   bool ok = pixels.ndim() == 4;
@@ -394,103 +372,40 @@ Array ViTForImageClassification::apply(const Params& p, const Array& pixels,
                     std::to_string(want[1]) + "," + std::to_string(want[2]) + "," +
                     std::to_string(want[3]) + ")" +
                     (opt.layout == Layout::NCHW ? " (NCHW)" : " (NHWC)"));
-  const int64_t b = pixels.shape()[0];
-  Dropout dropout(opt);
   const DType dt = opt.matmul_dtype;
   if (dt != DType::f32 && dt != DType::bf16)
     fail("vit", std::string("matmul precision ") + name_of(dt) + ", expected f32 or bf16");
-
-  // Patch embedding: a convolution whose stride is its kernel is a matmul
-  // over patches flattened in the weight's (channel, row, column) order. Its
-  // windows never reach the last image_size % patch_size rows and columns.
-  const int64_t used_h = g.height * ps.height, used_w = g.width * ps.width;
-  Array used = pixels;
-  if (used_h != img.height || used_w != img.width)
-    used = opt.layout == Layout::NCHW ? slice(pixels, {0, 0, 0, 0}, {b, ch, used_h, used_w})
-                                      : slice(pixels, {0, 0, 0, 0}, {b, used_h, used_w, ch});
-  Array patches = opt.layout == Layout::NCHW
-                      ? transpose(reshape(used, {b, ch, g.height, ps.height, g.width, ps.width}),
-                                  {0, 2, 4, 1, 3, 5})
-                      : transpose(reshape(used, {b, g.height, ps.height, g.width, ps.width, ch}),
-                                  {0, 1, 3, 5, 2, 4});
-  patches = reshape(patches, {b * n, ch * ps.height * ps.width});
+  const int64_t b = pixels.shape()[0];
+  const Params no_state;
+  ModelOptions mo{.layout = opt.layout,
+                  .train = opt.train,
+                  .key = opt.dropout_key_array.valid()
+                             ? opt.dropout_key_array
+                             : random::key_array(opt.dropout_key, pixels.device()),
+                  .matmul_dtype = dt,
+                  .fused_attention = opt.fused_attention,
+                  .inference = opt.inference};
+  Scope s(p, no_state, std::move(mo), "vit");
   const std::string m = prefix();
-  Array w = reshape(p.at(m + ".embeddings.patch_embeddings.projection.weight"), {h, -1});
-  Array x = mm(patches, w, {.transpose_b = true}, dt) +
-            p.at(m + ".embeddings.patch_embeddings.projection.bias");
-  x = reshape(x, {b, n, h});
-  std::vector<Array> seq{broadcast_to(p.at(m + ".embeddings.cls_token"), {b, 1, h})};
-  if (variant_ != ViTVariant::ViT)
-    seq.push_back(broadcast_to(p.at(m + ".embeddings.distillation_token"), {b, 1, h}));
-  seq.push_back(x);
-  x = concatenate(seq, 1) + p.at(m + ".embeddings.position_embeddings");
-  x = dropout(x, c.hidden_dropout_prob);
-  const int64_t t = n + tokens();
+  const Dropout dropout{c.hidden_dropout_prob};
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  const bool fused_attention =
-      opt.fused_attention && !(opt.train && c.attention_probs_dropout_prob > 0);
-  // bf16 mixed precision runs the fused attention on bf16 q, k and v (its
-  // softmax in f32) where the backend has that kernel (cpu and cuda), and its
-  // bf16 output feeds the output projection without a cast; elsewhere the
-  // attention stays f32.
-  const bool bf16_attention =
-      fused_attention && dt == DType::bf16 &&
-      backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},
-                       DType::bf16);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string pre = layer_prefix(m, l);
-    // Pruned heads narrow a layer's attention to heads * dh features.
-    const int64_t heads = c.heads_in_layer(l), a = heads * dh;
-    auto split_heads = [&](const Array& y) {  // [b, t, a] -> [b, heads, t, dh]
-      return transpose(reshape(y, {b, t, heads, dh}), {0, 2, 1, 3});
-    };
-    Array hn = layer_norm_of(p, pre + "layernorm_before", x, c.layer_norm_eps);
-    std::string att = pre + "attention.attention.";
-    Array ctx;
-    if (fused_attention) {
-      auto cat = [&](const std::string& what) {
-        return concatenate(
-            {p.at(att + "query." + what), p.at(att + "key." + what), p.at(att + "value." + what)},
-            0);
-      };
-      Array qkv = mm(hn, cat("weight"), {.transpose_b = true}, dt);
-      if (c.qkv_bias) qkv = std::move(qkv) + cat("bias");
-      Array packed = reshape(qkv, {b, t, 3, heads, dh});
-      if (bf16_attention) packed = astype(packed, DType::bf16);
-      ctx = reshape(attention(packed, scale), {b, t, a});
-    } else {
-      Array q = split_heads(linear(p, att + "query", hn, dt, c.qkv_bias));
-      Array k = split_heads(linear(p, att + "key", hn, dt, c.qkv_bias));
-      Array v = split_heads(linear(p, att + "value", hn, dt, c.qkv_bias));
-      Array scores = mm(q, k, {.transpose_b = true}, dt) * scale;
-      Array probs = dropout(softmax(scores, -1), c.attention_probs_dropout_prob);
-      ctx = reshape(transpose(mm(probs, v, {}, dt), {0, 2, 1, 3}), {b, t, a});
-    }
-    Array attn = dropout(linear(p, pre + "attention.output.dense", ctx, dt), c.hidden_dropout_prob);
-    x = x + std::move(attn);
-    Array hn2 = layer_norm_of(p, pre + "layernorm_after", x, c.layer_norm_eps);
-    // bf16 mixed precision keeps the MLP's widest activation in bf16, as
-    // autocast does: in training, the intermediate linear's output (bias
-    // added in f32, then rounded; compiled, the GEMM writes it so), which the
-    // backward pass keeps, and the activation of it, which the next GEMM
-    // reads as it is. Inference keeps nothing for a backward pass: the
-    // activation reads the f32 sum, and compiled, the GEMM's epilogue applies
-    // it and writes bf16 once. f32 mode is unchanged.
-    Array pre_act = linear(p, pre + "intermediate.dense", hn2, dt);
-    if (dt == DType::bf16 && !opt.inference) pre_act = astype(pre_act, DType::bf16);
-    Array mid = activate(c.hidden_act, pre_act);
-    Array out = dropout(linear(p, pre + "output.dense", mid, dt), c.hidden_dropout_prob);
-    x = x + std::move(out);
-  }
-  x = layer_norm_of(p, m + ".layernorm", x, c.layer_norm_eps);
+  // The patch embedding (a convolution whose stride is its kernel: a matmul
+  // over patches), channels last: tokens [b, patches, hidden].
+  Array x = reshape(patch_projection(c, m)(s, pixels, opt.layout, Layout::NHWC),
+                    {b, c.num_patches(), h});
+  std::vector<Array> seq{broadcast_to(s.param(embeddings(m) + "cls_token"), {b, 1, h})};
+  if (variant_ != ViTVariant::ViT)
+    seq.push_back(broadcast_to(s.param(embeddings(m) + "distillation_token"), {b, 1, h}));
+  seq.push_back(x);
+  x = dropout(s, concatenate(seq, 1) + s.param(embeddings(m) + "position_embeddings"));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) x = EncoderLayer(c, m, l)(s, x);
+  x = LayerNorm{m + ".layernorm", h, c.layer_norm_eps}(s, x);
   Array first = reshape(slice(x, {0, 0, 0}, {b, 1, h}), {b, h});
-  if (c.num_labels == 0) return first;
-  if (variant_ != ViTVariant::DeiTWithTeacher) return linear(p, "classifier", first, dt);
+  const std::vector<Linear> heads = classifiers(c, variant_);
+  if (heads.empty()) return first;
+  if (heads.size() == 1) return heads[0](s, first);
   Array second = reshape(slice(x, {0, 1, 0}, {b, 2, h}), {b, h});
-  return (linear(p, "cls_classifier", first, dt) +
-          linear(p, "distillation_classifier", second, dt)) *
-         0.5;
+  return (heads[0](s, first) + heads[1](s, second)) * 0.5;
 }
 
 Array ViTForImageClassification::loss(const Array& logits, const Array& labels,

@@ -37,7 +37,7 @@ const std::map<std::string, std::string> kPublic{
     {"distributed.h", "core"},  // the process group (its MPI engine is in src/backend)
     {"ops.h", "ops"},           {"random.h", "ops"},    {"transforms.h", "transforms"},
     {"compiler.h", "compiler"}, {"kiln.h", "compiler"}, {"nn.h", "nn"},
-    {"resnet.h", "nn"},         {"convnext.h", "nn"},   {"model.h", "nn"},
+    {"resnet.h", "nn"},         {"convnext.h", "nn"},   {"model.h", "nn"},     {"layers.h", "nn"},
     {"optim.h", "optim"},
     {"data.h", "data"},         {"io.h", "io"},         {"train.h", "train"}};
 

@@ -1,6 +1,9 @@
-"""Neural networks: HuggingFace's ViTForImageClassification over parameter
-trees (flat dicts of HuggingFace's parameter names), and
-``kiln.nn.functional``."""
+"""Neural networks: the layers kiln's model families are built of (Linear,
+Conv2d, LayerNorm, BatchNorm2d, Embedding, MultiHeadAttention, MLP, Dropout,
+DropPath) as classes over parameter trees, HuggingFace's
+ViTForImageClassification over its parameter tree (flat dicts of
+HuggingFace's parameter names), and ``kiln.nn.functional``. Models of
+every family: ``kiln.models``."""
 from __future__ import annotations
 
 import copy as _copy
@@ -10,9 +13,12 @@ from .. import _kiln
 from .._array import Array, Device, _device, asarray, dtype as _dtype, float32
 from .._kiln import KilnError, Layout, ViTConfig
 from ..random import Key
-from . import functional
+from . import functional, layers
+from .layers import (MLP, BatchNorm2d, Conv2d, DropPath, Dropout, Embedding, Init, LayerNorm,
+                     Linear, MultiHeadAttention)
 
-__all__ = ["ViTConfig", "ViTForImageClassification", "Layout", "functional"]
+__all__ = ["ViTConfig", "ViTForImageClassification", "Layout", "functional", "layers",
+           *layers.__all__]
 
 def _from_pretrained_config(src: str) -> ViTConfig:
     """The config of a pretrained model: a folder that transformers saved or
