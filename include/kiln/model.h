@@ -4,6 +4,7 @@
 // own source file; nothing else names its config.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -84,7 +85,19 @@ class Model {
   virtual double train_flops_per_example(Size2d image) const = 0;
   // config.json as transformers' save_pretrained writes it.
   virtual std::string config_json() const = 0;
+
+  // Layer-wise learning-rate decay (BEiT's, as timm's
+  // param_groups_layer_decay groups a model): the group of a parameter,
+  // from 0 (the embeddings or stem) through one group per block to
+  // num_layer_groups() - 1 (the classifier).
+  virtual int64_t num_layer_groups() const = 0;
+  virtual int64_t layer_group(const std::string& param) const = 0;
 };
+
+// Each parameter's learning-rate scale under layer-wise decay `decay` (in
+// (0, 1]): decay^(num_layer_groups() - 1 - layer_group(name)), 1 for the
+// classifier (timm's --layer-decay).
+std::map<std::string, double> layer_decay_scales(const Model& model, double decay);
 
 // A family: the model_type it reads, its presets, and how it is made.
 struct ModelFamily {

@@ -1,6 +1,7 @@
 // kiln — optimizers as pure functions of (grads, state, params), like optax.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,9 @@ struct SGDOptions {
   double weight_decay = 0.0;
   bool nesterov = false;
   bool exempt_from_decay = false;  // no weight decay where no_weight_decay(name)
+  // Per-parameter learning-rate multipliers (layer-wise decay: the lr of a
+  // torch param group with lr_scale); a parameter not named here has 1.
+  std::map<std::string, double> lr_scale;
 };
 
 // torch.optim.SGD, step for step:
@@ -76,6 +80,9 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   bool exempt_from_decay = false;  // no weight decay where no_weight_decay(name)
+  // Per-parameter learning-rate multipliers (see SGDOptions::lr_scale); the
+  // decoupled weight decay follows the scaled lr, as in a torch param group.
+  std::map<std::string, double> lr_scale;
 };
 
 // The parameters exempt from weight decay, by their transformers names:

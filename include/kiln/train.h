@@ -73,6 +73,10 @@ struct TrainConfig {
   // No weight decay on biases, LayerNorm weights, the position embeddings
   // and the [CLS] token (optim::no_weight_decay: the HF Trainer's exemptions and timm's).
   bool exempt_from_decay = false;
+  // Layer-wise learning-rate decay (BEiT's, timm's --layer-decay; 0: off):
+  // each parameter's lr scaled by layer_decay^(groups - 1 - its group), the
+  // classifier at the full lr (nn::layer_decay_scales).
+  double layer_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999;
   // Softmax cross-entropy against labels smoothed by this much, as
   // CrossEntropyLoss(label_smoothing=) (single-label classification).

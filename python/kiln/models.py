@@ -113,6 +113,13 @@ class Model:
         """The same model with a classifier for these labels (a head swap)."""
         return Model(self._m.with_labels(list(labels)))
 
+    def layer_decay_scales(self, decay: float) -> dict:
+        """{parameter: learning-rate scale} of layer-wise decay (BEiT's, as
+        timm's param_groups_layer_decay groups the model): decay^k for a
+        parameter k groups below the classifier; for the optimizers'
+        ``lr_scale``."""
+        return self._m.layer_decay_scales(float(decay))
+
     def head_parameters(self) -> set:
         """The names of the classifier's parameters."""
         return set(self._m.head_parameters())

@@ -115,13 +115,17 @@ class Optimizer:
 class SGD(Optimizer):
     """torch.optim.SGD: lr, momentum, dampening, weight_decay, nesterov;
     exempt_from_decay leaves biases, LayerNorm weights, position embeddings
-    and the [CLS] token undecayed (no_weight_decay)."""
+    and the [CLS] token undecayed (no_weight_decay); ``lr_scale``:
+    {parameter name: learning-rate multiplier} (layer-wise decay:
+    ``model.layer_decay_scales(0.65)``), as torch param groups' lr_scale."""
 
     def __init__(self, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False,
-                 exempt_from_decay: bool = False, schedule: Schedule | None = None):
+                 exempt_from_decay: bool = False, schedule: Schedule | None = None,
+                 lr_scale: dict | None = None):
         super().__init__(_kiln._SGD(float(lr), float(momentum), float(dampening),
-                                    float(weight_decay), bool(nesterov), bool(exempt_from_decay)),
+                                    float(weight_decay), bool(nesterov), bool(exempt_from_decay),
+                                    dict(lr_scale or {})),
                          lr, schedule)
         self.momentum, self.dampening = float(momentum), float(dampening)
 
@@ -138,13 +142,15 @@ class SGD(Optimizer):
 
 class AdamW(Optimizer):
     """torch.optim.AdamW: lr, betas, eps, weight_decay (decoupled);
-    exempt_from_decay as SGD's."""
+    exempt_from_decay and lr_scale as SGD's (the decoupled decay follows each
+    parameter's scaled lr)."""
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, exempt_from_decay: bool = False,
-                 schedule: Schedule | None = None):
+                 schedule: Schedule | None = None, lr_scale: dict | None = None):
         super().__init__(_kiln._AdamW(float(lr), float(betas[0]), float(betas[1]), float(eps),
-                                      float(weight_decay), bool(exempt_from_decay)), lr, schedule)
+                                      float(weight_decay), bool(exempt_from_decay),
+                                      dict(lr_scale or {})), lr, schedule)
         self.betas, self.weight_decay = (float(betas[0]), float(betas[1])), float(weight_decay)
 
     def _scalars(self, step: Array) -> list[Array]:

@@ -1371,6 +1371,9 @@ void bind_models(nb::module_& m) {
       .def("state_shapes", &Model::state_shapes)
       .def("head_parameters", &Model::head_parameters)
       .def("config_json", &Model::config_json)
+      .def("layer_decay_scales",
+           [](const Model& md, double decay) { return kiln::nn::layer_decay_scales(md, decay); },
+           "decay"_a)
       .def("init", &Model::init, "key"_a, "device"_a = Device::cpu(), NoGil())
       .def("init_state", &Model::init_state, "device"_a = Device::cpu(), NoGil())
       .def("check", &Model::check, "params"_a, "state"_a, "origin"_a)
@@ -1452,18 +1455,21 @@ void bind_optim(nb::module_& m) {
   nb::class_<kiln::optim::SGD, kiln::optim::Optimizer>(m, "_SGD").def(
       "__init__",
       [](kiln::optim::SGD* o, double lr, double momentum, double dampening, double weight_decay,
-         bool nesterov, bool exempt) {
-        new (o) kiln::optim::SGD({lr, momentum, dampening, weight_decay, nesterov, exempt});
+         bool nesterov, bool exempt, std::map<std::string, double> lr_scale) {
+        new (o) kiln::optim::SGD(
+            {lr, momentum, dampening, weight_decay, nesterov, exempt, std::move(lr_scale)});
       },
-      "lr"_a, "momentum"_a, "dampening"_a, "weight_decay"_a, "nesterov"_a, "exempt_from_decay"_a);
+      "lr"_a, "momentum"_a, "dampening"_a, "weight_decay"_a, "nesterov"_a, "exempt_from_decay"_a,
+      "lr_scale"_a = std::map<std::string, double>{});
   nb::class_<kiln::optim::AdamW, kiln::optim::Optimizer>(m, "_AdamW")
       .def(
           "__init__",
           [](kiln::optim::AdamW* o, double lr, double b1, double b2, double eps,
-             double weight_decay, bool exempt) {
-            new (o) kiln::optim::AdamW({lr, b1, b2, eps, weight_decay, exempt});
+             double weight_decay, bool exempt, std::map<std::string, double> lr_scale) {
+            new (o) kiln::optim::AdamW({lr, b1, b2, eps, weight_decay, exempt, std::move(lr_scale)});
           },
-          "lr"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a, "exempt_from_decay"_a);
+          "lr"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a, "exempt_from_decay"_a,
+          "lr_scale"_a = std::map<std::string, double>{});
   m.def("no_weight_decay", &kiln::optim::no_weight_decay, "name"_a, kiln_doc("no_weight_decay"));
   m.def(
       "_schedule_factors",

@@ -107,3 +107,25 @@ def test_a_jitted_training_step_carries_the_statistics():
         for n in a:
             assert _rel(a[n], b[n]) < 1e-5, n
     assert eager[1]["resnet.embedder.embedder.normalization.num_batches_tracked"].item() == 1
+
+
+def test_layer_decay_scales_feed_the_optimizers():
+    model = kiln.models.from_config({"model_type": "resnet", "embedding_size": 8,
+                                     "hidden_sizes": [8, 16], "depths": [2, 1],
+                                     "layer_type": "basic", "num_labels": 3})
+    scales = model.layer_decay_scales(0.5)
+    # The stem, three residual layers, the classifier: 0.5^4 ... 1.
+    assert scales["resnet.embedder.embedder.convolution.weight"] == 0.0625
+    assert scales["resnet.encoder.stages.0.layers.1.layer.0.convolution.weight"] == 0.25
+    assert scales["resnet.encoder.stages.1.layers.0.shortcut.convolution.weight"] == 0.5
+    assert scales["classifier.1.weight"] == 1.0
+    params = model.init(kiln.random.key(1))
+    grads = {n: kiln.ones_like(p) for n, p in params.items()}
+    for opt in (kiln.optim.SGD(lr=0.1, lr_scale=scales),
+                kiln.optim.AdamW(lr=0.1, weight_decay=0.0, lr_scale=scales)):
+        new, _ = opt.update(grads, opt.init(params), params)
+        for n in params:
+            moved = np.asarray(params[n]) - np.asarray(new[n])
+            np.testing.assert_allclose(moved, 0.1 * scales[n], rtol=1e-4, err_msg=n)
+    with pytest.raises(kiln.KilnError, match=r"expected a value in \(0, 1\]"):
+        model.layer_decay_scales(0.0)

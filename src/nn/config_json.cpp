@@ -170,4 +170,12 @@ void write_labels(json& j, int64_t num_labels, const std::vector<std::string>& i
   if (problem != ProblemType::Unset) j["problem_type"] = problem_type_name(problem);
 }
 
+int64_t index_after(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
+  size_t i = prefix.size(), j = i;
+  while (j < name.size() && j - i < 9 && name[j] >= '0' && name[j] <= '9') ++j;
+  if (j == i || (j < name.size() && name[j] != '.')) return -1;
+  return std::stoll(name.substr(i, j - i));
+}
+
 }  // namespace kiln::nn::config_json

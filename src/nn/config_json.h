@@ -48,4 +48,9 @@ std::string label_name(const std::vector<std::string>& id2label, int64_t i);
 // Every label's name, in label order.
 std::vector<std::string> label_names(int64_t num_labels, const std::vector<std::string>& id2label);
 
+// The number after `prefix` in a parameter name ("vit.encoder.layer." in
+// "vit.encoder.layer.3.output.dense.weight": 3), -1 where the name does not
+// start with prefix and a number followed by '.' (or its end).
+int64_t index_after(const std::string& name, const std::string& prefix);
+
 }  // namespace kiln::nn::config_json

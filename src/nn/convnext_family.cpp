@@ -98,9 +98,33 @@ class ConvNextModel final : public Model {
     return cfg().train_flops_per_image(image);
   }
   std::string config_json() const override { return cfg().to_json(); }
+  // timm's ConvNeXt groups: the stem, one per ConvNeXt layer (a stage's
+  // downsampling with its first layer), the final LayerNorm with the
+  // classifier.
+  int64_t num_layer_groups() const override { return blocks_before(cfg().depths.size()) + 2; }
+  int64_t layer_group(const std::string& param) const override {
+    if (param.starts_with("convnext.embeddings.")) return 0;
+    const std::string stages = "convnext.encoder.stages.";
+    const int64_t s = config_json::index_after(param, stages);
+    if (s >= 0 && s < static_cast<int64_t>(cfg().depths.size())) {
+      const std::string stage = stages + std::to_string(s) + ".";
+      if (param.starts_with(stage + "downsampling_layer."))
+        return blocks_before(static_cast<size_t>(s)) + 1;
+      const int64_t l = config_json::index_after(param, stage + "layers.");
+      if (l >= 0) return blocks_before(static_cast<size_t>(s)) + l + 1;
+    }
+    return num_layer_groups() - 1;
+  }
 
  private:
   const ConvNextConfig& cfg() const { return net_.config(); }
+  // The layers of the stages before stage `stages`.
+  int64_t blocks_before(size_t stages) const {
+    int64_t n = 0;
+    for (size_t s = 0; s < stages && s < cfg().depths.size(); ++s) n += cfg().depths[s];
+    return n;
+  }
+
   ConvNextForImageClassification net_;
 };
 

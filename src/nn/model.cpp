@@ -1,6 +1,8 @@
 // kiln nn: the model registry, and what every model shares.
 #include "kiln/model.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -153,6 +155,21 @@ std::shared_ptr<const Model> model_from_preset(const std::string& name) {
     fail("model",
          "unknown preset \"" + name + "\"; kiln's presets: " + quoted_list(model_presets()));
   return family.from_preset(name);
+}
+
+std::map<std::string, double> layer_decay_scales(const Model& model, double decay) {
+  if (!(decay > 0 && decay <= 1))
+    fail("layer decay", std::to_string(decay) + ", expected a value in (0, 1]");
+  const int64_t last = model.num_layer_groups() - 1;
+  std::map<std::string, double> out;
+  for (const auto& [name, shape] : model.parameter_shapes()) {
+    const int64_t g = model.layer_group(name);
+    if (g < 0 || g > last)
+      fail("layer decay", model.model_type() + " puts '" + name + "' in layer group " +
+                              std::to_string(g) + " of " + std::to_string(last + 1));
+    out[name] = std::pow(decay, static_cast<double>(last - g));
+  }
+  return out;
 }
 
 }  // namespace kiln::nn

@@ -94,9 +94,29 @@ class ResNetModel final : public Model {
     return cfg().train_flops_per_image(image);
   }
   std::string config_json() const override { return cfg().to_json(); }
+  // timm's ResNet groups: the stem, one per residual layer, the classifier.
+  int64_t num_layer_groups() const override { return blocks_before(cfg().depths.size()) + 2; }
+  int64_t layer_group(const std::string& param) const override {
+    if (param.starts_with("resnet.embedder.")) return 0;
+    const std::string stages = "resnet.encoder.stages.";
+    const int64_t s = config_json::index_after(param, stages);
+    if (s >= 0 && s < static_cast<int64_t>(cfg().depths.size())) {
+      const int64_t l =
+          config_json::index_after(param, stages + std::to_string(s) + ".layers.");
+      if (l >= 0) return blocks_before(static_cast<size_t>(s)) + l + 1;
+    }
+    return num_layer_groups() - 1;
+  }
 
  private:
   const ResNetConfig& cfg() const { return net_.config(); }
+  // The layers of the stages before stage `stages`.
+  int64_t blocks_before(size_t stages) const {
+    int64_t n = 0;
+    for (size_t s = 0; s < stages && s < cfg().depths.size(); ++s) n += cfg().depths[s];
+    return n;
+  }
+
   ResNetForImageClassification net_;
 };
 

@@ -156,6 +156,18 @@ class ViTModel final : public Model {
     return flops;
   }
   std::string config_json() const override { return cfg().to_json(net_.variant()); }
+  // timm's ViT groups: the embeddings, one per encoder layer (the final
+  // LayerNorm with the last), the classifiers.
+  int64_t num_layer_groups() const override { return cfg().num_hidden_layers + 2; }
+  int64_t layer_group(const std::string& param) const override {
+    const std::string m = model_type() + ".";
+    const int64_t layers = cfg().num_hidden_layers;
+    if (param.starts_with(m + "embeddings.")) return 0;
+    const int64_t l = config_json::index_after(param, m + "encoder.layer.");
+    if (l >= 0) return l + 1;
+    if (param.starts_with(m + "layernorm.")) return layers;
+    return layers + 1;
+  }
 
  private:
   const ViTConfig& cfg() const { return net_.config(); }

@@ -8,6 +8,11 @@
 namespace kiln::optim {
 namespace {
 
+double scale_of(const std::map<std::string, double>& scales, const std::string& name) {
+  auto it = scales.find(name);
+  return it == scales.end() ? 1.0 : it->second;
+}
+
 const Array& grad_for(const Params& grads, const std::string& name, const char* who) {
   auto it = grads.find(name);
   if (it == grads.end()) fail(who, "no gradient for parameter '" + name + "'");
@@ -79,7 +84,8 @@ std::pair<Params, State> SGD::apply(const Params& grads, const State& state, con
       next.buffers.emplace(key, buf);
       g = opt_.nesterov ? g + buf * opt_.momentum : buf;
     }
-    out.emplace(name, p - g * s[0]);
+    const double c = scale_of(opt_.lr_scale, name);
+    out.emplace(name, c == 1.0 ? p - g * s[0] : p - g * (s[0] * c));
   }
   return {out, next};
 }
@@ -119,7 +125,12 @@ std::pair<Params, State> AdamW::apply(const Params& grads, const State& state, c
     Array v = buffer(state, kv, "adamw") * opt_.beta2 + g * g * (1.0 - opt_.beta2);
     Array denom = sqrt(v) / s[2] + opt_.eps;
     const bool decay = !(opt_.exempt_from_decay && no_weight_decay(name));
-    out.emplace(name, (decay ? p * s[0] : p) - m / denom * s[1]);
+    const double c = scale_of(opt_.lr_scale, name);
+    if (c == 1.0) {
+      out.emplace(name, (decay ? p * s[0] : p) - m / denom * s[1]);
+    } else {  // s[0] = 1 - lr·wd becomes 1 - c·lr·wd
+      out.emplace(name, (decay ? p * (1.0 - (1.0 - s[0]) * c) : p) - m / denom * (s[1] * c));
+    }
     next.buffers.emplace(km, m);
     next.buffers.emplace(kv, v);
   }

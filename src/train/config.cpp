@@ -49,19 +49,26 @@ const std::vector<std::string>& mode_names() {
 
 namespace {
 std::unique_ptr<optim::Optimizer> base_optimizer(const TrainConfig& cfg) {
+  std::map<std::string, double> scales;
+  if (cfg.layer_decay > 0) {
+    if (!cfg.model) fail("train", "--layer-decay needs the model (TrainConfig::model)");
+    scales = nn::layer_decay_scales(*cfg.model, cfg.layer_decay);
+  }
   if (cfg.optimizer == "sgd")
     return std::make_unique<optim::SGD>(
         optim::SGDOptions{.lr = cfg.lr,
                           .momentum = cfg.momentum,
                           .weight_decay = cfg.weight_decay,
-                          .exempt_from_decay = cfg.exempt_from_decay});
+                          .exempt_from_decay = cfg.exempt_from_decay,
+                          .lr_scale = std::move(scales)});
   if (cfg.optimizer == "adamw")
     return std::make_unique<optim::AdamW>(
         optim::AdamWOptions{.lr = cfg.lr,
                             .beta1 = cfg.beta1,
                             .beta2 = cfg.beta2,
                             .weight_decay = cfg.weight_decay,
-                            .exempt_from_decay = cfg.exempt_from_decay});
+                            .exempt_from_decay = cfg.exempt_from_decay,
+                            .lr_scale = std::move(scales)});
   fail("train", "optimizer '" + cfg.optimizer + "', expected sgd or adamw");
 }
 }  // namespace
@@ -92,6 +99,9 @@ void validate(const TrainConfig& cfg) {
   if (cfg.compile_model && cfg.mode != Mode::eager)
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  if (!(cfg.layer_decay >= 0 && cfg.layer_decay <= 1))
+    fail("train", "--layer-decay " + std::to_string(cfg.layer_decay) +
+                      ", expected a value in (0, 1] (0: off)");
   if (cfg.eval_every < 0 || cfg.save_every < 0)
     fail("train", "--eval-every and --save-every must be >= 0");
   matmul_dtype_for(cfg.precision);

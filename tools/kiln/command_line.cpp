@@ -230,6 +230,11 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
   t->add_flag("--exempt-from-decay", tc.exempt_from_decay,
               "no weight decay on biases, LayerNorm weights, position embeddings and the [CLS] "
               "token (the HF Trainer's exemptions and timm's)");
+  t->add_option("--layer-decay", tc.layer_decay,
+                "layer-wise learning-rate decay (BEiT's, timm's --layer-decay, e.g. 0.65): each "
+                "block's lr scaled by DECAY per block above it, the embeddings lowest, the "
+                "classifier at the full lr; 0: off")
+      ->check(CLI::Range(0.0, 1.0));
   t->add_option("--label-smoothing", tc.label_smoothing,
                 "smooth the labels by this much, as CrossEntropyLoss(label_smoothing=)")
       ->check(CLI::Range(0.0, 1.0));
