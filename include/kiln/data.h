@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kiln/nn.h"
+#include "kiln/random.h"
 
 namespace kiln::data {
 
@@ -309,5 +310,44 @@ class Loader {
   mutable std::mutex order_mu_;
   mutable std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_;
 };
+
+// ---- mixup and cutmix (timm's Mixup, mode "batch") ----
+struct MixupOptions {
+  double mixup_alpha = 0;   // Beta(α, α) for mixup's λ; 0: no mixup
+  double cutmix_alpha = 0;  // Beta(α, α) for cutmix's λ; 0: no cutmix
+  double prob = 1.0;        // the chance that a batch is mixed at all
+  double switch_prob = 0.5;  // with both: the chance of cutmix rather than mixup
+  bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
+  // Throws naming the flag (--mixup, --cutmix, --mixup-prob, --mixup-switch-prob).
+  void validate() const;
+};
+
+// One batch's draws: λ (the kept image's weight; 1: not mixed) and, for
+// cutmix, the box [y0, y1) x [x0, x1) pasted from the reversed batch (λ then
+// the share of the image outside it, timm's correct_lam).
+struct MixParams {
+  double lam = 1.0;
+  bool cutmix = false;
+  int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+};
+
+// timm's _params_per_batch and cutmix_bbox_and_lam (rand_bbox, correct_lam)
+// for images of height x width, drawn from `key` (Threefry: the same on
+// every machine) in place of numpy's global generator.
+MixParams draw_mix(const MixupOptions& opt, const random::Key& key, int64_t height, int64_t width);
+
+// Draws of Beta(a, b) (through two Gamma draws, Marsaglia and Tsang's
+// method) and of a uniform integer in [low, high), from `key` on the host.
+double beta_draw(const random::Key& key, double a, double b);
+int64_t randint_draw(const random::Key& key, int64_t low, int64_t high);
+
+// Mixes images [B, C, H, W] (or [B, H, W, C] with channels_last) with the
+// batch reversed (image i with image B-1-i; B even), as timm's Mixup does:
+// λ·x + (1-λ)·x_reversed, or the box of x_reversed pasted into x; and
+// returns them with the soft targets [B, num_classes] (f32): one-hot labels
+// smoothed (1 - ε + ε/C on the label, ε/C elsewhere) mixed alike,
+// λ·y + (1-λ)·y_reversed (timm's mixup_target).
+std::pair<Array, Array> mix_batch(const Array& images, const Array& labels, const MixParams& mix,
+                                  int64_t num_classes, double label_smoothing, bool channels_last);
 
 }  // namespace kiln::data

@@ -77,6 +77,11 @@ struct TrainConfig {
   // each parameter's lr scaled by layer_decay^(groups - 1 - its group), the
   // classifier at the full lr (nn::layer_decay_scales).
   double layer_decay = 0.0;
+  // Mixup and cutmix of each batch (timm's Mixup, mode "batch"; --mixup,
+  // --cutmix, --mixup-prob, --mixup-switch-prob): the loss becomes the
+  // cross-entropy against the mixed soft targets (timm's
+  // SoftTargetCrossEntropy), smoothed by label_smoothing.
+  data::MixupOptions mixup;
   double beta1 = 0.9, beta2 = 0.999;
   // Softmax cross-entropy against labels smoothed by this much, as
   // CrossEntropyLoss(label_smoothing=) (single-label classification).

@@ -99,6 +99,19 @@ void validate(const TrainConfig& cfg) {
   if (cfg.compile_model && cfg.mode != Mode::eager)
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  cfg.mixup.validate();
+  if (cfg.mixup.enabled()) {
+    if (cfg.batch_size % 2 != 0)
+      fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +
+                        std::to_string(cfg.batch_size) + " must be even");
+    if (cfg.model && (cfg.model->num_labels() < 2 ||
+                      (cfg.model->problem_type() != nn::ProblemType::Unset &&
+                       cfg.model->problem_type() != nn::ProblemType::SingleLabel)))
+      fail("train", std::string("--mixup/--cutmix need single-label classification, and the "
+                                "model's problem_type is ") +
+                        nn::problem_type_name(cfg.model->problem_type()) + " with " +
+                        std::to_string(cfg.model->num_labels()) + " labels");
+  }
   if (!(cfg.layer_decay >= 0 && cfg.layer_decay <= 1))
     fail("train", "--layer-decay " + std::to_string(cfg.layer_decay) +
                       ", expected a value in (0, 1] (0: off)");

@@ -93,6 +93,9 @@ LossAndGrads TrainStep::loss_and_grads(const Params& p, const Params& model_stat
   auto loss_fn = [&](const Params& q, const Array& x, const Array& y, const nn::ModelOptions& o) {
     nn::ModelOutput out = model_.apply(q, model_state, x, o);
     next_state = std::move(out.state);
+    // Mixed batches carry soft targets [B, classes] (smoothed already):
+    // timm's SoftTargetCrossEntropy, the mean of −Σ y·log softmax.
+    if (cfg_.mixup.enabled()) return mean(-sum(y * log_softmax(out.logits, -1), {-1}));
     return model_.loss(out.logits, targets_for(model_, y), cfg_.label_smoothing);
   };
   Array loss;

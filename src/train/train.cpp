@@ -293,6 +293,16 @@ void Trainer::step(int64_t step) {
   for (int64_t i = 0; i < cfg_.accumulate; ++i) {
     data::Batch batch = loader_.next();
     random::Key k = cfg_.accumulate > 1 ? random::fold_in(key, static_cast<uint32_t>(i)) : key;
+    if (cfg_.mixup.enabled()) {
+      // Each batch (and each rank's) mixed by its own draws, on the host.
+      const bool nhwc = cfg_.layout == nn::Layout::NHWC;
+      const Shape& s = batch.images.shape();
+      const data::MixParams m = data::draw_mix(cfg_.mixup, random::fold_in(k, 0x6d69),
+                                               s[nhwc ? 1 : 2], s[nhwc ? 2 : 3]);
+      std::tie(batch.images, batch.labels) =
+          data::mix_batch(batch.images, batch.labels, m, model_->num_labels(),
+                          cfg_.label_smoothing, nhwc);
+    }
     micro.push_back(
         {batch.images.to(device), batch.labels.to(device), random::key_array(k, device)});
   }

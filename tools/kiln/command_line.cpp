@@ -230,6 +230,19 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
   t->add_flag("--exempt-from-decay", tc.exempt_from_decay,
               "no weight decay on biases, LayerNorm weights, position embeddings and the [CLS] "
               "token (the HF Trainer's exemptions and timm's)");
+  t->add_option("--mixup", tc.mixup.mixup_alpha,
+                "mixup with lambda ~ Beta(A, A) (timm's --mixup, e.g. 0.8): each batch mixed with "
+                "itself reversed, the loss against the mixed soft targets")
+      ->check(kNonNegative);
+  t->add_option("--cutmix", tc.mixup.cutmix_alpha,
+                "cutmix with lambda ~ Beta(A, A) (timm's --cutmix, e.g. 1.0): a box of the "
+                "reversed batch pasted in; with --mixup, one or the other per batch")
+      ->check(kNonNegative);
+  t->add_option("--mixup-prob", tc.mixup.prob, "the chance that a batch is mixed (timm's)")
+      ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--mixup-switch-prob", tc.mixup.switch_prob,
+                "with --mixup and --cutmix: the chance of cutmix (timm's)")
+      ->check(CLI::Range(0.0, 1.0));
   t->add_option("--layer-decay", tc.layer_decay,
                 "layer-wise learning-rate decay (BEiT's, timm's --layer-decay, e.g. 0.65): each "
                 "block's lr scaled by DECAY per block above it, the embeddings lowest, the "
