@@ -7,7 +7,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "kiln/nn.h"
 #include "kiln/random.h"
@@ -349,5 +351,35 @@ int64_t randint_draw(const random::Key& key, int64_t low, int64_t high);
 // λ·y + (1-λ)·y_reversed (timm's mixup_target).
 std::pair<Array, Array> mix_batch(const Array& images, const Array& labels, const MixParams& mix,
                                   int64_t num_classes, double label_smoothing, bool channels_last);
+
+// ---- random erasing (timm's RandomErasing, one box per image) ----
+struct ErasingOptions {
+  double prob = 0;  // the chance that an image gets a box (timm's --reprob); 0: off
+  double min_area = 0.02, max_area = 1.0 / 3.0;  // of the image
+  double min_aspect = 0.3;                         // and 1 / min_aspect at most
+  // The box's values: "const" zeros, "rand" one normal draw per channel,
+  // "pixel" a normal draw per value (timm's --remode; DeiT's: pixel).
+  std::string mode = "pixel";
+  bool enabled() const { return prob > 0; }
+  void validate() const;  // errors name --reprob and --remode
+};
+// An image's box: rows [top, top + height), columns [left, left + width).
+struct EraseBox {
+  bool erase = false;
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+// timm's RandomErasing._erase for one box, from a source of uniform draws
+// in [0, 1) that stands for Python's random module: random() as it is,
+// uniform(a, b) = a + (b - a)·u, randint(a, b) = a + ⌊u·(b − a + 1)⌋; up to
+// 10 tries of an area and a log-uniform aspect, rounded half to even.
+EraseBox erase_box(const ErasingOptions& opt, int64_t height, int64_t width,
+                   const std::function<double()>& uniform);
+// The same with the draws of `key` (Threefry).
+EraseBox draw_erase(const ErasingOptions& opt, const random::Key& key, int64_t height,
+                    int64_t width);
+// Images [B, C, H, W] (or [B, H, W, C]) with image i's box filled as
+// opt.mode says, its normal draws from random::fold_in(key, i).
+Array erase_batch(const Array& images, const std::vector<EraseBox>& boxes,
+                  const ErasingOptions& opt, const random::Key& key, bool channels_last);
 
 }  // namespace kiln::data

@@ -82,6 +82,9 @@ struct TrainConfig {
   // cross-entropy against the mixed soft targets (timm's
   // SoftTargetCrossEntropy), smoothed by label_smoothing.
   data::MixupOptions mixup;
+  // Random erasing of each training image (timm's RandomErasing, one box;
+  // --reprob, --remode), applied to the normalized images before mixing.
+  data::ErasingOptions erasing;
   double beta1 = 0.9, beta2 = 0.999;
   // Softmax cross-entropy against labels smoothed by this much, as
   // CrossEntropyLoss(label_smoothing=) (single-label classification).

@@ -100,6 +100,7 @@ void validate(const TrainConfig& cfg) {
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
   cfg.mixup.validate();
+  cfg.erasing.validate();
   if (cfg.mixup.enabled()) {
     if (cfg.batch_size % 2 != 0)
       fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +

@@ -293,10 +293,20 @@ void Trainer::step(int64_t step) {
   for (int64_t i = 0; i < cfg_.accumulate; ++i) {
     data::Batch batch = loader_.next();
     random::Key k = cfg_.accumulate > 1 ? random::fold_in(key, static_cast<uint32_t>(i)) : key;
+    const bool nhwc = cfg_.layout == nn::Layout::NHWC;
+    const Shape& s = batch.images.shape();
+    if (cfg_.erasing.enabled()) {
+      // Each image's box from its own key; then its fill's.
+      const random::Key ek = random::fold_in(k, 0x6572);
+      std::vector<data::EraseBox> boxes;
+      for (int64_t j = 0; j < s[0]; ++j)
+        boxes.push_back(data::draw_erase(cfg_.erasing, random::fold_in(ek, static_cast<uint32_t>(j)),
+                                         s[nhwc ? 1 : 2], s[nhwc ? 2 : 3]));
+      batch.images =
+          data::erase_batch(batch.images, boxes, cfg_.erasing, random::fold_in(ek, 0xf111), nhwc);
+    }
     if (cfg_.mixup.enabled()) {
       // Each batch (and each rank's) mixed by its own draws, on the host.
-      const bool nhwc = cfg_.layout == nn::Layout::NHWC;
-      const Shape& s = batch.images.shape();
       const data::MixParams m = data::draw_mix(cfg_.mixup, random::fold_in(k, 0x6d69),
                                                s[nhwc ? 1 : 2], s[nhwc ? 2 : 3]);
       std::tie(batch.images, batch.labels) =

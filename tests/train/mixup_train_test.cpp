@@ -1,6 +1,7 @@
-// kiln train with --mixup and --cutmix: every mode mixes the same batches
-// by the same draws and trains to the same parameters; the loss is the
-// cross-entropy against the soft targets; bad settings are clear errors.
+// kiln train with --mixup, --cutmix and --reprob: every mode erases and
+// mixes the same batches by the same draws and trains to the same
+// parameters; the loss is the cross-entropy against the soft targets; bad
+// settings are clear errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@ train::TrainConfig config(const std::string& mode) {
   t.workers = 0;
   t.label_smoothing = 0.1;
   t.mixup = {.mixup_alpha = 0.8, .cutmix_alpha = 1.0};
+  t.erasing = {.prob = 0.5};
   return t;
 }
 
@@ -57,6 +59,7 @@ TEST(MixupTraining, EveryModeMixesAlikeAndTrainsAlike) {
   auto [plain_losses, plain] = run([] {
     train::TrainConfig t = config("eager");
     t.mixup = {};
+    t.erasing = {};
     return t;
   }(), "plain");
   // Mixing changes the batches, hence the losses.
@@ -86,6 +89,7 @@ TEST(MixupTraining, UnmixedBatchesGiveThePlainLoss) {
   train::TrainConfig t = config("eager");
   t.label_smoothing = 0;
   t.mixup.prob = 0;
+  t.erasing = {};
   train::TrainConfig plain = t;
   plain.mixup = {};
   auto [mixed, p1] = run(t, "prob0");

@@ -243,6 +243,14 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
   t->add_option("--mixup-switch-prob", tc.mixup.switch_prob,
                 "with --mixup and --cutmix: the chance of cutmix (timm's)")
       ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--reprob", tc.erasing.prob,
+                "random erasing: the chance that a training image gets a box of noise (timm's "
+                "RandomErasing; DeiT: 0.25)")
+      ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--remode", tc.erasing.mode,
+                "random erasing's fill: pixel (a normal draw per value), rand (per channel) or "
+                "const (zeros)")
+      ->check(CLI::IsMember({"pixel", "rand", "const"}));
   t->add_option("--layer-decay", tc.layer_decay,
                 "layer-wise learning-rate decay (BEiT's, timm's --layer-decay, e.g. 0.65): each "
                 "block's lr scaled by DECAY per block above it, the embeddings lowest, the "
