@@ -58,8 +58,10 @@ class ConvNextForImageClassification {
               Layout layout = Layout::NCHW, const random::Key& key = random::Key(0)) const;
   // The same with the key held in an i32[2] array (random::key_array; the
   // same draws for the same key), as a compiled step takes it.
+  // matmul_dtype bf16: bf16 mixed precision (the convolutions' and matmuls'
+  // operands rounded to bf16, their results, LayerNorms and the rest f32).
   Array apply(const Params& params, const Array& pixels, bool train, Layout layout,
-              const Array& key) const;
+              const Array& key, DType matmul_dtype = DType::f32) const;
   Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
 
  private:

@@ -140,9 +140,9 @@ struct Linear {
 // Inputs and outputs channels first (NCHW) or last (NHWC) as asked. With
 // `patch_matmul` (a ViT's patch embedding: stride = kernel, no padding,
 // dilation or groups) it is one matmul over the flattened patches, in the
-// scope's matmul precision; otherwise kiln's conv2d in f32 (oneDNN's
+// scope's matmul precision; otherwise kiln's conv2d (oneDNN's
 // convolutions on the cpu: 0.7% faster on ConvNeXt-T's 4x4 and 2x2 patch
-// convolutions).
+// convolutions), on bf16 operands in bf16 mixed precision, the result f32.
 struct Conv2d {
   std::string name;
   int64_t in = 0, out = 0;

@@ -20,7 +20,7 @@ struct ResNetConfig {
   Activation hidden_act = Activation::Relu;
   bool downsample_in_first_stage = false;
   bool downsample_in_bottleneck = false;  // a bottleneck's stride on its first 1x1, not its 3x3
-  int64_t num_labels = 1000;               // 0: no classifier (the pooled features)
+  int64_t num_labels = 1000;              // 0: no classifier (the pooled features)
   ProblemType problem_type = ProblemType::Unset;
   std::vector<std::string> id2label;
 
@@ -65,8 +65,10 @@ class ResNetForImageClassification {
   // BatchNorm normalizes by the batch's statistics and the returned state
   // holds the updated running statistics (momentum 0.1, as torch's
   // BatchNorm2d); in evaluation by the running statistics, which stay.
+  // matmul_dtype bf16: bf16 mixed precision (the convolutions' and the
+  // classifier's operands rounded to bf16; BatchNorm and the rest f32).
   ResNetOutput apply(const Params& params, const Params& state, const Array& pixels, bool train,
-                     Layout layout = Layout::NCHW) const;
+                     Layout layout = Layout::NCHW, DType matmul_dtype = DType::f32) const;
   // The loss ResNetForImageClassification.forward computes (as ViT's).
   Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
 

@@ -78,9 +78,9 @@ Block block_of(const ConvNextConfig& c, size_t s, int64_t l, int64_t index, int6
   const std::string p = stage_name(s) + ".layers." + std::to_string(l) + ".";
   const int64_t d = c.hidden_sizes[s];
   const Init w = Init::normal(c.initializer_range);
-  const double rate = total > 1 ? c.drop_path_rate * static_cast<double>(index) /
-                                      static_cast<double>(total - 1)
-                                : 0.0;
+  const double rate =
+      total > 1 ? c.drop_path_rate * static_cast<double>(index) / static_cast<double>(total - 1)
+                : 0.0;
   return {{.name = p + "dwconv",
            .in = d,
            .out = d,
@@ -181,13 +181,14 @@ void ConvNextConfig::validate(const std::string& origin) const {
   if (hidden_sizes.empty() || hidden_sizes.size() != depths.size() ||
       static_cast<int64_t>(hidden_sizes.size()) > kMaxStages)
     bad("hidden_sizes", "has " + std::to_string(hidden_sizes.size()) + " stages and depths " +
-                            std::to_string(depths.size()) +
-                            ": expected one size per stage, 1 to " + std::to_string(kMaxStages));
+                            std::to_string(depths.size()) + ": expected one size per stage, 1 to " +
+                            std::to_string(kMaxStages));
   for (int64_t h : hidden_sizes) range(h, 1, kMaxSize, "hidden_sizes (a stage's size)");
   for (int64_t d : depths) range(d, 1, kMaxDepth, "depths (a stage's layers)");
   if (!(drop_path_rate >= 0 && drop_path_rate < 1))
     bad("drop_path_rate", "is " + std::to_string(drop_path_rate) + ", expected 0 to 1 (not 1)");
-  if (!(layer_norm_eps > 0)) bad("layer_norm_eps", "is " + std::to_string(layer_norm_eps) + ", expected > 0");
+  if (!(layer_norm_eps > 0))
+    bad("layer_norm_eps", "is " + std::to_string(layer_norm_eps) + ", expected > 0");
   if (!id2label.empty() && static_cast<int64_t>(id2label.size()) != num_labels)
     bad("id2label", "has " + std::to_string(id2label.size()) + " labels for num_labels " +
                         std::to_string(num_labels));
@@ -235,8 +236,8 @@ void ConvNextForImageClassification::check(const Params& params, const std::stri
     auto it = params.find(name);
     if (it == params.end()) fail(origin, "missing parameter '" + name + "'");
     if (it->second.shape() != shape)
-      fail(origin, "parameter '" + name + "' has shape " + str(it->second.shape()) +
-                       ", expected " + str(shape));
+      fail(origin, "parameter '" + name + "' has shape " + str(it->second.shape()) + ", expected " +
+                       str(shape));
   }
 }
 
@@ -246,7 +247,8 @@ Array ConvNextForImageClassification::apply(const Params& params, const Array& p
 }
 
 Array ConvNextForImageClassification::apply(const Params& params, const Array& pixels, bool train,
-                                            Layout layout, const Array& key) const {
+                                            Layout layout, const Array& key,
+                                            DType matmul_dtype) const {
   const auto& c = cfg_;
   const bool nhwc = layout == Layout::NHWC;
   if (pixels.ndim() != 4 || pixels.shape()[nhwc ? 3 : 1] != c.num_channels)
@@ -254,7 +256,7 @@ Array ConvNextForImageClassification::apply(const Params& params, const Array& p
                          std::to_string(c.num_channels) + " channels (num_channels) on axis " +
                          (nhwc ? "3 (NHWC)" : "1 (NCHW)"));
   const Params no_state;
-  Scope s(params, no_state, {.train = train, .key = key}, "convnext");
+  Scope s(params, no_state, {.train = train, .key = key, .matmul_dtype = matmul_dtype}, "convnext");
   const Stem stem = stem_of(c);
   Array h = nhwc ? pixels : transpose(pixels, {0, 2, 3, 1});
   h = stem.norm(s, stem.patch(s, h, Layout::NHWC));

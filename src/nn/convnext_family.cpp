@@ -72,12 +72,10 @@ class ConvNextModel final : public Model {
   }
   ModelOutput apply(const Params& params, const Params& state, const Array& pixels,
                     const ModelOptions& opt) const override {
-    if (opt.matmul_dtype != DType::f32)
-      fail("convnext", std::string("the ConvNeXt family computes in f32; precision ") +
-                           name_of(opt.matmul_dtype) + " is not supported for it yet");
     const Array key =
         opt.key.valid() ? opt.key : random::key_array(random::Key(0), pixels.device());
-    return {net_.apply(params, pixels, opt.train && opt.drop, opt.layout, key), state};
+    return {net_.apply(params, pixels, opt.train && opt.drop, opt.layout, key, opt.matmul_dtype),
+            state};
   }
   int64_t num_labels() const override { return cfg().num_labels; }
   int64_t num_logits() const override { return cfg().num_logits(); }

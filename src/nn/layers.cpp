@@ -40,7 +40,8 @@ std::vector<std::pair<std::string, Shape>> shapes_of(const Decls& decls) {
 Params init_params(const Decls& decls, const random::Key& key, Device device) {
   Params p;
   uint32_t i = 0;
-  for (const ParamDecl& d : decls) p.emplace(d.name, d.init.draw(random::fold_in(key, i++), d.shape, device));
+  for (const ParamDecl& d : decls)
+    p.emplace(d.name, d.init.draw(random::fold_in(key, i++), d.shape, device));
   eval(p);
   return p;
 }
@@ -60,7 +61,11 @@ std::string join_name(const std::string& prefix, const std::string& leaf) {
 }
 
 Scope::Scope(const Params& params, const Params& state, ModelOptions opt, std::string who)
-    : params_(params), state_(state), new_state_(state), opt_(std::move(opt)), who_(std::move(who)) {}
+    : params_(params),
+      state_(state),
+      new_state_(state),
+      opt_(std::move(opt)),
+      who_(std::move(who)) {}
 
 const Array& Scope::param(const std::string& name) const {
   auto it = params_.find(name);
@@ -74,7 +79,9 @@ const Array& Scope::state(const std::string& name) const {
   return it->second;
 }
 
-void Scope::update(const std::string& name, Array value) { new_state_[name] = std::move(value); }
+void Scope::update(const std::string& name, Array value) {
+  new_state_[name] = std::move(value);
+}
 
 Array Scope::keep_mask(uint32_t site, const Shape& shape, double keep, Device device) {
   if (!opt_.key.valid()) opt_.key = random::key_array(random::Key(0), device);
@@ -93,8 +100,8 @@ void Linear::declare(Decls& d) const {
 }
 
 Array Linear::operator()(Scope& s, const Array& x) const {
-  Array y = mixed_matmul(x, s.param(join_name(name, "weight")), {.transpose_b = true},
-                         s.matmul_dtype());
+  Array y =
+      mixed_matmul(x, s.param(join_name(name, "weight")), {.transpose_b = true}, s.matmul_dtype());
   // (y is given up: eager mode adds the bias in its buffer)
   return bias ? std::move(y) + s.param(join_name(name, "bias")) : y;
 }
@@ -104,8 +111,8 @@ void Conv2d::declare(Decls& d) const {
     fail("nn.Conv2d", name + ": " + std::to_string(in) + " input and " + std::to_string(out) +
                           " output channels in " + std::to_string(groups) +
                           " groups, expected both divisible by groups");
-  d.push_back({join_name(name, "weight"), {out, in / groups, kernel.height, kernel.width},
-               weight_init});
+  d.push_back(
+      {join_name(name, "weight"), {out, in / groups, kernel.height, kernel.width}, weight_init});
   if (bias) d.push_back({join_name(name, "bias"), {out}, bias_init});
 }
 
@@ -118,19 +125,21 @@ Array Conv2d::operator()(Scope& s, const Array& x, Layout in_layout, Layout out_
   Array y;
   if (patch_matmul) {
     if (!(stride == kernel && padding.empty() && !same && dilation == Size2d(1) && groups == 1))
-      fail(s.who(), name + ": a patch matmul needs stride = kernel, no padding, dilation or groups");
+      fail(s.who(),
+           name + ": a patch matmul needs stride = kernel, no padding, dilation or groups");
     // Non-overlapping windows: a matmul over patches flattened in the
     // weight's (channel, row, column) order. Like torch's Conv2d it ignores
     // the last rows and columns that no window reaches.
     const int64_t b = x.shape()[0], h = x.shape()[nhwc ? 1 : 2], wd = x.shape()[nhwc ? 2 : 3];
     const int64_t gh = h / kernel.height, gw = wd / kernel.width;
     if (gh < 1 || gw < 1)
-      fail(s.who(), name + ": a " + to_string(kernel) + " window does not fit the input " +
-                        str(x.shape()));
+      fail(s.who(),
+           name + ": a " + to_string(kernel) + " window does not fit the input " + str(x.shape()));
     const int64_t uh = gh * kernel.height, uw = gw * kernel.width;
     Array used = x;
     if (uh != h || uw != wd)
-      used = nhwc ? slice(x, {0, 0, 0, 0}, {b, uh, uw, in}) : slice(x, {0, 0, 0, 0}, {b, in, uh, uw});
+      used =
+          nhwc ? slice(x, {0, 0, 0, 0}, {b, uh, uw, in}) : slice(x, {0, 0, 0, 0}, {b, in, uh, uw});
     Array p = nhwc ? transpose(reshape(used, {b, gh, kernel.height, gw, kernel.width, in}),
                                {0, 1, 3, 5, 2, 4})
                    : transpose(reshape(used, {b, in, gh, kernel.height, gw, kernel.width}),
@@ -147,7 +156,13 @@ Array Conv2d::operator()(Scope& s, const Array& x, Layout in_layout, Layout out_
                 .same = same,
                 .groups = groups,
                 .channels_last = nhwc};
-  y = conv2d(x, w, o);
+  if (s.matmul_dtype() == DType::f32) {
+    y = conv2d(x, w, o);
+  } else {
+    // Mixed precision: bf16 operands, the f32-accumulated result widened
+    // back to f32 for the bias, the normalization and the residual sums.
+    y = astype(conv2d(astype(x, s.matmul_dtype()), astype(w, s.matmul_dtype()), o), DType::f32);
+  }
   if (bias) {
     const Array& bv = s.param(join_name(name, "bias"));
     y = nhwc ? y + bv : y + reshape(bv, {out, 1, 1});
@@ -268,8 +283,8 @@ Array MultiHeadAttention::operator()(Scope& s, const Array& x) const {
     // softmax in f32) where the backend has that kernel (cpu and cuda); its
     // bf16 output feeds the output projection without a cast.
     if (dt == DType::bf16 &&
-        backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}),
-                         {DType::bf16}, DType::bf16))
+        backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},
+                         DType::bf16))
       packed = astype(packed, DType::bf16);
     ctx = reshape(attention(packed, scale), {b, t, a});
   } else {

@@ -79,7 +79,9 @@ Conv2d conv_of(const ConvSpec& c) {
           .bias = false,
           .weight_init = Init::kaiming_normal_fan_out(c.out * c.kernel * c.kernel)};
 }
-BatchNorm norm_of(const ConvSpec& c) { return {c.name + ".normalization", c.out}; }
+BatchNorm norm_of(const ConvSpec& c) {
+  return {c.name + ".normalization", c.out};
+}
 
 // The classifier (after a flatten: "classifier.1"), torch's default init.
 Linear classifier_of(const ResNetConfig& c) {
@@ -110,8 +112,8 @@ ResNetConfig ResNetConfig::preset(const std::string& name) {
   if (name == "resnet-18" || name == "resnet-34") {
     c.bottleneck = false;
     c.hidden_sizes = {64, 128, 256, 512};
-    c.depths = name == "resnet-18" ? std::vector<int64_t>{2, 2, 2, 2}
-                                   : std::vector<int64_t>{3, 4, 6, 3};
+    c.depths =
+        name == "resnet-18" ? std::vector<int64_t>{2, 2, 2, 2} : std::vector<int64_t>{3, 4, 6, 3};
   } else if (name == "resnet-fmnist") {
     // ResNet-18 for Fashion-MNIST: 28x28 grey images (7x7 after the stem and
     // its pooling), 10 classes.
@@ -142,12 +144,14 @@ void ResNetConfig::validate(const std::string& origin) const {
   auto bad = [&](const std::string& field, const std::string& what) {
     fail(origin, field + " " + what);
   };
-  if (num_channels < 1) bad("num_channels", "is " + std::to_string(num_channels) + ", expected >= 1");
+  if (num_channels < 1)
+    bad("num_channels", "is " + std::to_string(num_channels) + ", expected >= 1");
   if (embedding_size < 1)
     bad("embedding_size", "is " + std::to_string(embedding_size) + ", expected >= 1");
   if (hidden_sizes.empty() || hidden_sizes.size() != depths.size())
     bad("hidden_sizes", "has " + std::to_string(hidden_sizes.size()) + " stages and depths " +
-                            std::to_string(depths.size()) + ": expected one size per stage, 1 or more");
+                            std::to_string(depths.size()) +
+                            ": expected one size per stage, 1 or more");
   for (int64_t h : hidden_sizes)
     if (h < (bottleneck ? 4 : 1))
       bad("hidden_sizes", "holds " + std::to_string(h) + ", expected >= " +
@@ -199,7 +203,8 @@ double ResNetConfig::train_flops_per_image(Size2d image) const {
   return 3 * forward - stem;
 }
 
-ResNetForImageClassification::ResNetForImageClassification(ResNetConfig cfg) : cfg_(std::move(cfg)) {
+ResNetForImageClassification::ResNetForImageClassification(ResNetConfig cfg)
+    : cfg_(std::move(cfg)) {
   cfg_.validate();
 }
 
@@ -236,8 +241,8 @@ void ResNetForImageClassification::check(const Params& params, const Params& sta
 }
 
 ResNetOutput ResNetForImageClassification::apply(const Params& params, const Params& state,
-                                                 const Array& pixels, bool train,
-                                                 Layout layout) const {
+                                                 const Array& pixels, bool train, Layout layout,
+                                                 DType matmul_dtype) const {
   const bool nhwc = layout == Layout::NHWC;
   if (pixels.ndim() != 4 || pixels.shape()[nhwc ? 3 : 1] != cfg_.num_channels)
     fail("resnet", "pixel_values " + str(pixels.shape()) + ": expected " +
@@ -246,7 +251,7 @@ ResNetOutput ResNetForImageClassification::apply(const Params& params, const Par
                        " (num_channels " + std::to_string(cfg_.num_channels) + ")");
   // Computed channels last whatever the pixels' layout (the convolutions'
   // fastest form on the cpu: oneDNN's direct kernels, 2x its NCHW GEMMs).
-  Scope s(params, state, {.train = train}, "resnet");
+  Scope s(params, state, {.train = train, .matmul_dtype = matmul_dtype}, "resnet");
   auto conv_bn = [&](const ConvSpec& c, const Array& x) {
     const Array y = norm_of(c)(s, conv_of(c)(s, x, Layout::NHWC), Layout::NHWC);
     return c.act ? activate(cfg_.hidden_act, y) : y;

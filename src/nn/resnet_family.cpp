@@ -68,10 +68,7 @@ class ResNetModel final : public Model {
   Params init_state(Device device) const override { return net_.init_state(device); }
   ModelOutput apply(const Params& params, const Params& state, const Array& pixels,
                     const ModelOptions& opt) const override {
-    if (opt.matmul_dtype != DType::f32)
-      fail("resnet", std::string("the ResNet family computes in f32; precision ") +
-                         name_of(opt.matmul_dtype) + " is not supported for it yet");
-    ResNetOutput out = net_.apply(params, state, pixels, opt.train, opt.layout);
+    ResNetOutput out = net_.apply(params, state, pixels, opt.train, opt.layout, opt.matmul_dtype);
     return {std::move(out.logits), std::move(out.state)};
   }
   int64_t num_labels() const override { return cfg().num_labels; }
@@ -101,8 +98,7 @@ class ResNetModel final : public Model {
     const std::string stages = "resnet.encoder.stages.";
     const int64_t s = config_json::index_after(param, stages);
     if (s >= 0 && s < static_cast<int64_t>(cfg().depths.size())) {
-      const int64_t l =
-          config_json::index_after(param, stages + std::to_string(s) + ".layers.");
+      const int64_t l = config_json::index_after(param, stages + std::to_string(s) + ".layers.");
       if (l >= 0) return blocks_before(static_cast<size_t>(s)) + l + 1;
     }
     return num_layer_groups() - 1;

@@ -112,10 +112,10 @@ TEST(Cli, InfoNamesTheGemmLibraryAndKilnSgemmIsChecked) {
   CliRun info = kiln_cli("info");
   ASSERT_EQ(info.status, 0) << info.output;
   // This process and the command share the remembered choice (sgemm.h).
-  EXPECT_NE(info.output.find(std::string("f32 GEMM: ") +
-                             (cpu::sgemm_library() == cpu::SgemmLibrary::onemkl ? "oneMKL"
-                                                                                : "oneDNN")),
-            std::string::npos)
+  EXPECT_NE(
+      info.output.find(std::string("f32 GEMM: ") +
+                       (cpu::sgemm_library() == cpu::SgemmLibrary::onemkl ? "oneMKL" : "oneDNN")),
+      std::string::npos)
       << info.output;
   CliRun onednn = kiln_cli_raw("KILN_SGEMM=onednn " + cli + " info");
   EXPECT_NE(onednn.output.find("(dnnl_sgemm)"), std::string::npos) << onednn.output;
@@ -256,8 +256,8 @@ TEST(Cli, TrainPrintsTheReferenceScriptsHeader) {
     CliRun r = kiln_cli("train --config " + cfg + " --steps 2 --warmup 1 " + k.flags);
     ASSERT_EQ(r.status, 0) << k.flags << ":\n" << r.output;
     EXPECT_EQ(r.output.substr(0, k.header.size()), k.header) << k.flags << ":\n" << r.output;
-    EXPECT_NE(r.output.find("kiln train: mode " + k.mode), std::string::npos)
-        << k.flags << ":\n" << r.output;
+    EXPECT_NE(r.output.find("kiln train: mode " + k.mode), std::string::npos) << k.flags << ":\n"
+                                                                              << r.output;
   }
   std::filesystem::remove(cfg);
 }
@@ -413,7 +413,7 @@ TEST(Cli, GradWritesLossLogitsAndEveryGradient) {
 
 // A ResNet from its config.json through kiln train (BatchNorm's statistics
 // saved in the checkpoint) and kiln eval, which gives the run's final
-// accuracy from the checkpoint; precision bf16 is refused naming the family.
+// accuracy from the checkpoint; bf16 mixed precision trains it as well.
 TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
   if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
@@ -435,11 +435,17 @@ TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
   ASSERT_EQ(e.status, 0) << e.output;
   EXPECT_NE(e.output.find("(step 20) on fashion-mnist test"), std::string::npos) << e.output;
   EXPECT_NE(e.output.find("accuracy " + acc + "%"), std::string::npos) << e.output << r.output;
-  CliRun b = kiln_cli("train --config " + cfg + " --image-size 16 --steps 1 --precision bf16");
-  EXPECT_NE(b.status, 0);
-  EXPECT_NE(b.output.find("[resnet] the ResNet family computes in f32; precision bf16"),
-            std::string::npos)
-      << b.output;
+  // bf16 mixed precision trains it too, in every mode.
+  for (const char* mode : {"eager", "jit"}) {
+    CliRun b = kiln_cli("train --data fashion-mnist --config " + cfg +
+                        " --steps 20 --warmup 1 --batch-size 64 --optimizer adamw --lr 3e-3"
+                        " --precision bf16 --mode " +
+                        mode);
+    ASSERT_EQ(b.status, 0) << b.output;
+    at = b.output.find("final test accuracy ");
+    ASSERT_NE(at, std::string::npos) << b.output;
+    EXPECT_GT(std::stod(b.output.substr(at + 20)), 15.0) << b.output;
+  }
   std::filesystem::remove(cfg);
   std::filesystem::remove_all(ckpt);
 }
@@ -899,7 +905,7 @@ TEST(Cli, GradTakesEveryModelTypeAndWritesTheState) {
                       dir + "batch.safetensors --out " + out);
   EXPECT_NE(b.status, 0);
   EXPECT_NE(b.output.find(bert + ": field 'model_type' is \"bert\", which kiln does not have; its "
-                          "model types: \"convnext\", \"deit\", \"resnet\", \"vit\""),
+                                 "model types: \"convnext\", \"deit\", \"resnet\", \"vit\""),
             std::string::npos)
       << b.output;
   std::filesystem::remove(bert);

@@ -102,6 +102,9 @@ TEST(Models, AnUnknownModelTypeNamesTheTypesKilnHas) {
 struct Fixture {
   std::string dir, batch, expected;
   const char* architecture;
+  // The bound on the bf16 gradients' error against the f32 reference, as a
+  // fraction of the whole gradient's norm; 0: every gradient within 2%.
+  double bf16_grads = 0;
 };
 
 void PrintTo(const Fixture& f, std::ostream* os) {
@@ -143,6 +146,54 @@ TEST_P(ModelGolden, ForwardBackwardMatchesTransformers) {
   }
 }
 
+// bf16 mixed precision (the convolutions' and matmuls' operands rounded to
+// bf16, their results and everything else f32) through the interface, for
+// every family, against the same f32 reference: logits, loss and running
+// statistics within 2% relative, f32 master gradients within 2% each. Not
+// so a ResNet's: BatchNorm over a batch of 4 (the fixtures') subtracts the
+// gradient's mean and its projection on the normalized activations, most of
+// it, and what is left carries the bf16 rounding of the convolutions'
+// operands many times over. torch's autocast (bf16, torch 2.15, on the cpu)
+// is 9.0% and 32.6% off there (the whole gradient; 0.49% on ConvNeXt), so a
+// ResNet's gradients are held to 1.5x that (kiln: 7.0% and 40.0%).
+TEST_P(ModelGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
+  const Fixture& f = GetParam();
+  const std::string dir = kFixtures + f.dir + "/";
+  const auto model = io::load_model_config(dir + "config.json");
+  const Params weights = io::load_safetensors(dir + "model.safetensors").tensors;
+  const Params batch = io::load_safetensors(kFixtures + f.batch).tensors;
+  const Params expected = io::load_safetensors(dir + f.expected).tensors;
+  const train::GradResult r = train::forward_backward(
+      *model, weights, batch.at("pixel_values"), batch.at("labels"), nn::Layout::NCHW, DType::bf16);
+  const double logits_err = relative_error(r.logits, expected.at("logits"));
+  EXPECT_LT(logits_err, 2e-2);
+  EXPECT_GT(logits_err, 1e-5);  // bf16 did run: f32 is within 1e-5
+  const double want = expected.at("loss").item<double>();
+  EXPECT_NEAR(r.loss.item<double>(), want, 2e-2 * want);
+  double total = 0;
+  for (auto& [n, e] : expected)
+    if (n.starts_with("grad.")) total += sum(square(astype(e, DType::f64))).item<double>();
+  double num = 0;
+  for (auto& [n, g] : r.grads) {
+    EXPECT_EQ(g.dtype(), DType::f32) << n;  // f32 master gradients
+    const Array d = astype(g, DType::f64) - astype(expected.at("grad." + n), DType::f64);
+    num += sum(square(d)).item<double>();
+    if (f.bf16_grads > 0) continue;
+    // As in the ViT's bf16 test: a key bias's exact gradient is zero and
+    // what is computed is rounding noise against the floor.
+    const bool zero = n.find("attention.attention.key.bias") != std::string::npos;
+    EXPECT_LT(relative_error(g, expected.at("grad." + n), 1e-3 * std::sqrt(total)),
+              zero ? 6e-2 : 2e-2)
+        << n;
+  }
+  EXPECT_LT(std::sqrt(num / total), f.bf16_grads > 0 ? f.bf16_grads : 2e-2);
+  for (auto& [n, s] : r.state) {
+    if (!n.ends_with("num_batches_tracked")) {
+      EXPECT_LT(relative_error(s, expected.at("state." + n)), 2e-2) << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families, ModelGolden,
     ::testing::Values(Fixture{"vit_golden", "vit_golden/batch.safetensors", "expected.safetensors",
@@ -152,10 +203,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"deit_golden/deit_with_teacher", "deit_golden/batch.safetensors",
                               "expected.safetensors", "DeiTForImageClassificationWithTeacher"},
                       Fixture{"resnet_basic_golden", "resnet_basic_golden/batch.safetensors",
-                              "expected.safetensors", "ResNetForImageClassification"},
+                              "expected.safetensors", "ResNetForImageClassification", 0.135},
                       Fixture{"resnet_bottleneck_golden",
                               "resnet_bottleneck_golden/batch.safetensors", "expected.safetensors",
-                              "ResNetForImageClassification"},
+                              "ResNetForImageClassification", 0.49},
                       Fixture{"convnext_golden", "convnext_golden/batch.safetensors",
                               "expected.safetensors", "ConvNextForImageClassification"}),
     [](const auto& info) {
