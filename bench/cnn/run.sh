@@ -5,11 +5,13 @@
 # OUT/lscpu.txt.
 #   PYTHON: a Python with torch and transformers (default bench/peers/.venv)
 #   MODELS: which (default "resnet-50 convnext-tiny")
+#   PRECISION: fp32 (default) or bf16 (kiln --precision bf16, PyTorch's autocast)
 #   bench/cnn/run.sh OUT [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: bench/cnn/run.sh OUT [STEPS]}
 steps=${2:-6}
+precision=${PRECISION:-fp32}
 py=${PYTHON:-bench/peers/.venv/bin/python}
 "$py" -c "import torch, transformers" || { echo "bench/cnn/run.sh: $py lacks torch or transformers (set PYTHON)" >&2; exit 2; }
 mkdir -p "$out"
@@ -19,11 +21,11 @@ for model in ${MODELS:-resnet-50 convnext-tiny}; do
   for mode in jit eager; do
     log="$out/kiln-$model-$mode.jsonl"
     build/kiln train --model "$model" --batch-size 32 --steps "$steps" --warmup 2 --mode "$mode" \
-      --log-json "$log" > "$out/kiln-$model-$mode.txt"
-    tail -1 "$log" | "$py" -c "import json,sys; s=json.load(sys.stdin); print(json.dumps({'peer': 'kiln $mode', 'model': '$model', 'median': s['median'], 'first_step': s['first_step_seconds'], 'peak_rss_mib': s['peak_rss_mib']}))" >> "$out/results.jsonl"
+      --precision "$precision" --log-json "$log" > "$out/kiln-$model-$mode.txt"
+    tail -1 "$log" | "$py" -c "import json,sys; s=json.load(sys.stdin); print(json.dumps({'peer': 'kiln $mode', 'model': '$model', 'precision': '$precision', 'median': s['median'], 'first_step': s['first_step_seconds'], 'peak_rss_mib': s['peak_rss_mib']}))" >> "$out/results.jsonl"
   done
   for flags in "" "--channels-last" "--compile --channels-last"; do
-    "$py" bench/peers/torch_cnn.py --model "$model" --steps "$steps" $flags >> "$out/results.jsonl"
+    "$py" bench/peers/torch_cnn.py --model "$model" --steps "$steps" --precision "$precision" $flags >> "$out/results.jsonl"
   done
 done
 cat "$out/results.jsonl"

@@ -53,16 +53,30 @@ BatchNormResult batch_norm(const Array& x, const Array& gamma, const Array& beta
     if (opt.training && n < 2)
       fail(op, "input " + str(x.shape()) +
                    " has 1 value per channel: training needs more than one (PyTorch's rule)");
+    // Written so that the backward pass reduces over x twice, sum(dy) and
+    // sum(dy * (x - mu)), rather than four times (each reduction a pass over
+    // the activations, a ResNet's costliest memory traffic):
+    // - the variance reads x - sg(mu): d var / d mu = -2 mean(x - mu) is 0,
+    //   so its gradient reaches x directly, not through mu by a sum;
+    // - y = (x - sg(mu)) * scale + shift, with shift = beta - scale * (mu -
+    //   sg(mu)), which is beta in value: mu's gradient, -scale * sum(dy),
+    //   comes from shift's gradient sum(dy), which beta's is, rather than
+    //   from a third reduction sum(dy * scale).
     mu = mean(x, axes, true);
-    const Array centred = x - mu;
+    const Array mu_held = stop_gradient(mu);
+    const Array centred = x - mu_held;
     var = mean(centred * centred, axes, true);
-    r.y = centred * rsqrt(var + opt.eps);
+    Array scale = rsqrt(var + opt.eps);
+    if (gamma.valid()) scale = scale * reshape(astype(gamma, x.dtype()), bc);
+    const Array zero = (mu - mu_held) * scale;
+    const Array shift = beta.valid() ? reshape(astype(beta, x.dtype()), bc) - zero : -zero;
+    r.y = centred * scale + shift;
   } else {
     r.y = (x - reshape(astype(running_mean, x.dtype()), bc)) *
           rsqrt(reshape(astype(running_var, x.dtype()), bc) + opt.eps);
+    if (gamma.valid()) r.y = r.y * reshape(astype(gamma, x.dtype()), bc);
+    if (beta.valid()) r.y = r.y + reshape(astype(beta, x.dtype()), bc);
   }
-  if (gamma.valid()) r.y = r.y * reshape(astype(gamma, x.dtype()), bc);
-  if (beta.valid()) r.y = r.y + reshape(astype(beta, x.dtype()), bc);
   r.running_mean = running_mean;
   r.running_var = running_var;
   if (opt.training && running_mean.valid()) {

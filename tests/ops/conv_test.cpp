@@ -115,6 +115,60 @@ TEST(Conv, Bf16MatchesF64OnTheRoundedOperands) {
   }
 }
 
+// Channels-last pooling (its own cpu kernel: windows over an image's
+// contiguous channels) equals NCHW pooling (a plane at a time) bit for bit,
+// forward and backward, max (with ties and NaNs) and average (padding
+// counted and not), f32 and bf16.
+TEST(Pool, ChannelsLastEqualsChannelsFirstBitForBit) {
+  std::vector<float> v(2 * 5 * 7 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37) % 11) - 5.0f;  // ties
+  v[17] = std::nanf("");
+  v[100] = std::nanf("");
+  const Array x0 = Array::from_vector<float>(v, {2, 5, 7, 6});
+  const Array dy0 = random::normal(random::Key(3), {2, 5, 4, 3});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Array x = astype(x0, dt), dy = astype(dy0, dt);
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE(std::string(name_of(dt)) + " kind " + std::to_string(kind));
+      auto pool = [&](const Array& in, bool cl) {
+        const PoolOptions o{.stride = {2},
+                            .padding = {{1, 1}},
+                            .channels_last = cl,
+                            .count_include_pad = kind == 1};
+        return kind == 0 ? max_pool2d(in, {3}, o) : avg_pool2d(in, {3}, o);
+      };
+      const Array xl = transpose(x, {0, 2, 3, 1});
+      auto [y, gx] =
+          vjp([&](const std::vector<Array>& p) { return std::vector<Array>{pool(p[0], false)}; },
+              {x}, {dy});
+      auto [yl, gxl] =
+          vjp([&](const std::vector<Array>& p) { return std::vector<Array>{pool(p[0], true)}; },
+              {xl}, {transpose(dy, {0, 2, 3, 1})});
+      ASSERT_EQ(yl[0].shape(), (Shape{2, 4, 3, 5}));
+      const auto a = astype(transpose(yl[0], {0, 3, 1, 2}), DType::f64).to_vector<double>(),
+                 b = astype(y[0], DType::f64).to_vector<double>();
+      const auto ga = astype(transpose(gxl[0], {0, 3, 1, 2}), DType::f64).to_vector<double>(),
+                 gb = astype(gx[0], DType::f64).to_vector<double>();
+      ASSERT_EQ(a.size(), b.size());
+      int nans = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(b[i])) {
+          ++nans;
+          EXPECT_TRUE(std::isnan(a[i])) << i;
+        } else {
+          EXPECT_EQ(a[i], b[i]) << i;
+        }
+      }
+      EXPECT_GT(nans, 0);
+      for (size_t i = 0; i < ga.size(); ++i) {
+        if (!std::isnan(gb[i])) {
+          EXPECT_EQ(ga[i], gb[i]) << i;
+        }
+      }
+    }
+  }
+}
+
 // PyTorch's BatchNorm2d(3) in training: the batch's mean and biased variance
 // normalize; the running statistics move by momentum towards the batch mean
 // and the unbiased variance.

@@ -6,12 +6,14 @@
 // shape and cached per thread; bf16 accumulates in f32. Where the CPU has no bf16 unit the
 // bf16 operands are widened to f32 (exactly), as matmuls are. f64 (gradient
 // checks) is a plain loop over the window's taps. Pool and PoolGrad are
-// loops over each window, a thread per range of (batch, channel) planes.
+// loops over each window: channels last over an image's contiguous
+// channels, a thread per range of images; otherwise a thread per range of
+// (batch, channel) planes.
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -48,8 +50,9 @@ ConvArg conv_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::de
                  bool output) {
   ConvArg a{arg, user, prim, std::nullopt, {}};
   if (user != prim) {
-    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
-                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
+    a.reorder = output
+                    ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
+                    : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
     a.scratch.resize(prim.get_size());
   }
   return a;
@@ -63,16 +66,16 @@ CachedConv make_conv(Op op, const ConvGeometry& q, DType dt) {
       q.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
   const memory::desc x_md(dims{q.n, q.c, q.h, q.w}, t, act);
   const memory::desc y_md(dims{q.n, q.o, q.ho, q.wo}, t, act);
-  const dims w_dims = q.groups > 1 ? dims{q.groups, q.og, q.cg, q.kh, q.kw}
-                                   : dims{q.o, q.c, q.kh, q.kw};
+  const dims w_dims =
+      q.groups > 1 ? dims{q.groups, q.og, q.cg, q.kh, q.kw} : dims{q.o, q.c, q.kh, q.kw};
   const memory::desc w_md(w_dims, t,
                           q.groups > 1 ? memory::format_tag::goihw : memory::format_tag::oihw);
   // Channels-last activations: the weights in the format oneDNN's direct
   // kernels want (blocked; reordered on each call, they are small). With
   // plain OIHW weights oneDNN 2.6 has only its reference loops for NHWC,
   // ~190x slower; NCHW runs its im2col + GEMM kernels on plain weights.
-  const memory::desc w_any = q.channels_last ? memory::desc(w_dims, t, memory::format_tag::any)
-                                             : w_md;
+  const memory::desc w_any =
+      q.channels_last ? memory::desc(w_dims, t, memory::format_tag::any) : w_md;
   const dims strides{q.sh, q.sw}, dilation{q.dh - 1, q.dw - 1}, lo{q.ph, q.pw},
       hi{q.ph_after, q.pw_after};
   const dnnl::convolution_forward::desc fwd(dnnl::prop_kind::forward_training,
@@ -239,9 +242,98 @@ void pool_planes(const Primitive& p, const std::vector<Array>& in, ArrayNode& ou
   });
 }
 
+// The same channels last (NHWC, a ResNet's max pooling): a thread per
+// range of images, each output pixel's window tap by tap in window order
+// over its contiguous channels, so that every comparison and sum is the one
+// pool_window makes (the same values, NaN and ties included) at memory speed
+// rather than a channel's stride apart. PoolGrad adds each output's dy into
+// the image's input gradient (windows overlap, so an image is one thread's),
+// accumulated in A.
+template <typename T, typename A>
+void pool_channels_last(const Primitive& p, const std::vector<Array>& in, ArrayNode& out) {
+  const auto& a = p.attrs<PoolAttrs>();
+  const ConvGeometry q = pool_geometry(a, in[0].shape(), p.name());
+  const bool max = a.kind == PoolKind::Max, grad = p.op() == Op::PoolGrad;
+  const T* x = in[0].data<T>();
+  const T* dy = grad ? in[1].data<T>() : nullptr;
+  T* dst = static_cast<T*>(alloc_output(out));
+  const int64_t c = q.c, image = q.h * q.w * c;
+  parallel_for(q.n, q.ho * q.wo * q.kh * q.kw * c, [&](int64_t b0, int64_t b1) {
+    std::vector<A> v(c), acc;
+    std::vector<int32_t> arg(c);  // the window tap of each channel's max
+    std::vector<int64_t> taps;
+    if (grad) acc.resize(image);
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* xb = x + b * image;
+      if (grad) std::fill(acc.begin(), acc.end(), A(0));
+      for (int64_t yo = 0; yo < q.ho; ++yo)
+        for (int64_t xo = 0; xo < q.wo; ++xo) {
+          taps.clear();
+          for_each_in_window(q, 0, 0, yo, xo, [&](int64_t i) { taps.push_back(i); });
+          const int64_t n = static_cast<int64_t>(taps.size());
+          const int64_t yi = ((b * q.ho + yo) * q.wo + xo) * c;
+          if (max) {
+            // Branch-free selects over the channels, so that they vectorize.
+            A* vb = v.data();
+            int32_t* ab = arg.data();
+            const T* t0 = xb + taps[0];
+            for (int64_t ch = 0; ch < c; ++ch) vb[ch] = static_cast<A>(t0[ch]);
+            if (grad) std::fill(arg.begin(), arg.end(), 0);
+            for (int64_t k = 1; k < n; ++k) {
+              const T* t = xb + taps[k];
+              const int32_t kk = static_cast<int32_t>(k);
+              if (!grad) {
+#pragma omp simd
+                for (int64_t ch = 0; ch < c; ++ch) {
+                  const A u = static_cast<A>(t[ch]), w = vb[ch];
+                  vb[ch] = (u > w || (u != u && w == w)) ? u : w;
+                }
+              } else {
+#pragma omp simd
+                for (int64_t ch = 0; ch < c; ++ch) {
+                  const A u = static_cast<A>(t[ch]), w = vb[ch];
+                  const bool take = u > w || (u != u && w == w);
+                  vb[ch] = take ? u : w;
+                  ab[ch] = take ? kk : ab[ch];
+                }
+              }
+            }
+            if (!grad) {
+              for (int64_t ch = 0; ch < c; ++ch) dst[yi + ch] = st<T>(vb[ch]);
+            } else {
+              for (int64_t ch = 0; ch < c; ++ch)
+                acc[taps[ab[ch]] + ch] += static_cast<A>(dy[yi + ch]);
+            }
+          } else {
+            const A count = static_cast<A>(a.count_include_pad ? q.kh * q.kw : n);
+            if (!grad) {
+              std::fill(v.begin(), v.end(), A(0));
+              for (int64_t k = 0; k < n; ++k) {
+                const T* t = xb + taps[k];
+                for (int64_t ch = 0; ch < c; ++ch) v[ch] += static_cast<A>(t[ch]);
+              }
+              for (int64_t ch = 0; ch < c; ++ch) dst[yi + ch] = st<T>(v[ch] / count);
+            } else {
+              for (int64_t ch = 0; ch < c; ++ch) v[ch] = static_cast<A>(dy[yi + ch]) / count;
+              for (int64_t k = 0; k < n; ++k)
+                for (int64_t ch = 0; ch < c; ++ch) acc[taps[k] + ch] += v[ch];
+            }
+          }
+        }
+      if (grad)
+        for (int64_t i = 0; i < image; ++i) dst[b * image + i] = st<T>(acc[i]);
+    }
+  });
+}
+
 void pool_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
   const DType dt = in[0].dtype();
+  if (p.attrs<PoolAttrs>().channels_last && in[0].ndim() == 4) {
+    if (dt == DType::f64) return pool_channels_last<double, double>(p, in, out);
+    if (dt == DType::f32) return pool_channels_last<float, float>(p, in, out);
+    if (dt == DType::bf16) return pool_channels_last<bf16, float>(p, in, out);
+  }
   if (dt == DType::f64) return pool_planes<double>(p, in, out);
   if (dt != DType::f32 && dt != DType::bf16)
     fail(p.name(), std::string("no cpu kernel for dtype ") + name_of(dt));

@@ -49,6 +49,22 @@ void run_pointwise(Op op, float* y, const float* a, const float* b, int64_t n) {
 
 namespace {
 
+// Positions [base, base + n) of a row of r values repeated (a per-channel
+// vector broadcast over a channels-last activation): calls f(i, j, m) for
+// each run of m positions from base + i, which read the row from j on. One
+// modulo a run rather than one a value, which had ResNet-50's fused
+// BatchNorm kernels run at a third of the memory's speed.
+template <typename F>
+inline void for_row_spans(int64_t base, int64_t n, int64_t r, F f) {
+  int64_t j = base % r;
+  for (int64_t i = 0; i < n;) {
+    const int64_t m = std::min(n - i, r - j);
+    f(i, j, m);
+    i += m;
+    j = 0;
+  }
+}
+
 // Evaluates `body` at flat positions [base, base + n) of its shape into `out`
 // (scratch holds one chunk per register).
 struct BodyEval {
@@ -102,7 +118,9 @@ struct BodyEval {
           case FusedRead::Whole: widen(x + base, n, buf); break;
           case FusedRead::Scalar: std::fill_n(buf, n, widen_bf16(x[0])); break;
           case FusedRead::Row:
-            for (int64_t i = 0; i < n; ++i) buf[i] = widen_bf16(x[(base + i) % row[k]]);
+            for_row_spans(base, n, row[k], [&](int64_t i, int64_t j, int64_t m) {
+              widen(x + j, m, buf + i);
+            });
             break;
         }
         reg[k] = buf;
@@ -115,7 +133,13 @@ struct BodyEval {
           reg[k] = buf;
           break;
         case FusedRead::Row:
-          for (int64_t i = 0; i < n; ++i) buf[i] = src[k][(base + i) % row[k]];
+          if (base % row[k] + n <= row[k]) {  // within one row: read in place
+            reg[k] = src[k] + base % row[k];
+            break;
+          }
+          for_row_spans(base, n, row[k], [&](int64_t i, int64_t j, int64_t m) {
+            std::copy_n(src[k] + j, m, buf + i);
+          });
           reg[k] = buf;
           break;
       }
