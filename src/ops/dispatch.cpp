@@ -290,7 +290,11 @@ std::string KernelProfile::report() {
                                                                           shapes.end());
     std::sort(rows.begin(), rows.end(),
               [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-    constexpr size_t kTop = 40;
+    // KILN_PROFILE_TOP=N shows N rows (40 otherwise, or where N is not a
+    // positive number).
+    const char* top = std::getenv("KILN_PROFILE_TOP");
+    const long asked = top ? std::strtol(top, nullptr, 10) : 0;
+    const size_t kTop = asked > 0 ? static_cast<size_t>(asked) : 40;
     os << "by primitive and shapes (KILN_PROFILE=shapes), the " << std::min(kTop, rows.size())
        << " of " << rows.size() << " that took longest\n";
     for (size_t i = 0; i < std::min(kTop, rows.size()); ++i) {

@@ -79,7 +79,7 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Erf,                       F | I,        kIn0},
     {Op::Gelu,                      F | I,        kIn0},
     {Op::GeluTanh,                  F | I,        kIn0},
-    {Op::Relu,                      F | I | R | N, kIn0},
+    {Op::Relu,                      F | I | R | N, kOut},
     {Op::Abs,                       F | I | R | N, kIn0},
     {Op::GeluGrad,                  F | I,        kNone},   // no VJP rule
     {Op::GeluTanhGrad,              F | I,        kNone},   // no VJP rule

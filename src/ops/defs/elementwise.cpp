@@ -44,8 +44,11 @@ void unary(OpDefs& d) {
   def(Op::Gelu, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * gelu_grad(a.in[0]); });
   def(Op::GeluTanh,
       [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * gelu_tanh_grad(a.in[0]); });
+  // From the output (relu(x) > 0 exactly where x > 0), which the next layer
+  // reads anyway: the input need not be kept, and a compiled step fuses the
+  // ReLU into what computes its input (a BatchNorm's normalization).
   def(Op::Relu, [](const VjpArgs& a, std::vector<Array>& ct) {
-    ct[0] = where(greater(a.in[0], zero_like_scalar(a.in[0])), a.g, zero_like_scalar(a.g));
+    ct[0] = where(greater(a.out, zero_like_scalar(a.out)), a.g, zero_like_scalar(a.g));
   });
   def(Op::Abs, [](const VjpArgs& a, std::vector<Array>& ct) {
     ct[0] = where(greater_equal(a.in[0], zero_like_scalar(a.in[0])), a.g, neg(a.g));
