@@ -193,6 +193,11 @@ int main(int argc, char** argv) {
          R"("crop_size": {"height": 16, "width": 18}, "resample": 3, "image_std": 0.25})");
   pp.add("wrong-types.json", R"({"size": {"height": -3}, "resample": 9, "image_mean": [1, 2], )"
                              R"("do_rescale": "yes", "unknown": null})");
+  pp.add("convnext.json", R"({"image_processor_type": "ConvNextImageProcessor", "crop_pct": 0.875, )"
+                          R"("size": {"shortest_edge": 24}, "resample": 3})");
+  pp.add("convnext-feature-extractor.json",
+         R"({"feature_extractor_type": "ConvNextFeatureExtractor", "crop_pct": 2.5, "size": 400, )"
+         R"("do_center_crop": true, "crop_size": 7})");
 
   Corpus ck(fuzz_dir, "checkpoint");
   ck.add("whole", tiny[0] + sep + tiny[1] + sep + tiny[2] + sep + tiny[3]);

@@ -1,4 +1,5 @@
-// libFuzzer harness: a preprocessor_config.json (ViTImageProcessor: parse_image_processor,
+// libFuzzer harness: a preprocessor_config.json (ViTImageProcessor or
+// ConvNextImageProcessor: parse_image_processor,
 // then the processor applied to a small image).
 // fuzz/targets.h says what counts as a bug.
 #include "targets.h"

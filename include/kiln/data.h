@@ -152,6 +152,9 @@ struct ImageProcessor {
   double rescale_factor = 1.0 / 255;
   bool do_normalize = true;
   std::vector<double> image_mean = {0.5, 0.5, 0.5}, image_std = {0.5, 0.5, 0.5};
+  // Read from a ConvNextImageProcessor (0 otherwise), whose rule the fields
+  // above hold (io::parse_image_processor); kept to write it back as one.
+  double crop_pct = 0;
 
   // The height x width of the pixel values for an image of width x height.
   nn::Size2d output_size(int64_t width, int64_t height) const;

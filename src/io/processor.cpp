@@ -1,4 +1,6 @@
-// kiln io: transformers' preprocessor_config.json (ViTImageProcessor).
+// kiln io: transformers' preprocessor_config.json (ViTImageProcessor, and
+// ConvNextImageProcessor's rule in its fields).
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -27,18 +29,35 @@ const std::set<std::string> kIgnored = {"image_processor_type",
                                         "default_to_square",
                                         "backend"};
 
+// ConvNextImageProcessor (and its feature extractor and fast forms): the
+// processor of microsoft/resnet-* and facebook/convnext-*.
+bool is_convnext_processor(const json& j) {
+  for (const char* type : {"image_processor_type", "feature_extractor_type"})
+    if (j.contains(type) && j[type].is_string() &&
+        j[type].get<std::string>().rfind("ConvNext", 0) == 0)
+      return true;
+  return false;
+}
+
 // Notes on the fields that kiln does not read (ignored, saying so) and on a
-// processor type other than ViT's.
+// processor type other than ViT's and ConvNeXt's.
 void note_unread_fields(const json& j, const std::string& path, std::vector<std::string>& notes) {
-  const std::set<std::string> known = {"do_resize",      "size",          "resample",
-                                       "do_center_crop", "crop_size",     "do_rescale",
-                                       "rescale_factor", "do_normalize",  "image_mean",
-                                       "image_std",      "do_convert_rgb"};
+  const bool convnext = is_convnext_processor(j);
+  std::set<std::string> known = {"do_resize",  "size",           "resample",
+                                 "do_rescale", "rescale_factor", "do_normalize",
+                                 "image_mean", "image_std",      "do_convert_rgb"};
+  if (convnext)
+    known.insert("crop_pct");
+  else
+    known.insert({"do_center_crop", "crop_size"});
   for (const auto& [key, value] : j.items())
     if (!known.count(key) && !kIgnored.count(key))
-      notes.push_back(path + ": unknown field '" + key + "' ignored");
+      notes.push_back(path + ": " +
+                      (convnext && (key == "do_center_crop" || key == "crop_size")
+                           ? "field '" + key + "' ignored, as ConvNextImageProcessor ignores it"
+                           : "unknown field '" + key + "' ignored"));
   for (const char* type : {"image_processor_type", "feature_extractor_type"})
-    if (j.contains(type)) {
+    if (j.contains(type) && !convnext) {
       const std::string t = j[type].is_string() ? j[type].get<std::string>() : j[type].dump();
       if (t.rfind("ViT", 0) != 0)
         notes.push_back(path + ": " + type + " is " + t +
@@ -119,7 +138,8 @@ data::ImageProcessor parse_image_processor(std::string_view text, const std::str
     }
   };
   flag("do_resize", p.do_resize);
-  size_field("size", p.size, &p.shortest_edge, &p.longest_edge);
+  const bool convnext = is_convnext_processor(j);
+  if (!convnext) size_field("size", p.size, &p.shortest_edge, &p.longest_edge);
   if (j.contains("resample") && !j["resample"].is_null()) {
     const json& v = j["resample"];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 5)
@@ -129,8 +149,48 @@ data::ImageProcessor parse_image_processor(std::string_view text, const std::str
               "4 BOX, 5 HAMMING");
     p.resample = static_cast<data::Resample>(v.get<int>());
   }
-  flag("do_center_crop", p.do_center_crop);
-  size_field("crop_size", p.crop_size, nullptr, nullptr);
+  if (!convnext) {
+    flag("do_center_crop", p.do_center_crop);
+    size_field("crop_size", p.crop_size, nullptr, nullptr);
+  } else {
+    // ConvNextImageProcessor: size is the shortest edge S (an integer, or
+    // {"shortest_edge": S}; 384 by default). Below 384 the shorter side is
+    // resized to int(S / crop_pct) (crop_pct 224/256 by default), aspect
+    // kept, and the centre S x S cropped; from 384 on the image is resized
+    // to S x S. Held as the ViT processor's fields that do the same.
+    int64_t edge = 384;
+    if (j.contains("size") && !j["size"].is_null()) {
+      const json& v = j["size"];
+      if (v.is_number())
+        edge = positive("size", v);
+      else if (v.is_object() && v.size() == 1 && v.contains("shortest_edge"))
+        edge = positive("size.shortest_edge", v["shortest_edge"]);
+      else
+        bad("size", "is " + v.dump() +
+                        ", expected {\"shortest_edge\": S} or an integer (ConvNextImageProcessor)");
+    }
+    p.crop_pct = 224.0 / 256.0;
+    if (j.contains("crop_pct") && !j["crop_pct"].is_null()) {
+      const json& v = j["crop_pct"];
+      if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+        bad("crop_pct", "is " + v.dump() + ", expected a positive number");
+      p.crop_pct = v.get<double>();
+    }
+    if (!p.do_resize) {
+      // no resize, and so no crop: the crop is part of ConvNeXt's resize
+    } else if (edge < 384) {
+      const double resize = std::floor(static_cast<double>(edge) / p.crop_pct);  // Python's int()
+      if (!(resize >= 1 && resize <= static_cast<double>(int64_t{1} << 20)))
+        bad("crop_pct", "is " + std::to_string(p.crop_pct) + ": resizing to " +
+                            std::to_string(resize) + " for a crop of " + std::to_string(edge) +
+                            ", expected 1 to 2^20");
+      p.shortest_edge = static_cast<int64_t>(resize);
+      p.do_center_crop = true;
+      p.crop_size = edge;
+    } else {
+      p.size = edge;
+    }
+  }
   flag("do_rescale", p.do_rescale);
   if (j.contains("rescale_factor") && !j["rescale_factor"].is_null()) {
     if (!j["rescale_factor"].is_number())
@@ -173,16 +233,32 @@ data::ImageProcessor load_image_processor(const std::string& dir, std::vector<st
 
 std::string image_processor_json(const data::ImageProcessor& p) {
   json j;
-  j["image_processor_type"] = "ViTImageProcessor";
+  const bool convnext =
+      p.crop_pct > 0 &&
+      (p.do_center_crop
+           ? p.shortest_edge > 0 && p.longest_edge == 0 &&
+                 p.crop_size.height == p.crop_size.width && p.crop_size.height < 384
+           : p.shortest_edge == 0 && p.size.height == p.size.width && p.size.height >= 384);
+  j["image_processor_type"] = convnext ? "ConvNextImageProcessor" : "ViTImageProcessor";
   j["do_resize"] = p.do_resize;
-  if (p.shortest_edge > 0) {
+  if (convnext) {
+    const int64_t edge = p.do_center_crop ? p.crop_size.height : p.size.height;
+    j["size"] = {{"shortest_edge", edge}};
+    // crop_pct as read where it still gives the resize, else one that does
+    // (the resize changed with the image size: set_image_size).
+    double pct = p.crop_pct;
+    if (p.do_center_crop &&
+        std::floor(static_cast<double>(edge) / pct) != static_cast<double>(p.shortest_edge))
+      pct = static_cast<double>(edge) / (static_cast<double>(p.shortest_edge) + 0.5);
+    j["crop_pct"] = pct;
+  } else if (p.shortest_edge > 0) {
     j["size"] = {{"shortest_edge", p.shortest_edge}};
     if (p.longest_edge > 0) j["size"]["longest_edge"] = p.longest_edge;
   } else {
     j["size"] = {{"height", p.size.height}, {"width", p.size.width}};
   }
   j["resample"] = static_cast<int>(p.resample);
-  if (p.do_center_crop) {
+  if (p.do_center_crop && !convnext) {
     j["do_center_crop"] = true;
     j["crop_size"] = {{"height", p.crop_size.height}, {"width", p.crop_size.width}};
   }

@@ -123,6 +123,88 @@ TEST(Predict, RealPhotographsAsThePipeline) {
   }
 }
 
+// A ResNet saved with a ConvNextImageProcessor (microsoft/resnet-50's and
+// facebook/convnext-*'s: the shorter side to shortest_edge / crop_pct, then
+// the centre square; tools/golden/make_convnext_processor_golden.py with
+// transformers 4.46.3): the processor's pixel_values bit for bit, the
+// pipeline's labels and scores on every decoding fixture and photograph,
+// and the processor written back as it was read.
+TEST(Predict, AResNetWithAConvNextProcessorAsThePipeline) {
+  const std::string model = kFixtures + "/predict/resnet";
+  const std::string photos = kFixtures + "/predict/photos";
+  std::vector<std::string> notes;
+  const data::ImageProcessor proc = io::load_image_processor(model, &notes);
+  EXPECT_TRUE(notes.empty()) << notes.front();
+  EXPECT_EQ(proc.shortest_edge, 27);  // int(24 / 0.875)
+  EXPECT_TRUE(proc.do_center_crop);
+  EXPECT_EQ(proc.crop_size, nn::Size2d(24));
+  io::SafetensorsFile want = io::load_safetensors(model + "/expected.safetensors");
+  for (const char* file : {"chelsea.png", "coffee_exif6.jpg", "rocket.jpg"}) {
+    data::Image img = data::decode_image(data::read_file_bytes(photos + "/" + file), 3, file);
+    std::vector<float> got(3 * 24 * 24);
+    ASSERT_EQ(proc.output_size(img.width, img.height), nn::Size2d(24));
+    proc.pixel_values(img, got.data());
+    EXPECT_EQ(got, want.tensors.at(std::string("pixel_values.") + file).to_vector<float>()) << file;
+  }
+  auto check = [&](const std::string& args, const std::string& expected, size_t count) {
+    PredictRun r = predict("--model " + model + " --json --top-k 3 " + args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::ifstream f(model + "/" + expected);
+    std::vector<json> expect = lines(std::string(std::istreambuf_iterator<char>(f), {}));
+    std::vector<json> got = lines(r.out);
+    ASSERT_EQ(got.size(), count);
+    ASSERT_EQ(expect.size(), count);
+    for (size_t i = 0; i < count; ++i) {
+      EXPECT_EQ(std::filesystem::path(got[i]["file"].get<std::string>()).filename().string(),
+                expect[i]["file"]);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(got[i]["predictions"][k]["label"], expect[i]["predictions"][k]["label"])
+            << expect[i]["file"];
+        EXPECT_NEAR(got[i]["predictions"][k]["score"].get<double>(),
+                    expect[i]["predictions"][k]["score"].get<double>(), 1e-5)
+            << expect[i]["file"];
+      }
+    }
+  };
+  for (const char* mode : {"jit", "eager"})
+    check(std::string("--mode ") + mode + " --batch-size 7 " + kFixtures + "/decode/images",
+          "expected.jsonl", 40);
+  check(photos, "photos.jsonl", 3);
+
+  // Written back as a ConvNextImageProcessor that reads the same; at 384 and
+  // more, a resize to the square without a crop.
+  const std::string text = io::image_processor_json(proc);
+  EXPECT_NE(text.find("\"ConvNextImageProcessor\""), std::string::npos) << text;
+  const data::ImageProcessor back = io::parse_image_processor(text, "back.json");
+  EXPECT_EQ(back.shortest_edge, 27);
+  EXPECT_EQ(back.crop_size, nn::Size2d(24));
+  EXPECT_EQ(back.crop_pct, 0.875);
+  const data::ImageProcessor warp = io::parse_image_processor(
+      R"({"feature_extractor_type": "ConvNextFeatureExtractor", "size": 384})", "w.json");
+  EXPECT_FALSE(warp.do_center_crop);
+  EXPECT_EQ(warp.output_size(500, 300), nn::Size2d(384));
+  const data::ImageProcessor dflt = io::parse_image_processor(
+      R"({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 224}})",
+      "d.json");
+  EXPECT_EQ(dflt.shortest_edge, 256);  // crop_pct 224 / 256 by default
+  EXPECT_EQ(dflt.output_size(500, 300), nn::Size2d(224));
+  for (
+      auto [text, want] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"image_processor_type": "ConvNextImageProcessor", "size": {"height": 224, "width": 224}})",
+           "c.json: field 'size' is {\"height\":224,\"width\":224}, expected {\"shortest_edge\": "
+           "S} "
+           "or an integer (ConvNextImageProcessor)"},
+          {R"({"image_processor_type": "ConvNextImageProcessor", "size": 224, "crop_pct": 0})",
+           "c.json: field 'crop_pct' is 0, expected a positive number"}}) {
+    try {
+      io::parse_image_processor(text, "c.json");
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Predict, TextOutputTopKAndBadFiles) {
   const std::string model = kFixtures + "/predict/single";
   const std::string images = kFixtures + "/decode/images/";
