@@ -2,6 +2,7 @@
 // ops become one FusedElementwise kernel — and the pieces the other fusing
 // passes share (compiler/fusion.h).
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 
 #include "compiler/fusion.h"
@@ -72,23 +73,83 @@ std::vector<int> program_inputs(const Graph& g, int i) {
 }
 
 
+namespace {
+
+// An f32 op, or a bf16 op of bf16 operands, that may join a fused chain: the
+// program computes in f32 and rounds a bf16 op's result to bf16, as the op
+// stores it unfused (a chain's ops share a dtype: elementwise ops keep their
+// operands').
+bool chainable(const Graph& g, int i) {
+  const Node& node = g.nodes[i];
+  if (node.is_input() || (node.dtype != DType::f32 && node.dtype != DType::bf16) ||
+      !backend_fuses(node))
+    return false;
+  FusedRead mode;
+  for (int k : node.inputs)
+    if (g.nodes[k].dtype != node.dtype || !read_mode(g.nodes[k].shape, node.shape, mode))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+Graph duplicate_shared_producers(const Graph& g) {
+  const int n = static_cast<int>(g.nodes.size());
+  const Uses uses(g);
+  std::vector<bool> copy(n, false);
+  for (int p = 0; p < n; ++p) {
+    const Node& node = g.nodes[p];
+    if (node.dtype != DType::f32 || uses.is_output[p] || uses.users[p].size() < 2 ||
+        !chainable(g, p))
+      continue;
+    int large = 0;
+    for (int k : node.inputs) large += g.nodes[k].shape == node.shape;
+    if (large > 1) continue;
+    bool all = true;
+    int readers = 0;
+    for (size_t a = 0; a < uses.users[p].size() && all; ++a) {
+      const int u = uses.users[p][a];
+      const Node& un = g.nodes[u];
+      if (a > 0 && uses.users[p][a - 1] == u) continue;  // x * x: one reader, one copy
+      ++readers;
+      if (un.prim->op() == Op::Sum) {
+        const auto& ra = un.prim->attrs<ReduceAttrs>();
+        bool contiguous = !ra.axes.empty() && un.dtype == DType::f32;
+        for (size_t i = 1; i < ra.axes.size(); ++i) contiguous &= ra.axes[i] == ra.axes[i - 1] + 1;
+        all = contiguous;
+      } else {
+        all = chainable(g, u) && un.shape == node.shape && un.dtype == node.dtype;
+      }
+    }
+    copy[p] = all && readers > 1;
+  }
+  return rewrite(g, [&](Rewriter& rw, int i) {
+    // A copy of P over copies of those of its operands that are copied too
+    // (a copied producer's copy reads no stored value either); one copy per
+    // value within one op (x * x).
+    std::function<int(int, std::vector<std::pair<int, int>>&)> make =
+        [&](int p, std::vector<std::pair<int, int>>& made) {
+          for (auto& [v, id] : made)
+            if (v == p) return id;
+          std::vector<int> pins;
+          for (int u : g.nodes[p].inputs) pins.push_back(copy[u] ? make(u, made) : rw[u]);
+          const int id = rw.add(g.nodes[p].prim, pins, g.nodes[p].shape, g.nodes[p].dtype);
+          made.push_back({p, id});
+          return id;
+        };
+    const Node& node = g.nodes[i];
+    std::vector<int> ins;
+    std::vector<std::pair<int, int>> made;
+    for (int p : node.inputs)  // the first reader keeps P
+      ins.push_back(copy[p] && uses.users[p].front() != i ? make(p, made) : rw[p]);
+    rw.keep_over(i, ins);
+  });
+}
+
 Graph fuse_elementwise(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
   const Uses uses(g);
-  // An f32 op, or a bf16 op of bf16 operands: the program computes in f32
-  // and rounds a bf16 op's result to bf16, as the op stores it unfused (a
-  // chain's ops share a dtype: elementwise ops keep their operands').
-  auto fusable = [&](int i) {
-    const Node& node = g.nodes[i];
-    if (node.is_input() || (node.dtype != DType::f32 && node.dtype != DType::bf16) ||
-        !backend_fuses(node))
-      return false;
-    FusedRead mode;
-    for (int k : node.inputs)
-      if (g.nodes[k].dtype != node.dtype || !read_mode(g.nodes[k].shape, node.shape, mode))
-        return false;
-    return true;
-  };
+  auto fusable = [&](int i) { return chainable(g, i); };
   // group[i]: the root (last op) of the chain i belongs to, or -1.
   std::vector<int> group(n, -1);
   std::vector<std::vector<int>> members(n);
@@ -97,7 +158,7 @@ Graph fuse_elementwise(const Graph& g) {
     group[i] = i;
     members[i] = {i};
     for (int k : g.nodes[i].inputs) {
-      if (group[k] < 0 || group[k] == i || !uses.read_once(k) ||
+      if (group[k] < 0 || group[k] == i || uses.sole_reader(k) != i ||
           g.nodes[k].shape != g.nodes[i].shape || g.nodes[k].dtype != g.nodes[i].dtype)
         continue;
       int from = group[k];

@@ -35,6 +35,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.remat) step("rematerialize", [](const Graph& x) { return rematerialize(x); });
   if (opt.fuse && opt.norm) step("fuse_layer_norm_residual", fuse_layer_norm_residual);
   if (opt.fuse && opt.epilogue) step("fuse_epilogue", fuse_matmul_epilogue);
+  if (opt.fuse && opt.copy) step("duplicate_shared_producers", duplicate_shared_producers);
   if (opt.fuse) step("fuse", fuse_elementwise);
   if (opt.fuse && opt.reduce) step("fuse_reductions", fuse_reductions);
   if (opt.fuse && opt.cast) step("fuse_casts", fuse_casts);
@@ -55,7 +56,8 @@ PassOptions PassOptions::from_env() {
       {"no_inplace", &PassOptions::inplace},
       {"no_attention", &PassOptions::attention},
       {"no_cast", &PassOptions::cast},
-      {"no_fold", &PassOptions::fold}};
+      {"no_fold", &PassOptions::fold},
+      {"no_copy", &PassOptions::copy}};
   PassOptions o;
   const char* env = std::getenv("KILN_COMPILE");
   if (!env) return o;

@@ -22,6 +22,18 @@ Graph simplify(const Graph& g);
 // (bf16 mixed precision's GELU backward, g · gelu'(x), is one kernel).
 Graph fuse_elementwise(const Graph& g);
 
+// A fusable f32 op P read by several ops, each of which would fuse it were
+// it read by that op alone (an elementwise op of its shape, or a Sum over
+// contiguous axes, which takes it as its prologue), and which reads at most
+// one operand of its own shape (the others rows or scalars: x - mean, dy *
+// scale): P is copied in front of each reader after the first, so that no
+// kernel stores it and each reader's kernel computes it from what P read.
+// Each reader then reads P's one large operand where it read P: no more
+// traffic, and P's store and the reads of it are gone (a BatchNorm's x -
+// mean, read by its variance, its output and its backward). Run right
+// before fuse_elementwise.
+Graph duplicate_shared_producers(const Graph& g);
+
 // Folds the elementwise ops that follow an f32 matmul (bias add, scaling,
 // residual add, GELU, ...) into a MatmulEpilogue whose backend runs them as
 // GEMM post-ops. A chain continues while the running value is read by one op
@@ -95,7 +107,7 @@ Graph defer_donated_updates(const Graph& g, const std::vector<bool>& donated_inp
 struct PassOptions {
   bool dce = true, cse = true, simplify = true, fuse = true, epilogue = true, reduce = true,
        norm = true, remat = true, plan = true, inplace = true, attention = true, cast = true,
-       fold = true;
+       fold = true, copy = true;
   static PassOptions from_env();
 };
 

@@ -2,6 +2,7 @@
 // subexpression elimination and algebraic simplification.
 #include <unordered_map>
 
+#include "compiler/fusion.h"
 #include "compiler/passes.h"
 #include "compiler/rewrite.h"
 #include "compiler/rules.h"
@@ -120,6 +121,30 @@ std::vector<Rule> simplify_rules() {
        },
        {},
        x_as_root},
+      // f(broadcast_to(x), y) = f(x, y) for a pointwise binary op or
+      // comparison whose other operand has the output's shape, where a fused
+      // kernel reads x as it is (a row repeated over the leading axes, or a
+      // scalar): the broadcast is never stored. (The VJP of a sum over the
+      // leading axes broadcasts its cotangent: a BatchNorm's mean's.)
+      {"broadcast operand",
+       op_if([](Op o) { return op_kind(o) == OpKind::Binary || op_kind(o) == OpKind::Compare; },
+             {op(Op::BroadcastTo, {any("x")}).named("bc"), any("y")})
+           .commuted(),
+       [](const Match& m) {
+         const Node& root = m.root_node();
+         FusedRead mode;
+         return m.node("y").shape == root.shape && m.node("x").dtype == m.node("bc").dtype &&
+                m.node("x").shape.size() <= root.shape.size() &&
+                read_mode(m.node("x").shape, root.shape, mode);
+       },
+       {},
+       [](Build& b) {
+         const Node& root = b.m.root_node();
+         const bool first = root.inputs[0] == b.m["bc"];
+         std::vector<int> in = first ? std::vector<int>{b("x"), b("y")}
+                                     : std::vector<int>{b("y"), b("x")};
+         return b.add(*root.prim, std::move(in), root.shape, root.dtype);
+       }},
       // reshape(reshape(x)) = reshape(x)
       {"reshape pair", op(Op::Reshape, {op(Op::Reshape, {any("x")})}), nullptr, {}, x_as_root},
       // transpose(transpose(x)) = one transpose (or x)

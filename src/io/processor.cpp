@@ -65,6 +65,54 @@ void note_unread_fields(const json& j, const std::string& path, std::vector<std:
     }
 }
 
+// ConvNextImageProcessor's size and crop_pct into p's fields (`bad` fails
+// naming the field).
+template <typename Bad>
+void convnext_resize(const json& j, data::ImageProcessor& p, const Bad& bad) {
+  auto positive_int = [&](const std::string& f, const json& v) {
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 20))
+      bad(f, "is " + v.dump() + ", expected a positive integer (at most 2^20)");
+    return v.get<int64_t>();
+  };
+  // ConvNextImageProcessor: size is the shortest edge S (an integer, or
+  // {"shortest_edge": S}; 384 by default). Below 384 the shorter side is
+  // resized to int(S / crop_pct) (crop_pct 224/256 by default), aspect
+  // kept, and the centre S x S cropped; from 384 on the image is resized
+  // to S x S. Held as the ViT processor's fields that do the same.
+  int64_t edge = 384;
+  if (j.contains("size") && !j["size"].is_null()) {
+    const json& v = j["size"];
+    if (v.is_number())
+      edge = positive_int("size", v);
+    else if (v.is_object() && v.size() == 1 && v.contains("shortest_edge"))
+      edge = positive_int("size.shortest_edge", v["shortest_edge"]);
+    else
+      bad("size", "is " + v.dump() +
+                      ", expected {\"shortest_edge\": S} or an integer (ConvNextImageProcessor)");
+  }
+  p.crop_pct = 224.0 / 256.0;
+  if (j.contains("crop_pct") && !j["crop_pct"].is_null()) {
+    const json& v = j["crop_pct"];
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      bad("crop_pct", "is " + v.dump() + ", expected a positive number");
+    p.crop_pct = v.get<double>();
+  }
+  if (!p.do_resize) {
+    // no resize, and so no crop: the crop is part of ConvNeXt's resize
+  } else if (edge < 384) {
+    const double resize = std::floor(static_cast<double>(edge) / p.crop_pct);  // Python's int()
+    if (!(resize >= 1 && resize <= static_cast<double>(int64_t{1} << 20)))
+      bad("crop_pct", "is " + std::to_string(p.crop_pct) + ": resizing to " +
+                          std::to_string(resize) + " for a crop of " + std::to_string(edge) +
+                          ", expected 1 to 2^20");
+    p.shortest_edge = static_cast<int64_t>(resize);
+    p.do_center_crop = true;
+    p.crop_size = edge;
+  } else {
+    p.size = edge;
+  }
+}
+
 }  // namespace
 
 data::ImageProcessor parse_image_processor(std::string_view text, const std::string& path,
@@ -153,43 +201,7 @@ data::ImageProcessor parse_image_processor(std::string_view text, const std::str
     flag("do_center_crop", p.do_center_crop);
     size_field("crop_size", p.crop_size, nullptr, nullptr);
   } else {
-    // ConvNextImageProcessor: size is the shortest edge S (an integer, or
-    // {"shortest_edge": S}; 384 by default). Below 384 the shorter side is
-    // resized to int(S / crop_pct) (crop_pct 224/256 by default), aspect
-    // kept, and the centre S x S cropped; from 384 on the image is resized
-    // to S x S. Held as the ViT processor's fields that do the same.
-    int64_t edge = 384;
-    if (j.contains("size") && !j["size"].is_null()) {
-      const json& v = j["size"];
-      if (v.is_number())
-        edge = positive("size", v);
-      else if (v.is_object() && v.size() == 1 && v.contains("shortest_edge"))
-        edge = positive("size.shortest_edge", v["shortest_edge"]);
-      else
-        bad("size", "is " + v.dump() +
-                        ", expected {\"shortest_edge\": S} or an integer (ConvNextImageProcessor)");
-    }
-    p.crop_pct = 224.0 / 256.0;
-    if (j.contains("crop_pct") && !j["crop_pct"].is_null()) {
-      const json& v = j["crop_pct"];
-      if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-        bad("crop_pct", "is " + v.dump() + ", expected a positive number");
-      p.crop_pct = v.get<double>();
-    }
-    if (!p.do_resize) {
-      // no resize, and so no crop: the crop is part of ConvNeXt's resize
-    } else if (edge < 384) {
-      const double resize = std::floor(static_cast<double>(edge) / p.crop_pct);  // Python's int()
-      if (!(resize >= 1 && resize <= static_cast<double>(int64_t{1} << 20)))
-        bad("crop_pct", "is " + std::to_string(p.crop_pct) + ": resizing to " +
-                            std::to_string(resize) + " for a crop of " + std::to_string(edge) +
-                            ", expected 1 to 2^20");
-      p.shortest_edge = static_cast<int64_t>(resize);
-      p.do_center_crop = true;
-      p.crop_size = edge;
-    } else {
-      p.size = edge;
-    }
+    convnext_resize(j, p, bad);
   }
   flag("do_rescale", p.do_rescale);
   if (j.contains("rescale_factor") && !j["rescale_factor"].is_null()) {

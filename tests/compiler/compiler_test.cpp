@@ -149,6 +149,34 @@ TEST(Passes, TransposesAndReshapesFold) {
   EXPECT_EQ(s.nodes[s.nodes[s.outputs[0]].inputs[0]].input_slot, 0);  // t + 1 reads the input
 }
 
+// A broadcast that a pointwise op would make itself goes where a fused kernel
+// can read its operand in place (a row over the leading axes, a scalar):
+// the VJP of a mean over a channels-last activation's leading axes. One it
+// cannot (a channel column of NCHW) stays, and the values are the same.
+TEST(Passes, BroadcastsIntoPointwiseOpsFold) {
+  auto f = [](auto& x) {
+    const Array row = broadcast_to(x[1], {2, 3, 4});                      // [4] -> rows
+    const Array one = broadcast_to(reshape(x[2], {1, 1, 1}), {2, 3, 4});  // a scalar
+    const Array col = broadcast_to(reshape(x[3], {1, 3, 1}), {2, 3, 4});  // a column
+    return std::vector<Array>{x[0] - row, one * x[0], x[0] + col, greater(row, x[0])};
+  };
+  Graph g = trace(f, {{2, 3, 4}, {4}, {1}, {3}});
+  EXPECT_EQ(count_ops(g, Op::BroadcastTo), 3);
+  Graph s = compiler::simplify(g);
+  EXPECT_EQ(count_ops(s, Op::BroadcastTo), 1);  // the column's
+  EXPECT_EQ(s.nodes[s.outputs[0]].prim->op(), Op::Sub);
+  EXPECT_EQ(s.nodes[s.nodes[s.outputs[0]].inputs[1]].input_slot, 1);  // x - row reads row
+  const std::vector<Array> args{random::normal(random::Key(1), {2, 3, 4}),
+                                random::normal(random::Key(2), {4}),
+                                random::normal(random::Key(3), {1}),
+                                random::normal(random::Key(4), {3})};
+  const std::vector<Array> want = f(args), got = jit(f)(args);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(astype(got[i], DType::f64).to_vector<double>(),
+              astype(want[i], DType::f64).to_vector<double>())
+        << i;
+}
+
 // bf16 mixed precision's VJPs widen an op's bf16 gradient to f32 and narrow
 // it again for the next bf16 GEMM, with reshapes between: the pair goes, as
 // it is the identity. A narrowing first (f32 -> bf16 -> f32) rounds and stays.
@@ -356,28 +384,37 @@ TEST(Passes, LeaveNumericsUnchanged) {
 TEST(Passes, ElementwiseChainsFuseIntoOneKernel) {
   auto f = [](const std::vector<Array>& x) {
     Array h = gelu(x[0] * 2.0 + x[1]);  // x[1] is a bias row: read as a row
-    Array shared = exp(x[0]);           // read twice: stays its own kernel
-    return std::vector<Array>{h - shared, shared * 3.0};
+    Array shared = exp(x[0]);           // read twice, by ops that fuse: made in each
+    Array kept = exp(x[0] + x[0]);      // read twice, once by a matmul: stored
+    return std::vector<Array>{h - shared, shared * 3.0, kept * 2.0,
+                              matmul(kept, x[2], {.transpose_b = true})};
   };
-  Graph g = compiler::fuse_elementwise(trace(f, {{6, 5}, {5}}));
-  // One kernel for x*2+b, gelu and - shared; exp (read twice) and shared*3
-  // (a chain of one) stay as they are.
-  EXPECT_EQ(count_ops(g, Op::FusedElementwise), 1);
-  EXPECT_EQ(count_ops(g, Op::Exp), 1);
+  Graph g = compiler::fuse_elementwise(
+      compiler::duplicate_shared_producers(trace(f, {{6, 5}, {5}, {4, 5}})));
+  // One kernel for x*2+b, gelu and - exp(x); one for exp(x) * 3 (the exp
+  // copied into it: never stored); x+x and its exp as one kernel, read by
+  // kept*2 (a chain of one) and the matmul.
+  EXPECT_EQ(count_ops(g, Op::FusedElementwise), 3);
+  EXPECT_EQ(count_ops(g, Op::Exp), 0);
   EXPECT_EQ(count_ops(g, Op::Mul), 1);
   EXPECT_EQ(count_ops(g, Op::Gelu), 0);
+  int programs = 0;
   for (auto& n : g.nodes)
     if (n.prim && n.prim->op() == Op::FusedElementwise &&
-        n.prim->attrs<FusedAttrs>().program.size() == 4) {
+        n.prim->attrs<FusedAttrs>().program.size() == 5) {
       auto& reads = n.prim->attrs<FusedAttrs>().reads;
       EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Row), 1);
       EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Scalar), 1);
+      EXPECT_EQ(std::count(reads.begin(), reads.end(), FusedRead::Whole), 1);  // x, once
+      ++programs;
     }
+  EXPECT_EQ(programs, 1);
   std::vector<Array> args{random::normal(random::Key(3), {6, 5}),
-                          random::normal(random::Key(4), {5})};
+                          random::normal(random::Key(4), {5}),
+                          random::normal(random::Key(5), {4, 5})};
   auto eager = f(args);
   auto fused = jit(f)(args);
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 4; ++i) {
     auto e = eager[i].to_vector<float>(), c = fused[i].to_vector<float>();
     for (size_t k = 0; k < e.size(); ++k)
       EXPECT_NEAR(c[k], e[k], 1e-6f * std::max(1.0f, std::fabs(e[k])));
@@ -758,8 +795,9 @@ TEST(Passes, ParameterCastsAreMadeOncePerStep) {
 }
 
 TEST(Passes, CanBeSwitchedOffByEnvironment) {
-  setenv("KILN_COMPILE", "no_cse,no_dce,no_norm,no_remat", 1);
+  setenv("KILN_COMPILE", "no_cse,no_dce,no_norm,no_remat,no_copy", 1);
   auto o = compiler::PassOptions::from_env();
+  EXPECT_FALSE(o.copy);
   EXPECT_FALSE(o.cse);
   EXPECT_FALSE(o.dce);
   EXPECT_FALSE(o.norm);
