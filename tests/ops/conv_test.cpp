@@ -92,11 +92,17 @@ double max_abs(const Array& a) {
 // on the bf16-rounded operands: the sums in f32, the result rounded once.
 TEST(Conv, Bf16MatchesF64OnTheRoundedOperands) {
   const Array x = astype(random::normal(random::Key(1), {2, 8, 9, 9}), DType::bf16);
-  const Array w = astype(random::normal(random::Key(2), {16, 8, 3, 3}), DType::bf16);
-  for (bool channels_last : {false, true}) {
-    SCOPED_TRACE(channels_last ? "NHWC" : "NCHW");
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool channels_last = variant > 0, depthwise = variant == 2;
+    SCOPED_TRACE(depthwise ? "NHWC depthwise" : channels_last ? "NHWC" : "NCHW");
+    const Array w =
+        astype(random::normal(random::Key(2), depthwise ? Shape{8, 1, 3, 3} : Shape{16, 8, 3, 3}),
+               DType::bf16);
     const Array xi = channels_last ? transpose(x, {0, 2, 3, 1}) : x;
-    const ConvOptions opt{.stride = {2}, .padding = {{1, 1}}, .channels_last = channels_last};
+    const ConvOptions opt{.stride = {2},
+                          .padding = {{1, 1}},
+                          .groups = depthwise ? 8 : 1,
+                          .channels_last = channels_last};
     auto loss = [&](const std::vector<Array>& p) {
       return std::vector<Array>{sum(astype(conv2d(p[0], p[1], opt), DType::f32))};
     };

@@ -782,6 +782,20 @@ std::vector<Case> cases() {
                  return ref_conv(h[0], h[1], {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 4});
                },
                1e-5});
+  c.push_back({"conv2d_depthwise_channels_last",  // ConvNeXt's, strided, dilated, padded unevenly
+               {F({2, 7, 8, 6}), F({6, 1, 3, 3})},
+               [](auto& x) {
+                 return conv2d(x[0], x[1],
+                               {.stride = {2, 1},
+                                .dilation = {2},
+                                .padding = {{3, 1}, {2, 2}},
+                                .groups = 6,
+                                .channels_last = true});
+               },
+               [](auto& h) {
+                 return ref_conv(h[0], h[1], {{2, 1}, {2, 2}, {3, 2}, {1, 2}, 6, true});
+               },
+               1e-5});
   c.push_back({"conv1d_same_strided",
                {F({2, 3, 9}), F({2, 3, 4})},
                [](auto& x) { return conv1d(x[0], x[1], {.stride = {2}, .same = true}); },

@@ -151,6 +151,57 @@ void direct(const Primitive& p, const ConvGeometry& q, const T* a, const T* b, T
     for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) { y[wi] += a[xi] * b[yi]; });
 }
 
+// A depthwise convolution's weight gradient, channels last (ConvNeXt's 7x7:
+// oneDNN's kernel ran it at a fifth of the forward's speed): dW[c, i, j] =
+// sum over (b, y, x) of dy[b, y, x, c] * x[b, y*sh - ph + i*dh, x*sw - pw +
+// j*dw, c], each tap's sums over a row of output pixels vectorized over the
+// contiguous channels, in f32 (bf16 values widened as they are read). The
+// rows are split into a fixed number of blocks whose partial sums are added
+// in block order, so that the result does not depend on the thread count.
+template <typename T>
+void depthwise_grad_weight_nhwc(const ConvGeometry& q, const T* x, const T* dy, T* dw) {
+  const int64_t c = q.c, taps = q.kh * q.kw, rows = q.n * q.ho;
+  const int64_t blocks = std::min<int64_t>(rows, 32);
+  std::vector<float> part(static_cast<size_t>(blocks * taps * c), 0.0f);
+  auto load = [](const T* v, int64_t i) {
+    if constexpr (std::is_same_v<T, bf16>)
+      return widen_bf16(v[i].bits);
+    else
+      return static_cast<float>(v[i]);
+  };
+  parallel_for(blocks, rows / blocks * q.wo * taps * c, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      float* acc = part.data() + k * taps * c;
+      for (int64_t row = k * rows / blocks; row < (k + 1) * rows / blocks; ++row) {
+        const int64_t b = row / q.ho, yo = row % q.ho;
+        const T* dyrow = dy + (b * q.ho + yo) * q.wo * c;
+        for (int64_t i = 0; i < q.kh; ++i) {
+          const int64_t r = yo * q.sh - q.ph + i * q.dh;
+          if (r < 0 || r >= q.h) continue;
+          const T* xrow = x + (b * q.h + r) * q.w * c;
+          for (int64_t j = 0; j < q.kw; ++j) {
+            float* a = acc + (i * q.kw + j) * c;
+            for (int64_t xo = 0; xo < q.wo; ++xo) {
+              const int64_t col = xo * q.sw - q.pw + j * q.dw;
+              if (col < 0 || col >= q.w) continue;
+              const T* xv = xrow + col * c;
+              const T* gv = dyrow + xo * c;
+#pragma omp simd
+              for (int64_t ch = 0; ch < c; ++ch) a[ch] += load(gv, ch) * load(xv, ch);
+            }
+          }
+        }
+      }
+    }
+  });
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t t = 0; t < taps; ++t) {
+      float v = 0;
+      for (int64_t k = 0; k < blocks; ++k) v += part[(k * taps + t) * c + ch];
+      dw[ch * taps + t] = st<T>(v);
+    }
+}
+
 void conv_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
   const auto& a = p.attrs<ConvAttrs>();
@@ -170,6 +221,13 @@ void conv_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
     return direct(p, q, in[0].data<double>(), in[1].data<double>(), static_cast<double*>(y), n);
   if (dt != DType::f32 && dt != DType::bf16)
     fail(p.name(), std::string("no cpu kernel for dtype ") + name_of(dt));
+  if (p.op() == Op::ConvGradWeight && q.channels_last && q.groups == q.c && q.o == q.c) {
+    if (dt == DType::f32)
+      return depthwise_grad_weight_nhwc(q, in[0].data<float>(), in[1].data<float>(),
+                                        static_cast<float*>(y));
+    return depthwise_grad_weight_nhwc(q, in[0].data<bf16>(), in[1].data<bf16>(),
+                                      static_cast<bf16*>(y));
+  }
   if (dt == DType::bf16 && !native_bf16_gemm()) {
     const auto wa = widened(in[0]), wb = widened(in[1]);
     Buffer wy(&cpu_allocator(), n * sizeof(float), Device::cpu());
