@@ -75,9 +75,8 @@ std::unique_ptr<optim::Optimizer> base_optimizer(const TrainConfig& cfg) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg) {
   std::unique_ptr<optim::Optimizer> opt = base_optimizer(cfg);
-  if (cfg.freeze_backbone)
-    opt = std::make_unique<optim::Masked>(
-        std::move(opt), [](const std::string& name) { return name.rfind("classifier.", 0) == 0; });
+  // The heads train() computes gradients for (a DeiT's two with a teacher).
+  if (cfg.freeze_backbone) opt = std::make_unique<optim::Masked>(std::move(opt), in_head);
   if (cfg.ema > 0) opt = std::make_unique<optim::WithEma>(std::move(opt), cfg.ema);
   return opt;
 }

@@ -295,5 +295,34 @@ TEST(TrainFamilies, AResNetEvaluatesWithItsRunningStatistics) {
   for (const auto& d : {data, dir, fdir}) fs::remove_all(d);
 }
 
+// --freeze-backbone trains the heads alone: a DeiT with a teacher's two
+// (cls_classifier and distillation_classifier) move, nothing else does.
+TEST(TrainFamilies, FreezeBackboneTrainsEveryHeadOfADeiT) {
+  const auto model = nn::model_from_config(
+      R"({"model_type": "deit", "architectures": ["DeiTForImageClassificationWithTeacher"],
+          "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "intermediate_size": 32, "image_size": 16, "patch_size": 8, "num_labels": 5})",
+      "tiny_deit.json");
+  train::TrainConfig t = run_of(model, "jit");
+  t.freeze_backbone = true;
+  const std::string dir = temp_dir("deit-frozen");
+  t.save_dir = dir;
+  train::run(t);
+  const io::Checkpoint f = io::load_checkpoint(dir);
+  const Params init = f.model->init(random::split(random::Key(0), 3)[0]);
+  int heads = 0;
+  for (auto& [name, v] : f.params) {
+    const double moved = max_relative_difference({{name, v}}, {{name, init.at(name)}});
+    if (name.find("classifier.") != std::string::npos) {
+      ++heads;
+      EXPECT_GT(moved, 0.0) << name;
+    } else {
+      EXPECT_EQ(moved, 0.0) << name;
+    }
+  }
+  EXPECT_EQ(heads, 4);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kiln
