@@ -10,8 +10,10 @@ The photographs are the sample photos that scikit-learn and scikit-image
 ship (china.jpg, flower.jpg, astronaut.png, chelsea.png, coffee.png,
 rocket.jpg, ...; grey ones included), each also saved as a JPEG with an EXIF
 rotation, repeated to --images files. The model is a ViT that transformers
-saves (a kiln preset's architecture, ViTImageProcessor's defaults) with
-weights drawn so that its predictions are not uniform.
+saves (a kiln preset's architecture, ViTImageProcessor's defaults), or
+(--model resnet-50) microsoft/resnet-50's architecture with its
+ConvNextImageProcessor, with weights drawn so that its predictions are not
+uniform.
 
     bench/peers/.venv-gpu-machine/bin/python bench/predict/compare.py --model vit-base --images 128 \\
         --precision fp32 bf16 --out bench/results/2026-12-02-predict
@@ -34,8 +36,22 @@ import skimage
 import torch
 import transformers
 from PIL import Image
-from transformers import ViTConfig, ViTForImageClassification, pipeline
-from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+from transformers import ResNetConfig, ResNetForImageClassification, ViTConfig, ViTForImageClassification
+
+# The Pillow-backed processors: transformers 5's *Pil classes, 4's slow ones.
+PROCESSORS = r"""
+def pil_processor(kind):
+    try:
+        if kind == "vit":
+            from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil as P
+        else:
+            from transformers.models.convnext.image_processing_pil_convnext import ConvNextImageProcessorPil as P
+    except ImportError:
+        from transformers import ConvNextImageProcessor, ViTImageProcessor
+        P = ViTImageProcessor if kind == "vit" else ConvNextImageProcessor
+    return P
+"""
+exec(PROCESSORS)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -86,15 +102,30 @@ def photos(folder, count):
 
 
 def save_model(folder, preset):
-    kw = common.vit_config_kwargs(preset)
-    kw["id2label"] = {i: f"class {i}" for i in range(kw["num_labels"])}
-    kw["label2id"] = {v: k for k, v in kw["id2label"].items()}
+    """A model of the preset's architecture as transformers saves it: a ViT with
+    ViTImageProcessor's defaults, or microsoft/resnet-50's architecture with its
+    processor (ConvNextImageProcessor: shortest edge 224, crop_pct 0.875,
+    bicubic, ImageNet mean and std)."""
+    labels = {i: f"class {i}" for i in range(1000)}
     torch.manual_seed(0)
+    if preset == "resnet-50":
+        model = ResNetForImageClassification(ResNetConfig(
+            num_labels=1000, id2label=labels, label2id={v: k for k, v in labels.items()})).eval()
+        # (transformers' init already separates: ResNet-50's pooled features are large)
+        model.save_pretrained(folder)
+        pil_processor("convnext")(size={"shortest_edge": 224}, crop_pct=0.875, resample=3,
+                                  image_mean=[0.485, 0.456, 0.406],
+                                  image_std=[0.229, 0.224, 0.225]).save_pretrained(folder)
+        return "convnext"
+    kw = common.vit_config_kwargs(preset)
+    kw["id2label"] = labels
+    kw["label2id"] = {v: k for k, v in kw["id2label"].items()}
     model = ViTForImageClassification(ViTConfig(**kw)).eval()
     with torch.no_grad():  # a classifier that separates: predictions far from uniform
         model.classifier.weight.mul_(40)
     model.save_pretrained(folder)
-    ViTImageProcessorPil().save_pretrained(folder)
+    pil_processor("vit")().save_pretrained(folder)
+    return "vit"
 
 
 PIPELINE = r"""
@@ -102,10 +133,10 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch
 from transformers import pipeline
-from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
-model, batch, out, dtype, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
-pipe = pipeline("image-classification", model=model, image_processor=ViTImageProcessorPil.from_pretrained(model),
-                device="cpu", dtype=getattr(torch, dtype))
+""" + PROCESSORS + r"""
+model, batch, out, dtype, kind, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+pipe = pipeline("image-classification", model=model, image_processor=pil_processor(kind).from_pretrained(model),
+                device="cpu", torch_dtype=getattr(torch, dtype))
 t1 = time.perf_counter()
 preds = pipe(files, batch_size=batch, top_k=5)
 t2 = time.perf_counter()
@@ -116,10 +147,10 @@ print(json.dumps({"load_s": t1 - t0, "predict_s": t2 - t1, "threads": torch.get_
 """
 
 
-def run_pipeline(model, files, batch, out, precision):
+def run_pipeline(model, files, batch, out, precision, kind):
     t0 = time.perf_counter()
     dtype = "bfloat16" if precision == "bf16" else "float32"
-    r = subprocess.run([sys.executable, "-c", PIPELINE, model, str(batch), out, dtype] + files, check=True,
+    r = subprocess.run([sys.executable, "-c", PIPELINE, model, str(batch), out, dtype, kind] + files, check=True,
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -144,7 +175,7 @@ def read(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="vit-base", choices=sorted(common.PRESETS))
+    ap.add_argument("--model", default="vit-base", choices=sorted(common.PRESETS) + ["resnet-50"])
     ap.add_argument("--images", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
@@ -157,7 +188,7 @@ def main():
     shutil.rmtree(a.work, ignore_errors=True)
     files, distinct = photos(os.path.join(a.work, "photos"), a.images)
     model = os.path.join(a.work, "model")
-    save_model(model, a.model)
+    kind = save_model(model, a.model)
     n = len(files)
     result = {
         "date": time.strftime("%Y-%m-%d"), "cpu": benchutil.cpu_model(), "cores": os.cpu_count(),
@@ -170,7 +201,7 @@ def main():
         runs = {"pipeline": [], "kiln": []}
         out_p, out_k = os.path.join(a.work, f"pipeline-{precision}.jsonl"), os.path.join(a.work, f"kiln-{precision}.jsonl")
         for rep in range(a.repeats):  # alternating: neither peer gets the quieter machine
-            runs["pipeline"].append(run_pipeline(model, files, a.batch_size, out_p, precision))
+            runs["pipeline"].append(run_pipeline(model, files, a.batch_size, out_p, precision, kind))
             runs["kiln"].append(run_kiln(a.kiln, model, files, a.batch_size, out_k, "bf16" if precision == "bf16" else "fp32"))
             print(f"{precision} repeat {rep + 1}: pipeline {runs['pipeline'][-1]['wall_s']:.2f} s "
                   f"(calls {runs['pipeline'][-1]['predict_s']:.2f} s), kiln {runs['kiln'][-1]['wall_s']:.2f} s",
