@@ -72,7 +72,6 @@ std::vector<int> program_inputs(const Graph& g, int i) {
   return ins;
 }
 
-
 namespace {
 
 // An f32 op, or a bf16 op of bf16 operands, that may join a fused chain: the
@@ -100,7 +99,7 @@ Graph duplicate_shared_producers(const Graph& g) {
   for (int p = 0; p < n; ++p) {
     const Node& node = g.nodes[p];
     if (node.dtype != DType::f32 || uses.is_output[p] || uses.users[p].size() < 2 ||
-        !chainable(g, p))
+        !chainable(g, p) || !op_has(node.prim->op(), kOneInstruction))
       continue;
     int large = 0;
     for (int k : node.inputs) large += g.nodes[k].shape == node.shape;

@@ -22,7 +22,9 @@ Graph simplify(const Graph& g);
 // (bf16 mixed precision's GELU backward, g · gelu'(x), is one kernel).
 Graph fuse_elementwise(const Graph& g);
 
-// A fusable f32 op P read by several ops, each of which would fuse it were
+// A fusable f32 op P of one instruction per element (kOneInstruction: no
+// transcendental, which would cost more than the read) read by several ops,
+// each of which would fuse it were
 // it read by that op alone (an elementwise op of its shape, or a Sum over
 // contiguous axes, which takes it as its prologue), and which reads at most
 // one operand of its own shape (the others rows or scalars: x - mean, dy *

@@ -39,6 +39,10 @@ enum OpFlag : uint32_t {
   // The output is the operand itself when their shapes and dtypes agree
   // (simplify drops the op).
   kIdentityWhenSame = 1u << 8,
+  // One arithmetic instruction per element: a fused kernel may compute it
+  // again rather than read it stored (duplicate_shared_producers); not a
+  // transcendental or a division, which would cost more than the read.
+  kOneInstruction = 1u << 9,
 };
 
 // Which values a primitive's VJP rule reads (beyond shapes and dtypes): its
@@ -60,7 +64,8 @@ struct OpFacts {
 namespace facts_detail {
 inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           F = kFusable | kScalar | kPointwise, C = kCommutes, A = kAlias,
-                          I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame;
+                          I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame,
+                          K = kOneInstruction;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
     kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true};
 }  // namespace facts_detail
@@ -70,7 +75,7 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
   using namespace facts_detail;
   return std::array<OpFacts, kOpCount>{{
     // op                           flags         VJP reads
-    {Op::Neg,                       F | I | R | N, kNone},
+    {Op::Neg,                       F | I | R | N | K, kNone},
     {Op::Exp,                       F | I,        kOut},
     {Op::Log,                       F | I,        kIn0},
     {Op::Sqrt,                      F | I,        kOut},
@@ -79,8 +84,8 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Erf,                       F | I,        kIn0},
     {Op::Gelu,                      F | I,        kIn0},
     {Op::GeluTanh,                  F | I,        kIn0},
-    {Op::Relu,                      F | I | R | N, kOut},
-    {Op::Abs,                       F | I | R | N, kIn0},
+    {Op::Relu,                      F | I | R | N | K, kOut},
+    {Op::Abs,                       F | I | R | N | K, kIn0},
     {Op::GeluGrad,                  F | I,        kNone},   // no VJP rule
     {Op::GeluTanhGrad,              F | I,        kNone},   // no VJP rule
     {Op::Sin,                       F | I,        kIn0},
@@ -90,12 +95,12 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Sign,                      F | I | R,    kNone},   // zero gradient
     {Op::Floor,                     F | I | R,    kNone},   // zero gradient
     {Op::Round,                     F | I | R,    kNone},   // zero gradient
-    {Op::Add,                       F | I | C,    kNone},
-    {Op::Sub,                       F | I,        kNone},
-    {Op::Mul,                       F | I | C,    kBoth},
+    {Op::Add,                       F | I | C | K, kNone},
+    {Op::Sub,                       F | I | K,    kNone},
+    {Op::Mul,                       F | I | C | K, kBoth},
     {Op::Div,                       F | I,        kIn1Out},  // y and the output
-    {Op::Maximum,                   F | I | C,    kBoth},
-    {Op::Minimum,                   F | I | C,    kBoth},
+    {Op::Maximum,                   F | I | C | K, kBoth},
+    {Op::Minimum,                   F | I | C | K, kBoth},
     {Op::Pow,                       F | I,        kBothOut},
     {Op::Equal,                     S | C,        kNone},
     {Op::NotEqual,                  S | C,        kNone},
