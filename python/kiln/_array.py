@@ -77,6 +77,15 @@ def _device(d: Any) -> Device | None:
     return Device(str(d))
 
 
+def _precision_dtype(precision: str) -> DType:
+    """The matmul operands' dtype of a model's ``precision``: "fp32" or "bf16"."""
+    if precision == "fp32":
+        return float32
+    if precision == "bf16":
+        return dtype("bfloat16")
+    raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
+
+
 def devices() -> list[Device]:
     """The devices this process can use: cpu, ref (the reference backend) and
     each CUDA GPU."""

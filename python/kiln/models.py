@@ -18,14 +18,13 @@ import os as _os
 from typing import Any, NamedTuple, Sequence
 
 from . import _kiln
-from ._array import Array, Device, _device, asarray, dtype as _dtype, float32
-from ._kiln import KilnError, Layout
-from .random import Key
+from ._array import Array, Device, _device, _precision_dtype, asarray
+from ._kiln import Layout
+from .random import Key, _key_operand
 
 __all__ = ["Model", "Pretrained", "from_config", "from_preset", "from_pretrained", "model_types",
            "presets"]
 
-_PRECISIONS = {"fp32": float32, "bf16": _dtype("bfloat16")}
 
 
 class Model:
@@ -91,15 +90,9 @@ class Model:
         batch's statistics (the running ones updated), dropout and drop path
         drawn from ``key`` (a Key, or its kiln.random.key_data array inside
         jit)."""
-        if precision not in _PRECISIONS:
-            raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
-        if isinstance(key, Key):
-            key = _kiln._key_array(key)
-        elif key is not None:
-            key = asarray(key)
         logits, new_state = self._m.apply(params, state or {}, asarray(pixel_values),
-                                          getattr(Layout, layout), train, key,
-                                          _PRECISIONS[precision], inference)
+                                          getattr(Layout, layout), train, _key_operand(key),
+                                          _precision_dtype(precision), inference)
         return logits, new_state
 
     __call__ = apply

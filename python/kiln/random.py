@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _kiln
-from ._array import Array, Device, _device, _shape, dtype as _dtype, float32
+from ._array import Array, Device, _device, _shape, asarray, dtype as _dtype, float32
 from ._kiln import Key
 
 __all__ = ["Key", "key", "key_data", "split", "fold_in", "normal", "uniform", "truncated_normal",
@@ -58,3 +58,11 @@ def key_data(key: Key, device: Any = None) -> Array:
     """The key as an int32[2] array of its bits: what a jitted function takes
     as an argument so that each call draws anew (as JAX passes keys to jit)."""
     return _kiln._key_array(key, _dev(device))
+
+
+def _key_operand(key: Any) -> Array | None:
+    """A key as a model's apply takes it: a Key's bits, a key_data array as it
+    is (inside jit), or None."""
+    if isinstance(key, Key):
+        return _kiln._key_array(key)
+    return None if key is None else asarray(key)

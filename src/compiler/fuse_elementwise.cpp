@@ -44,6 +44,13 @@ bool read_mode(const Shape& in, const Shape& out, FusedRead& mode) {
   return false;
 }
 
+bool fuses_as_reduction(const ReduceAttrs& ra) {
+  if (ra.axes.empty()) return false;
+  for (size_t i = 1; i < ra.axes.size(); ++i)
+    if (ra.axes[i] != ra.axes[i - 1] + 1) return false;
+  return true;
+}
+
 bool as_program(const Graph& g, int i, FusedAttrs& out) {
   const Node& node = g.nodes[i];
   if (node.is_input() || node.dtype != DType::f32) return false;
@@ -112,10 +119,7 @@ Graph duplicate_shared_producers(const Graph& g) {
       if (a > 0 && uses.users[p][a - 1] == u) continue;  // x * x: one reader, one copy
       ++readers;
       if (un.prim->op() == Op::Sum) {
-        const auto& ra = un.prim->attrs<ReduceAttrs>();
-        bool contiguous = !ra.axes.empty() && un.dtype == DType::f32;
-        for (size_t i = 1; i < ra.axes.size(); ++i) contiguous &= ra.axes[i] == ra.axes[i - 1] + 1;
-        all = contiguous;
+        all = un.dtype == DType::f32 && fuses_as_reduction(un.prim->attrs<ReduceAttrs>());
       } else {
         all = chainable(g, u) && un.shape == node.shape && un.dtype == node.dtype;
       }

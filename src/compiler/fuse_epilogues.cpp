@@ -149,10 +149,7 @@ Graph fuse_reductions(const Graph& g) {
     const Node& sum = g.nodes[s];
     if (sum.is_input() || sum.prim->op() != Op::Sum || sum.dtype != DType::f32) continue;
     const auto& ra = sum.prim->attrs<ReduceAttrs>();
-    if (ra.axes.empty()) continue;
-    bool contiguous = true;
-    for (size_t i = 1; i < ra.axes.size(); ++i) contiguous &= ra.axes[i] == ra.axes[i - 1] + 1;
-    if (!contiguous) continue;
+    if (!fuses_as_reduction(ra)) continue;
     int p = sum.inputs[0];
     const Node& prod = g.nodes[p];
     FusedReduceAttrs fr{{}, prod.shape, ra};

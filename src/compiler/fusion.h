@@ -22,6 +22,10 @@ bool backend_fuses(const Node& node);
 // false when it cannot.
 bool read_mode(const Shape& in, const Shape& out, FusedRead& mode);
 
+// Whether a Sum's axes are one contiguous group, the sums FusedReduce
+// computes (a prologue fused in, an epilogue after).
+bool fuses_as_reduction(const ReduceAttrs& ra);
+
 // An f32 op as a FusedAttrs program over its inputs (a FusedElementwise as it
 // is, a fusable op as a one-instruction program); false when it is neither.
 bool as_program(const Graph& g, int i, FusedAttrs& out);

@@ -66,14 +66,10 @@ void note_unread_fields(const json& j, const std::string& path, std::vector<std:
 }
 
 // ConvNextImageProcessor's size and crop_pct into p's fields (`bad` fails
-// naming the field).
-template <typename Bad>
-void convnext_resize(const json& j, data::ImageProcessor& p, const Bad& bad) {
-  auto positive_int = [&](const std::string& f, const json& v) {
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 20))
-      bad(f, "is " + v.dump() + ", expected a positive integer (at most 2^20)");
-    return v.get<int64_t>();
-  };
+// naming the field; `positive_int` reads a size, failing so).
+template <typename Bad, typename Positive>
+void convnext_resize(const json& j, data::ImageProcessor& p, const Bad& bad,
+                     const Positive& positive_int) {
   // ConvNextImageProcessor: size is the shortest edge S (an integer, or
   // {"shortest_edge": S}; 384 by default). Below 384 the shorter side is
   // resized to int(S / crop_pct) (crop_pct 224/256 by default), aspect
@@ -201,7 +197,7 @@ data::ImageProcessor parse_image_processor(std::string_view text, const std::str
     flag("do_center_crop", p.do_center_crop);
     size_field("crop_size", p.crop_size, nullptr, nullptr);
   } else {
-    convnext_resize(j, p, bad);
+    convnext_resize(j, p, bad, positive);
   }
   flag("do_rescale", p.do_rescale);
   if (j.contains("rescale_factor") && !j["rescale_factor"].is_null()) {

@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "../test_util.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 
@@ -17,10 +16,7 @@ namespace kiln {
 namespace {
 
 TEST(RandomErasing, EqualsTimmsOnTheSameDraws) {
-  std::ifstream in(std::string(KILN_FIXTURES_DIR) + "/erasing.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json f = nlohmann::json::parse(text.str());
+  const nlohmann::json f = test_util::json_fixture("erasing.json");
   const auto shape = f["shape"].get<std::vector<int64_t>>();
   int erased = 0, retried = 0;
   for (const auto& c : f["cases"]) {
@@ -40,10 +36,10 @@ TEST(RandomErasing, EqualsTimmsOnTheSameDraws) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
     // Channels last: the same box.
-    const auto nhwc = transpose(data::erase_batch(transpose(x, {0, 2, 3, 1}), {box}, opt,
-                                                  random::Key(0), true),
-                                {0, 3, 1, 2})
-                          .to_vector<float>();
+    const auto nhwc =
+        transpose(data::erase_batch(transpose(x, {0, 2, 3, 1}), {box}, opt, random::Key(0), true),
+                  {0, 3, 1, 2})
+            .to_vector<float>();
     for (size_t i = 0; i < nhwc.size(); ++i) ASSERT_EQ(nhwc[i], want[i]) << i;
   }
   EXPECT_GE(erased, 10);
@@ -60,7 +56,8 @@ TEST(RandomErasing, FillModesAndKilnsDraws) {
     return v;
   };
   // pixel: normal draws everywhere in the box; outside it, the image.
-  const Array p = data::erase_batch(x, {box, {}}, {.prob = 1, .mode = "pixel"}, random::Key(1), false);
+  const Array p =
+      data::erase_batch(x, {box, {}}, {.prob = 1, .mode = "pixel"}, random::Key(1), false);
   const auto v = region(p, 0, 1);
   double m = 0, sq = 0;
   for (float a : v) m += a, sq += a * a;
@@ -70,7 +67,8 @@ TEST(RandomErasing, FillModesAndKilnsDraws) {
   EXPECT_EQ(region(p, 1, 1), std::vector<float>(80, 1.0f));  // image 1 kept
   EXPECT_EQ(p.to_vector<float>()[0], 1.0f);
   // rand: one value per channel.
-  const Array r = data::erase_batch(x, {box, box}, {.prob = 1, .mode = "rand"}, random::Key(1), false);
+  const Array r =
+      data::erase_batch(x, {box, box}, {.prob = 1, .mode = "rand"}, random::Key(1), false);
   const auto c0 = region(r, 0, 0), c1 = region(r, 0, 1);
   EXPECT_EQ(c0, std::vector<float>(80, c0[0]));
   EXPECT_NE(c0[0], c1[0]);
@@ -78,7 +76,8 @@ TEST(RandomErasing, FillModesAndKilnsDraws) {
   // kiln's draws: about prob of the images get a box inside the image.
   int boxes = 0;
   for (uint32_t i = 0; i < 2000; ++i) {
-    const data::EraseBox b = data::draw_erase({.prob = 0.25}, random::fold_in(random::Key(3), i), 20, 24);
+    const data::EraseBox b =
+        data::draw_erase({.prob = 0.25}, random::fold_in(random::Key(3), i), 20, 24);
     if (!b.erase) continue;
     ++boxes;
     EXPECT_TRUE(b.top >= 0 && b.left >= 0 && b.top + b.height <= 20 && b.left + b.width <= 24);

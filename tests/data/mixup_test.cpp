@@ -11,30 +11,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../test_util.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
 namespace {
 
-nlohmann::json fixture() {
-  std::ifstream f(std::string(KILN_FIXTURES_DIR) + "/mixup.json");
-  std::stringstream s;
-  s << f.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 TEST(Mixup, EqualsTimmsOnItsDraws) {
-  const nlohmann::json f = fixture();
+  const nlohmann::json f = test_util::json_fixture("mixup.json");
   const int64_t classes = f["num_classes"];
   const double smoothing = f["label_smoothing"];
   int cutmixes = 0;
@@ -101,7 +88,8 @@ TEST(Mixup, DrawsFollowTimmsDistributions) {
   EXPECT_NEAR(cut / double(n), 0.25, 0.03);
   // The same key gives the same draw.
   const data::MixupOptions o{.mixup_alpha = 0.8, .cutmix_alpha = 1.0};
-  EXPECT_EQ(data::draw_mix(o, random::Key(9), 20, 30).lam, data::draw_mix(o, random::Key(9), 20, 30).lam);
+  EXPECT_EQ(data::draw_mix(o, random::Key(9), 20, 30).lam,
+            data::draw_mix(o, random::Key(9), 20, 30).lam);
 }
 
 // Beta below 1 (Gamma's boosted path) and above, and uniform integers.
@@ -131,11 +119,13 @@ TEST(Mixup, BadBatchesAndOptionsAreClearErrors) {
   const Array x = zeros({3, 1, 4, 4});
   const int64_t labels[] = {0, 1, 2, 0};
   const Array y3 = Array::from_data(labels, {3}, DType::i64);
-  EXPECT_NE(error_of([&] { data::mix_batch(x, y3, {.lam = 0.5}, 3, 0, false); }).find("even number"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { data::mix_batch(x, y3, {.lam = 0.5}, 3, 0, false); }).find("even number"),
+      std::string::npos);
   const Array x4 = zeros({4, 1, 4, 4}), y4 = Array::from_data(labels, {4}, DType::i64);
-  EXPECT_NE(error_of([&] { data::mix_batch(x4, y4, {.lam = 0.5}, 2, 0, false); })
-                .find("label 2 outside [0, 2)"),
+  EXPECT_NE(error_of([&] {
+              data::mix_batch(x4, y4, {.lam = 0.5}, 2, 0, false);
+            }).find("label 2 outside [0, 2)"),
             std::string::npos);
   EXPECT_NE(error_of([] { data::MixupOptions{.mixup_alpha = -1}.validate(); }).find("--mixup"),
             std::string::npos);

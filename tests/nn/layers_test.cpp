@@ -7,11 +7,14 @@
 #include <cmath>
 #include <functional>
 
+#include "../test_util.h"
 #include "kiln/kiln.h"
 #include "kiln/layers.h"
 
 namespace kiln {
 namespace {
+
+using test_util::error_of;
 
 using nn::Layout;
 using nn::Scope;
@@ -22,15 +25,6 @@ double max_abs_diff(const Array& a, const Array& b) {
   double m = 0;
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
   return m;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 Array draw(uint64_t seed, const Shape& shape) {
@@ -69,7 +63,8 @@ TEST(NnLayers, DeclarationsNameShapeAndInitializeTheParameters) {
   auto stats = [&](const char* n) {
     auto v = p.at(n).to_vector<float>();
     double m = 0, sq = 0, lo = 1e9, hi = -1e9;
-    for (float x : v) m += x, sq += double(x) * x, lo = std::min<double>(lo, x), hi = std::max<double>(hi, x);
+    for (float x : v)
+      m += x, sq += double(x) * x, lo = std::min<double>(lo, x), hi = std::max<double>(hi, x);
     m /= v.size();
     return std::array<double, 4>{m, std::sqrt(sq / v.size() - m * m), lo, hi};
   };
@@ -102,7 +97,9 @@ TEST(NnLayers, LinearIsXTimesWTransposedPlusB) {
   EXPECT_EQ(yb.dtype(), DType::f32);
   EXPECT_LT(max_abs_diff(yb, want), 0.1);
   EXPECT_GT(max_abs_diff(yb, want), 0.0);
-  EXPECT_NE(error_of([&] { nn::Linear{"head", 6, 4}(s, x); }).find("missing parameter 'head.weight'"),
+  EXPECT_NE(error_of([&] {
+              nn::Linear{"head", 6, 4}(s, x);
+            }).find("missing parameter 'head.weight'"),
             std::string::npos);
 }
 
@@ -116,7 +113,8 @@ TEST(NnLayers, Conv2dPatchesEqualTheConvolution) {
       .name = "c", .in = 3, .out = 5, .kernel = 4, .stride = 4, .patch_matmul = true};
   const nn::Conv2d conv{.name = "c", .in = 3, .out = 5, .kernel = 4, .stride = 4};
   const Array x = draw(3, {2, 3, 10, 13});  // 2x3 windows, 2 rows and 1 column left over
-  const Array ref = conv2d(x, p.at("c.weight"), {.stride = {4}}) + reshape(p.at("c.bias"), {5, 1, 1});
+  const Array ref =
+      conv2d(x, p.at("c.weight"), {.stride = {4}}) + reshape(p.at("c.bias"), {5, 1, 1});
   EXPECT_EQ(ref.shape(), (Shape{2, 5, 2, 3}));
   EXPECT_LT(max_abs_diff(patch(s, x, Layout::NCHW), ref), 1e-4);
   const Array nhwc = transpose(x, {0, 2, 3, 1});
@@ -126,11 +124,18 @@ TEST(NnLayers, Conv2dPatchesEqualTheConvolution) {
   EXPECT_LT(max_abs_diff(patch(s, nhwc, Layout::NHWC, Layout::NCHW), ref), 1e-4);
   EXPECT_LT(max_abs_diff(conv(s, x, Layout::NCHW), ref), 1e-4);
   EXPECT_LT(max_abs_diff(conv(s, nhwc, Layout::NHWC, Layout::NCHW), ref), 1e-4);
-  const nn::Conv2d padded{.name = "c", .in = 3, .out = 5, .kernel = 4, .stride = 4,
-                          .padding = nn::Conv2d::pad(1), .patch_matmul = true};
+  const nn::Conv2d padded{.name = "c",
+                          .in = 3,
+                          .out = 5,
+                          .kernel = 4,
+                          .stride = 4,
+                          .padding = nn::Conv2d::pad(1),
+                          .patch_matmul = true};
   EXPECT_NE(error_of([&] { padded(s, x, Layout::NCHW); }).find("needs stride = kernel"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { patch(s, draw(4, {1, 3, 3, 8}), Layout::NCHW); }).find("does not fit"),
+  EXPECT_NE(error_of([&] {
+              patch(s, draw(4, {1, 3, 3, 8}), Layout::NCHW);
+            }).find("does not fit"),
             std::string::npos);
   EXPECT_NE(error_of([&] { patch(s, nhwc, Layout::NCHW); }).find("expected 3 channels on axis 1"),
             std::string::npos);
@@ -149,15 +154,17 @@ TEST(NnLayers, Conv2dWithGroupsDilationAndPaddingInEachLayout) {
                         .padding = {{2, 1}, {0, 2}},
                         .groups = 3};
   const Array x = draw(3, {2, 6, 9, 7});
-  const Array ref = conv2d(x, p.at("dw.weight"),
-                           {.stride = {2, 1}, .dilation = {2, 2}, .padding = {{2, 1}, {0, 2}},
-                            .groups = 3}) +
-                    reshape(p.at("dw.bias"), {6, 1, 1});
+  const Array ref =
+      conv2d(x, p.at("dw.weight"),
+             {.stride = {2, 1}, .dilation = {2, 2}, .padding = {{2, 1}, {0, 2}}, .groups = 3}) +
+      reshape(p.at("dw.bias"), {6, 1, 1});
   EXPECT_LT(max_abs_diff(conv(s, x, Layout::NCHW), ref), 1e-4);
-  EXPECT_LT(max_abs_diff(conv(s, transpose(x, {0, 2, 3, 1}), Layout::NHWC, Layout::NCHW), ref), 1e-4);
+  EXPECT_LT(max_abs_diff(conv(s, transpose(x, {0, 2, 3, 1}), Layout::NHWC, Layout::NCHW), ref),
+            1e-4);
   nn::Decls d;
-  EXPECT_NE(error_of([&] { nn::Conv2d{.name = "bad", .in = 6, .out = 4, .groups = 4}.declare(d); })
-                .find("divisible by groups"),
+  EXPECT_NE(error_of([&] {
+              nn::Conv2d{.name = "bad", .in = 6, .out = 4, .groups = 4}.declare(d);
+            }).find("divisible by groups"),
             std::string::npos);
 }
 
@@ -198,7 +205,8 @@ TEST(NnLayers, BatchNormUpdatesItsStateInTrainingAndReadsItInEvaluation) {
   const auto ym = mean(y, {0, 1, 2}).to_vector<float>();
   for (float m : ym) EXPECT_NEAR(m, 0.0, 1e-5);
   // running_mean = 0.9·0 + 0.1·batch mean.
-  const auto bm = mean(x, {0, 1, 2}).to_vector<float>(), rm = after.at("bn.running_mean").to_vector<float>();
+  const auto bm = mean(x, {0, 1, 2}).to_vector<float>(),
+             rm = after.at("bn.running_mean").to_vector<float>();
   for (int c = 0; c < 3; ++c) EXPECT_NEAR(rm[c], 0.1 * bm[c], 1e-5);
   // Evaluation: the running statistics normalize and the state stays.
   Scope eval(p, after, {}, "test");
@@ -206,7 +214,8 @@ TEST(NnLayers, BatchNormUpdatesItsStateInTrainingAndReadsItInEvaluation) {
   const auto rv = after.at("bn.running_var").to_vector<float>();
   const auto xv = x.to_vector<float>(), yev = ye.to_vector<float>();
   EXPECT_NEAR(yev[0], (xv[0] - rm[0]) / std::sqrt(rv[0] + 1e-5), 1e-4);
-  EXPECT_EQ(eval.new_state().at("bn.num_batches_tracked").to_vector<int64_t>(), std::vector<int64_t>{1});
+  EXPECT_EQ(eval.new_state().at("bn.num_batches_tracked").to_vector<int64_t>(),
+            std::vector<int64_t>{1});
   const Params none;
   Scope missing(p, none, {}, "resnet");
   const std::string e = error_of([&] { bn(missing, x, Layout::NHWC); });
@@ -224,8 +233,9 @@ TEST(NnLayers, EmbeddingReadsRowsAtIntegerIds) {
   const auto w = p.at("wte.weight").to_vector<float>(), v = y.to_vector<float>();
   for (int i = 0; i < 4; ++i)
     for (int c = 0; c < 3; ++c) EXPECT_EQ(v[i * 3 + c], w[ids[i] * 3 + c]);
-  EXPECT_NE(error_of([&] { nn::Embedding{"wte", 10, 3}(s, astype(id, DType::f32)); })
-                .find("expected integers"),
+  EXPECT_NE(error_of([&] {
+              nn::Embedding{"wte", 10, 3}(s, astype(id, DType::f32));
+            }).find("expected integers"),
             std::string::npos);
 }
 
@@ -271,8 +281,8 @@ TEST(NnLayers, DropoutAndDropPathDrawPerSiteAndOnlyWhileDropping) {
 // (three Linears, softmax) agree, in values and in gradients, with pruned
 // heads (heads · head_dim < dim).
 TEST(NnLayers, MultiHeadAttentionFusedEqualsUnfused) {
-  const nn::MultiHeadAttention mha{.query = "q", .key = "k", .value = "v", .output = "o",
-                                   .dim = 8, .heads = 3, .head_dim = 2};
+  const nn::MultiHeadAttention mha{
+      .query = "q", .key = "k", .value = "v", .output = "o", .dim = 8, .heads = 3, .head_dim = 2};
   nn::Decls d;
   mha.declare(d);
   EXPECT_EQ(nn::shapes_of(d).front(), (std::pair<std::string, Shape>{"q.weight", {6, 8}}));
@@ -295,7 +305,9 @@ TEST(NnLayers, MultiHeadAttentionFusedEqualsUnfused) {
   const Params none;
   Scope s(p, none, {.fused_attention = false}, "test");
   EXPECT_EQ(mha(s, x).shape(), (Shape{2, 5, 8}));
-  EXPECT_NE(error_of([&] { mha(s, draw(1, {2, 5, 7})); }).find("expected [batch, tokens, 8]"),
+  EXPECT_NE(error_of([&] {
+              mha(s, draw(1, {2, 5, 7}));
+            }).find("expected [batch, tokens, 8]"),
             std::string::npos);
 }
 

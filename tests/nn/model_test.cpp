@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "../test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/model.h"
@@ -19,6 +20,8 @@
 
 namespace kiln {
 namespace {
+
+using test_util::error_of;
 
 const std::string kFixtures = std::string(KILN_FIXTURES_DIR) + "/";
 
@@ -31,15 +34,6 @@ double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
     den += y[i] * y[i];
   }
   return std::sqrt(num) / std::max(std::sqrt(den), floor);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Models, TheRegistryHoldsEveryFamilyAndItsPresets) {

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "../test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/model.h"
@@ -24,13 +25,6 @@
 namespace kiln {
 namespace {
 
-nlohmann::json fixture() {
-  std::ifstream f(std::string(KILN_FIXTURES_DIR) + "/layer_decay.json");
-  std::stringstream s;
-  s << f.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
-
 // Index n of the dotted name ("a.b.3.c": 3 at 2).
 int64_t part(const std::string& name, size_t n) {
   std::stringstream s(name);
@@ -38,14 +32,17 @@ int64_t part(const std::string& name, size_t n) {
   for (size_t i = 0; i <= n; ++i) std::getline(s, p, '.');
   return std::stoll(p);
 }
-bool starts(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // A timm parameter of the same group as a kiln (transformers) parameter.
 std::string timm_vit(const std::string& n) {
   if (n == "vit.embeddings.cls_token") return "cls_token";
   if (n == "vit.embeddings.position_embeddings") return "pos_embed";
   if (starts(n, "vit.embeddings.patch_embeddings")) return "patch_embed.proj.weight";
-  if (starts(n, "vit.encoder.layer.")) return "blocks." + std::to_string(part(n, 3)) + ".norm1.weight";
+  if (starts(n, "vit.encoder.layer."))
+    return "blocks." + std::to_string(part(n, 3)) + ".norm1.weight";
   if (starts(n, "vit.layernorm.")) return "norm.weight";
   if (starts(n, "classifier.")) return "head.weight";
   return "?" + n;
@@ -71,7 +68,7 @@ std::string timm_resnet(const std::string& n) {
 }
 
 TEST(LayerDecay, EveryFamilyGroupsItsParametersAsTimmDoes) {
-  const nlohmann::json f = fixture();
+  const nlohmann::json f = test_util::json_fixture("layer_decay.json");
   const double decay = f["layer_decay"].get<double>();
   struct Case {
     const char* family;
@@ -110,15 +107,17 @@ TEST(LayerDecay, EveryFamilyGroupsItsParametersAsTimmDoes) {
     EXPECT_EQ(seen.size(), timm_scales.size());
   }
   const auto vit = nn::model_from_preset("vit-tiny");
-  EXPECT_NE([&] {
-    try {
-      nn::layer_decay_scales(*vit, 1.5);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }().find("expected a value in (0, 1]"),
-            std::string::npos);
+  EXPECT_NE(
+      [&] {
+        try {
+          nn::layer_decay_scales(*vit, 1.5);
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }()
+          .find("expected a value in (0, 1]"),
+      std::string::npos);
 }
 
 // torch's param groups: group lr = lr · lr_scale, AdamW's decoupled decay

@@ -10,8 +10,8 @@ import copy as _copy
 from typing import Any, Sequence
 
 from .. import _kiln
-from .._array import Array, Device, _device, asarray, dtype as _dtype, float32
-from .._kiln import KilnError, Layout, ViTConfig
+from .._array import Array, Device, _device, _precision_dtype, asarray
+from .._kiln import Layout, ViTConfig
 from ..random import Key
 from . import functional, layers
 from .layers import (MLP, BatchNorm2d, Conv2d, DropPath, Dropout, Embedding, Init, LayerNorm,
@@ -29,7 +29,6 @@ def _from_pretrained_config(src: str) -> ViTConfig:
 
 ViTConfig.from_pretrained = staticmethod(_from_pretrained_config)
 
-_PRECISIONS = {"fp32": float32, "bf16": _dtype("bfloat16")}
 
 
 class ViTForImageClassification:
@@ -67,15 +66,14 @@ class ViTForImageClassification:
         into the GEMM. A jitted function that closes over ``params`` instead
         of taking them casts and concatenates the weights once, when it
         compiles."""
-        if precision not in _PRECISIONS:
-            raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
+        matmul_dtype = _precision_dtype(precision)
         key = key_array = None
         if isinstance(dropout_key, Key):
             key = dropout_key
         elif dropout_key is not None:
             key_array = asarray(dropout_key)
         return self._vit.apply(params, asarray(pixel_values), getattr(Layout, layout), train, key,
-                               key_array, _PRECISIONS[precision], fused_attention, inference)
+                               key_array, matmul_dtype, fused_attention, inference)
 
     __call__ = apply
 

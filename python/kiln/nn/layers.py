@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _kiln
-from .._array import Array, Device, _device, asarray, dtype as _dtype, float32
+from .._array import Array, Device, _device, _precision_dtype, asarray
 from .._kiln import KilnError, Layout
-from ..random import Key
+from ..random import Key, _key_operand
 
 __all__ = ["Init", "Linear", "Conv2d", "LayerNorm", "BatchNorm2d", "Embedding", "Dropout",
            "DropPath", "MultiHeadAttention", "MLP"]
@@ -33,7 +33,6 @@ Init = _kiln._Init
 ``Init.kaiming_normal_fan_out(fan_out)``, ``Init.torch_default(fan_in)``
 (uniform ±1/√fan_in), ``Init.zeros()``, ``Init.ones()``, ``Init.constant(v)``."""
 
-_PRECISIONS = {"fp32": float32, "bf16": _dtype("bfloat16")}
 
 
 def _pair(v: Any, what: str) -> tuple:
@@ -65,15 +64,10 @@ class _Layer:
                drop: bool = True, key: Any = None, layout: str = "NCHW",
                out_layout: str | None = None, precision: str = "fp32",
                fused_attention: bool = True, inference: bool = False) -> tuple:
-        if precision not in _PRECISIONS:
-            raise KilnError(f"[apply] precision {precision!r}: expected fp32 or bf16")
-        if isinstance(key, Key):
-            key = _kiln._key_array(key)
-        elif key is not None:
-            key = asarray(key)
         return self._native.apply(params, state or {}, asarray(x), getattr(Layout, layout),
-                                  getattr(Layout, out_layout or layout), train, drop, key,
-                                  _PRECISIONS[precision], fused_attention, inference)
+                                  getattr(Layout, out_layout or layout), train, drop,
+                                  _key_operand(key), _precision_dtype(precision),
+                                  fused_attention, inference)
 
     def apply(self, params: dict, x: Any, **options: Any) -> Array:
         """The layer's output. Options: ``train`` (dropout and drop path on,
