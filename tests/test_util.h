@@ -1,6 +1,7 @@
-// Helpers the tests share: the message of what a call throws, and a JSON
-// fixture read whole.
+// Helpers the tests share: the message of what a call throws, a JSON
+// fixture read whole, and the kiln command to run.
 #pragma once
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -26,6 +27,14 @@ inline nlohmann::json json_fixture(const std::string& name) {
   std::stringstream s;
   s << f.rdbuf();
   return nlohmann::json::parse(s.str());
+}
+
+// The kiln command the tests run: $KILN_CLI where it is set (bench/gpu/check.sh
+// sets it to the carried bundle's kiln on a GPU machine, where this build's
+// folder does not exist), else this build's.
+inline std::string kiln_cli_path() {
+  const char* e = std::getenv("KILN_CLI");
+  return e && *e ? std::string(e) : std::string(KILN_CLI_PATH);
 }
 
 }  // namespace kiln::test_util

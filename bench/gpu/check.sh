@@ -246,6 +246,9 @@ for prog in kiln kiln-tests; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$kiln_ld" "$bin/$prog" > "$kbin/$prog"
   chmod +x "$kbin/$prog"
 done
+# The tests run kiln by this build's path unless KILN_CLI names another
+# (tests/test_util.h): the carried bundle's is not where it was built.
+export KILN_CLI=$kbin/kiln
 echo "kiln from $kiln_from; its LD_LIBRARY_PATH=$kiln_ld"
 echo "glibc here: $(ldd --version 2>/dev/null | head -1); the bundle needs $(cat "$bin/glibc_needed" 2>/dev/null || echo '?')"
 # The peers' packages, one by one: a missing one is said, not fatal.

@@ -47,7 +47,9 @@ struct TrainConfig {
   double lr = 1e-3;
   uint64_t seed = 0;
   nn::Layout layout = nn::Layout::NCHW;
-  int workers = 2;
+  // Threads making batches ahead of the model (0: on the training thread);
+  // -1: loader_workers() chooses.
+  int workers = -1;
   std::string log_json;   // one JSON object per line, if set
   bool progress = false;  // live progress line (on a terminal)
 
@@ -255,6 +257,14 @@ std::vector<std::string> data_labels(const TrainConfig& cfg);
 // classifier for the data's labels (data_labels; the checkpoint's for random
 // data), loaded once: the command line shows its model and notes first.
 std::optional<io::Pretrained> load_init(const TrainConfig& cfg);
+
+// The loader threads a run uses: cfg.workers where it is set; else 2 on the
+// cpu, whose cores the model's kernels need, and on an accelerator, whose
+// host is otherwise idle, half the host's cores (2 to 8): the GPU check
+// (2026-12-04) found an H200's ViT-B/16 step waiting on two threads' random
+// images half of its time. Each thread keeps two batches ahead, as
+// PyTorch's DataLoader (prefetch_factor 2).
+int loader_workers(const TrainConfig& cfg);
 
 // Runs the experiment: random images (or a data set), ViT, the loss of the
 // config's problem_type (mean softmax cross-entropy for classes; targets made

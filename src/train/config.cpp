@@ -1,6 +1,8 @@
 // kiln train: the names of the modes, the checks of a TrainConfig, the
 // optimizer and matmul precision it asks for, and the checkpoint it resumes.
+#include <algorithm>
 #include <array>
+#include <thread>
 
 #include "internal.h"
 #include "kiln/distributed.h"
@@ -89,6 +91,13 @@ DType matmul_dtype_for(const std::string& precision) {
   fail("train", "--precision '" + precision + "', expected fp32, bf16 or tf32");
 }
 
+int loader_workers(const TrainConfig& cfg) {
+  if (cfg.workers >= 0) return cfg.workers;
+  if (cfg.device.rfind("cuda", 0) != 0) return 2;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores / 2, 2, 8);
+}
+
 void validate(const TrainConfig& cfg) {
   if (cfg.batch_size <= 0) fail("train", "--batch-size must be positive");
   if (cfg.steps <= 0) fail("train", "--steps must be positive");
@@ -98,6 +107,9 @@ void validate(const TrainConfig& cfg) {
   if (cfg.compile_model && cfg.mode != Mode::eager)
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  if (cfg.workers < -1)
+    fail("train", "--workers must be >= 0 (or -1: chosen by the device), got " +
+                      std::to_string(cfg.workers));
   cfg.mixup.validate();
   cfg.erasing.validate();
   if (cfg.mixup.enabled()) {

@@ -237,8 +237,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
       loader_(data_.train, {.batch_size = cfg.batch_size,
                             .shuffle = cfg.data != "random",  // real data: every epoch anew
                             .seed = cfg.seed,
-                            .workers = cfg.workers,
-                            .prefetch = 2,
+                            .workers = loader_workers(cfg),
+                            .prefetch = std::max(2, 2 * loader_workers(cfg)),
                             .start = start.data_position,
                             .shard = dist::rank(),
                             .shards = dist::size()}),
@@ -294,7 +294,7 @@ void Trainer::step(int64_t step) {
     data::Batch batch = loader_.next();
     random::Key k = cfg_.accumulate > 1 ? random::fold_in(key, static_cast<uint32_t>(i)) : key;
     const bool nhwc = cfg_.layout == nn::Layout::NHWC;
-    const Shape& s = batch.images.shape();
+    const Shape s = batch.images.shape();  // a copy: erasing replaces batch.images
     if (cfg_.erasing.enabled()) {
       // Each image's box from its own key; then its fill's.
       const random::Key ek = random::fold_in(k, 0x6572);

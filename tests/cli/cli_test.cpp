@@ -14,6 +14,7 @@
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -36,7 +37,7 @@ CliRun kiln_cli_raw(const std::string& command) {
 }
 
 CliRun kiln_cli(const std::string& args) {
-  return kiln_cli_raw(std::string(KILN_CLI_PATH) + " " + args);
+  return kiln_cli_raw(test_util::kiln_cli_path() + " " + args);
 }
 
 std::string temp_path(const std::string& name) {
@@ -108,7 +109,7 @@ TEST(Cli, BadFlagsFailWithAClearMessage) {
 // `kiln info` names the f32 GEMM library; KILN_SGEMM picks oneDNN's, and a
 // bad value stops a run with a message instead of running on either.
 TEST(Cli, InfoNamesTheGemmLibraryAndKilnSgemmIsChecked) {
-  const std::string cli = KILN_CLI_PATH;
+  const std::string cli = test_util::kiln_cli_path();
   CliRun info = kiln_cli("info");
   ASSERT_EQ(info.status, 0) << info.output;
   // This process and the command share the remembered choice (sgemm.h).
@@ -132,7 +133,7 @@ TEST(Cli, InfoNamesTheGemmLibraryAndKilnSgemmIsChecked) {
 // and remembers the faster; later processes read the same choice.
 TEST(Cli, TheMeasuredGemmLibraryIsRemembered) {
   if (!cpu::have_onemkl()) GTEST_SKIP() << "one GEMM library only: nothing to choose";
-  const std::string dir = temp_path("cache"), cli = KILN_CLI_PATH;
+  const std::string dir = temp_path("cache"), cli = test_util::kiln_cli_path();
   std::filesystem::remove_all(dir);
   CliRun first = kiln_cli_raw("KILN_SGEMM=auto KILN_CACHE_DIR=" + dir + " " + cli + " info");
   CliRun second = kiln_cli_raw("KILN_CACHE_DIR=" + dir + " " + cli + " info");
@@ -215,7 +216,7 @@ TEST(Cli, GpuVitTinyTrainsInEveryModeAsOnTheCpu) {
 // A build that runs the CUDA backend on kiln's CUDA emulator shows no CUDA
 // device to a user who has not asked for emulated ones, and says how to.
 TEST(Cli, AnEmulationBuildShowsNoCudaDeviceUnlessAskedFor) {
-  const std::string cli = KILN_CLI_PATH;
+  const std::string cli = test_util::kiln_cli_path();
   CliRun r = kiln_cli_raw("env KILN_CUDA_EMULATOR=0 " + cli + " train --device cuda --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--device cuda: no usable CUDA driver or GPU (cudaErrorNoDevice: this "
@@ -306,7 +307,7 @@ TEST(Cli, ProgressBarOnATerminal) {
   c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
   c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_labels = 5;
   io::save_vit_config(cfg, c);
-  std::string train = std::string(KILN_CLI_PATH) + " train --config " + cfg +
+  std::string train = test_util::kiln_cli_path() + " train --config " + cfg +
                       " --steps 3 --warmup 1 --batch-size 4";
   CliRun tty = kiln_cli_raw("script -qec '" + train + "' /dev/null");
   ASSERT_EQ(tty.status, 0) << tty.output;
@@ -361,7 +362,7 @@ TEST(Cli, FallbacksForcedByTheEnvironmentTrainAsTheKernelsDo) {
   auto losses = [&](const std::string& env, const std::string& mode, std::string* output) {
     std::string log = temp_path(mode + "-fallback.jsonl");
     CliRun r =
-        kiln_cli_raw(env + " " + KILN_CLI_PATH + " train --config " + cfg +
+        kiln_cli_raw(env + " " + test_util::kiln_cli_path() + " train --config " + cfg +
                      " --steps 3 --warmup 1 --batch-size 4 --mode " + mode + " --log-json " + log);
     EXPECT_EQ(r.status, 0) << env << " " << mode << ":\n" << r.output;
     if (output) *output = r.output;
@@ -386,7 +387,7 @@ TEST(Cli, FallbacksForcedByTheEnvironmentTrainAsTheKernelsDo) {
               std::string::npos)
         << said;
   }
-  CliRun bad = kiln_cli_raw("KILN_FALLBACK=Attention,Nope " + std::string(KILN_CLI_PATH) +
+  CliRun bad = kiln_cli_raw("KILN_FALLBACK=Attention,Nope " + test_util::kiln_cli_path() +
                             " train --config " + cfg + " --steps 1 --batch-size 2");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("[KILN_FALLBACK] 'Nope' is not a primitive with a fallback"),

@@ -15,6 +15,7 @@
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -29,7 +30,7 @@ PredictRun predict(const std::string& args) {
   const std::string err = (std::filesystem::temp_directory_path() /
                            ("kiln-predict-" + std::to_string(::getpid()) + ".err"))
                               .string();
-  FILE* p = popen((std::string(KILN_CLI_PATH) + " predict " + args + " 2>" + err).c_str(), "r");
+  FILE* p = popen((test_util::kiln_cli_path() + " predict " + args + " 2>" + err).c_str(), "r");
   PredictRun r{};
   char buf[4096];
   size_t n;

@@ -13,6 +13,7 @@
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -265,7 +266,7 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   ASSERT_EQ(r.evals.size(), 1u);
   EXPECT_EQ(r.evals[0].samples, 2);  // the 10th file of each class
   // kiln eval on the same held-out files gives the same numbers.
-  std::string cmd = std::string(KILN_CLI_PATH) + " eval --checkpoint " + ckpt +
+  std::string cmd = test_util::kiln_cli_path() + " eval --checkpoint " + ckpt +
                     " --data imagefolder:" + f.root.string() + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;

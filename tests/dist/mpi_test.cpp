@@ -15,6 +15,7 @@
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -70,7 +71,7 @@ class Dist : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // kiln train's flags of the runs compared here: 5 steps of 32 images.
   std::string train(const std::string& flags, int steps = 5) const {
-    return std::string(KILN_CLI_PATH) + " train --config " + config_ + " --batch-size 32 --steps " +
+    return test_util::kiln_cli_path() + " train --config " + config_ + " --batch-size 32 --steps " +
            std::to_string(steps) + " --warmup 1 --lr 0.05 --threads 1 " + flags;
   }
 
@@ -193,7 +194,7 @@ TEST_F(Dist, TwoRanksOnTwoGpusTrainThroughNcclAsOneProcessDoes) {
 }
 
 TEST_F(Dist, ABatchThatDoesNotDivideGetsAClearError) {
-  Shell r = shell(mpirun(2) + std::string(KILN_CLI_PATH) + " train --config " + config_ +
+  Shell r = shell(mpirun(2) + test_util::kiln_cli_path() + " train --config " + config_ +
                 " --batch-size 3 --steps 2 --warmup 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--batch-size 3 (the global batch) does not divide among 2 ranks"),

@@ -14,6 +14,7 @@
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -151,7 +152,7 @@ struct CliRun {
 };
 
 CliRun kiln(const std::string& args) {
-  FILE* p = popen((std::string(KILN_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
+  FILE* p = popen((test_util::kiln_cli_path() + " " + args + " 2>&1").c_str(), "r");
   CliRun r{};
   char buf[4096];
   size_t n;

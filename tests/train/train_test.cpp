@@ -5,11 +5,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -446,6 +448,7 @@ TEST(Validate, EachBadSettingIsNamed) {
       {[](auto& t) { t.mode = train::Mode::jit, t.compile_model = true; },
        "--compile-model goes with --mode eager"},
       {[](auto& t) { t.clip_norm = -1; }, "--clip-norm must be >= 0"},
+      {[](auto& t) { t.workers = -2; }, "--workers must be >= 0 (or -1: chosen by the device), got -2"},
       {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},
@@ -470,6 +473,25 @@ TEST(Validate, EachBadSettingIsNamed) {
     }
     EXPECT_THROW(train::run(t), Error) << c.error;  // run() makes the same checks
   }
+}
+
+// The loader's threads: as given, else 2 on the host devices and half the
+// host's cores (2 to 8) for a GPU's.
+TEST(Validate, LoaderWorkersAreGivenOrChosenByTheDevice) {
+  train::TrainConfig t;
+  EXPECT_EQ(t.workers, -1);
+  EXPECT_EQ(train::loader_workers(t), 2);  // cpu
+  t.device = "ref";
+  EXPECT_EQ(train::loader_workers(t), 2);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  for (const char* gpu : {"cuda", "cuda:1"}) {
+    t.device = gpu;
+    EXPECT_EQ(train::loader_workers(t), std::clamp(cores / 2, 2, 8)) << gpu;
+  }
+  t.workers = 0;
+  EXPECT_EQ(train::loader_workers(t), 0);
+  t.workers = 5, t.device = "cpu";
+  EXPECT_EQ(train::loader_workers(t), 5);
 }
 
 // The data sets' file format, for a tiny Fashion-MNIST-shaped data set.

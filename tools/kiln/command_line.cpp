@@ -169,6 +169,10 @@ CLI::App* define_train_model(CLI::App& app, Subcommands& s, TrainFlags& tf) {
   t->add_option("--seed", tc.seed, "random seed for weights and data");
   t->add_option("--layout", tf.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   t->add_option("--threads", tf.threads, "CPU threads (default: all)")->check(kPositiveInt);
+  t->add_option("--workers", tc.workers,
+                "threads making batches ahead of the model, 0: none (default: 2 on the cpu; on a "
+                "GPU half the host's cores, 2 to 8)")
+      ->check(kNonNegativeInt);
   t->add_option("--log-json", tc.log_json,
                 "write one JSON object per step (and per evaluation) to this file");
   return t;
