@@ -146,8 +146,8 @@ write_summary() {
     echo "The NCCL path (every gradient bucket through an all-reduce of one rank) against the same run without it, last step's loss: $(last_loss jit-tf32-nccl) vs $(last_loss jit-tf32-warm)."
     local name
     echo
-    echo "The bf16 attention on tensor cores (KILN_CUDA_BF16_ATTENTION=tensor-cores) against the SIMT kernels, step and last step's loss: $(median_of jit-bf16-tc), $(last_loss jit-bf16-tc) vs $(median_of jit-bf16), $(last_loss jit-bf16)."
-    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-bf16-tc jit-tf32-nccl jit-tf32-profile; do
+    echo "The bf16 attention on tensor cores (the default) against the SIMT kernels (KILN_CUDA_BF16_ATTENTION=simt), step and last step's loss: $(median_of jit-bf16), $(last_loss jit-bf16) vs $(median_of jit-bf16-simt), $(last_loss jit-bf16-simt)."
+    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-bf16-simt jit-tf32-nccl jit-tf32-profile; do
       echo
       echo "### kiln $name: $(cat "$work/kiln-$name.status" 2>/dev/null || echo 'not run')"
       if [ -s "$work/kiln-$name.txt" ]; then
@@ -459,9 +459,9 @@ train jit-tf32-warm 60 --mode jit "${tf32[@]}"
 # (KILN_DEBUG=1: the compiler verifies every pass and says if the step could
 # not be recorded as a graph; only the first step, untimed, pays for it.)
 KILN_DEBUG=1 train jit-bf16 60 --mode jit --precision bf16
-# The same run with the bf16 attention on tensor cores (opt-in until it has
-# run on a GPU): its step time and loss beside jit-bf16's decide the default.
-KILN_CUDA_BF16_ATTENTION=tensor-cores train jit-bf16-tc 60 --mode jit --precision bf16
+# The same run with the bf16 attention on the SIMT kernels (tensor cores are
+# the default since the first check, 2026-12-04): step time and loss beside jit-bf16's.
+KILN_CUDA_BF16_ATTENTION=simt train jit-bf16-simt 60 --mode jit --precision bf16
 # The same run as jit-tf32-warm with every gradient bucket through an
 # all-reduce (on CUDA a NCCL communicator of one rank): the same losses.
 train jit-tf32-nccl 60 --mode jit "${tf32[@]}" --all-reduce always

@@ -97,11 +97,11 @@ SH
 }
 
 sections=("## Steps" "## Issue #16's targets" "## GPU tests" "## kiln runs" "### kiln jit-tf32-cold"
-          "### kiln jit-tf32-warm" "### kiln jit-bf16" "### kiln jit-bf16-tc" "### kiln jit-tf32-nccl"
+          "### kiln jit-tf32-warm" "### kiln jit-bf16" "### kiln jit-bf16-simt" "### kiln jit-tf32-nccl"
           "### kiln jit-tf32-profile"
           "## The reference experiment in tf32 beside the peers" "## The reference experiment in bf16 beside the peers"
           "## compute-sanitizer" "## The reference script as written")
-steps=("the machine" "GPU tests" "kiln jit-tf32-cold" "kiln jit-tf32-warm" "kiln jit-bf16" "kiln jit-bf16-tc"
+steps=("the machine" "GPU tests" "kiln jit-tf32-cold" "kiln jit-tf32-warm" "kiln jit-bf16" "kiln jit-bf16-simt"
        "kiln jit-tf32-nccl"
        "matmul rates" "comparison, tf32" "kiln jit-tf32-profile" "compute-sanitizer" "the reference script"
        "comparison, bf16")

@@ -182,9 +182,14 @@ TEST_P(VitGolden, GpuMatchesTransformersInEachPrecision) {
       EXPECT_LT(relative_error(out[0], g.expected.at("logits")), p.tol);
       EXPECT_NEAR(out[1].item<double>(), g.expected.at("loss").item<double>(),
                   p.tol * g.expected.at("loss").item<double>());
-      for (size_t i = 0; i < names.size(); ++i)
-        EXPECT_LT(relative_error(out[2 + i], g.expected.at("grad." + names[i]), floor), p.tol)
+      for (size_t i = 0; i < names.size(); ++i) {
+        // The key bias's zero gradient as rounding noise: bf16 on tensor
+        // cores rounds dS before dK = dSᵀQ, as the cpu does (the test above).
+        const bool zero = names[i].find("attention.attention.key.bias") != std::string::npos;
+        const double tol = zero && p.matmul == DType::bf16 ? 6e-2 : p.tol;
+        EXPECT_LT(relative_error(out[2 + i], g.expected.at("grad." + names[i]), floor), tol)
             << names[i];
+      }
     }
   }
 }

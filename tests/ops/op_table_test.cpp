@@ -1836,9 +1836,9 @@ TEST(Attention, AmxKernelsRunWhereTheCpuHasAmx) {
 
 // The cuda backend's bf16 attention likewise, at ViT's token count too, on
 // both of its kernels: the SIMT ones (bf16 loads and stores, f32 arithmetic)
-// and, with KILN_CUDA_BF16_ATTENTION=tensor-cores, the tensor-core ones
-// (attention_tc.cu: head dims up to 128 padded to 32, 64 or 128; wider ones
-// stay on the SIMT kernels).
+// and the tensor-core ones, the default (KILN_CUDA_BF16_ATTENTION=simt or
+// tensor-cores chooses; attention_tc.cu: head dims up to 128 padded to 32,
+// 64 or 128; wider ones stay on the SIMT kernels).
 TEST(Attention, GpuBf16KernelsMatchF64OnTheRoundedInputs) {
   KILN_REQUIRE_GPU();
   std::vector<Shape> shapes = kAttentionShapes;

@@ -400,7 +400,7 @@ bool tensor_core_attention(int64_t head_dim, const char* who) {
   const std::string v = e ? e : "";
   if (v != "" && v != "simt" && v != "tensor-cores")
     fail(who, "KILN_CUDA_BF16_ATTENTION is '" + v + "', expected tensor-cores or simt");
-  return v == "tensor-cores" && head_dim <= 128;
+  return v != "simt" && head_dim <= 128;
 }
 
 void attention_fwd_tc(const KernelContext& ctx, cudaStream_t s, AttnArgs<bf16_t> a, int64_t bh,
