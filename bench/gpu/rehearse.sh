@@ -159,7 +159,7 @@ crash='GPU tests \| failed \([0-9]+ passed, [0-9]+ skipped, 1 failed, 1 crashed 
 rounds='round 1: [0-9]+ tests, shard 1 of [0-9]+: failed \(killed by signal 11: SEGV\)'
 settled='failed: AllPrimitives/OpTable.GpuForwardMatchesCpu/sum_all|passed in a fresh process \(first failed\)'
 bf16_failed='### kiln jit-bf16: failed \(exit status 3: rehearsal: this kiln run was made to fail\)'
-tensor_cores='against the SIMT kernels, step and last step.s loss: median [0-9.]+ m?s, [-0-9.e]+ vs median [0-9.]+ m?s, [-0-9.e]+\.'
+tensor_cores='against the SIMT kernels \(KILN_CUDA_BF16_ATTENTION=simt\), step and last step.s loss: median [0-9.]+ m?s, [-0-9.e]+ vs median [0-9.]+ m?s, [-0-9.e]+\.'
 bf16_target='MFU .*\| failed \(kiln jit-bf16: failed \(exit status 3'
 if [ "$form" = cheap ]; then
   scenario no-peers "$tmp/python-bare" vit-fmnist 2 520 no "$no_peer" "$kiln_row" 'kiln jit-tf32-warm \| ok' \
