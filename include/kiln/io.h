@@ -81,14 +81,11 @@ std::string image_processor_json(const data::ImageProcessor& processor);
 void save_image_processor(const std::string& path, const data::ImageProcessor& processor);
 
 // A model that transformers saved (save_pretrained) or that the Hugging Face
-// Hub holds: its config and its weights in ViTForImageClassification's names
-// (f32), and what loading it converted or left out.
+// Hub holds: its model, its weights in transformers' names (f32), and what
+// loading it converted or left out.
 struct Pretrained {
   std::string dir;  // the folder its files were read from
-  // The model of config.json's model_type, and for a ViT (model_type "vit")
-  // its config (kept in step with `model`).
-  std::shared_ptr<const nn::Model> model;
-  nn::ViTConfig config;
+  std::shared_ptr<const nn::Model> model;  // of config.json's model_type
   Params params;
   Params state;  // the model's state (BatchNorm's running statistics), none for a ViT
   // False for a headless ViTModel checkpoint (or one whose classifier was
@@ -201,18 +198,14 @@ void commit_checkpoint(const std::string& staged, const std::string& dir);
 Checkpoint load_checkpoint(const std::string& dir);
 
 // Writes DIR as transformers' save_pretrained does, for
-// ViTForImageClassification.from_pretrained(DIR): config.json,
-// model.safetensors (f32) and, when given, preprocessor_config.json; staged
-// in DIR.tmp and renamed into place as a checkpoint is. Parameters that do
-// not fit the config are an error naming the tensor.
-void save_pretrained(const std::string& dir, const nn::ViTConfig& config, const Params& params,
-                     const std::optional<data::ImageProcessor>& processor = std::nullopt);
-// The same for a model of any family: config.json (Model::config_json) and
-// model.safetensors holding the parameters (f32) and the state (BatchNorm's
-// running statistics, as transformers keeps them among the weights), for
-// AutoModelForImageClassification.from_pretrained(DIR).
+// AutoModelForImageClassification.from_pretrained(DIR): config.json
+// (Model::config_json), model.safetensors holding the parameters (f32) and
+// the state (BatchNorm's running statistics, as transformers keeps them
+// among the weights) and, when given, preprocessor_config.json; staged in
+// DIR.tmp and renamed into place as a checkpoint is. Parameters that do not
+// fit the model are an error naming the tensor.
 void save_pretrained(const std::string& dir, const nn::Model& model, const Params& params,
-                     const Params& state,
+                     const Params& state = {},
                      const std::optional<data::ImageProcessor>& processor = std::nullopt);
 
 }  // namespace kiln::io

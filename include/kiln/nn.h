@@ -152,13 +152,15 @@ struct ViTConfig {
   std::string to_json(ViTVariant variant = ViTVariant::ViT) const;
 };
 
-// Position embeddings [1, 1 + from.height * from.width, hidden] (the [CLS]
-// one, then the patch grid row by row) for a grid of `to` patches, as
-// transformers' ViTEmbeddings.interpolate_pos_encoding makes them: the [CLS]
-// embedding kept, the grid resampled by torch's bicubic interpolation
+// Position embeddings [1, leading + from.height * from.width, hidden] (the
+// [CLS] one, and DeiT's distillation one with leading 2, then the patch grid
+// row by row) for a grid of `to` patches, as transformers'
+// ViTEmbeddings.interpolate_pos_encoding (and DeiT's) makes them: the leading
+// embeddings kept, the grid resampled by torch's bicubic interpolation
 // (a = -0.75, align_corners=False, edge pixels repeated), in double on the
 // host; the same grid gives the same array back.
-Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to);
+Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to,
+                                   int64_t leading = 1);
 
 enum class Layout { NCHW, NHWC };
 

@@ -285,8 +285,6 @@ class Evaluator {
  public:
   Evaluator(std::shared_ptr<const nn::Model> model, nn::Layout layout, bool compiled,
             DType matmul_dtype = DType::f32);
-  Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled,
-            DType matmul_dtype = DType::f32);
   Evaluator(const Evaluator&) = delete;  // the compiled pass refers to this object
   Evaluator& operator=(const Evaluator&) = delete;
 
@@ -307,9 +305,6 @@ class Evaluator {
 };
 
 // One evaluation with an Evaluator of its own.
-EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
-                    int64_t batch_size, nn::Layout layout, bool compiled,
-                    DType matmul_dtype = DType::f32);
 EvalResult evaluate(std::shared_ptr<const nn::Model> model, const Params& params,
                     const Params& state, const data::Dataset& dataset, int64_t batch_size,
                     nn::Layout layout, bool compiled, DType matmul_dtype = DType::f32);
@@ -332,15 +327,12 @@ struct Prediction {
 };
 // How scores come from logits for `cfg` ("softmax", "sigmoid" or "none").
 std::string score_function(const nn::Model& model);
-std::string score_function(const nn::ViTConfig& cfg);
 // Predicts every file of `images` in order, batch by batch (the model on the
 // parameters' device), calling on_result once per file as its batch is done.
 // Returns the number of files that failed.
 int64_t predict(const nn::Model& model, const Params& params, const Params& state,
                 const data::ImageFiles& images, const PredictOptions& opt,
                 const std::function<void(const Prediction&)>& on_result);
-int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
-                const PredictOptions& opt, const std::function<void(const Prediction&)>& on_result);
 
 // One forward and backward pass of a model in training mode without dropout
 // or drop path (BatchNorm normalizes by the batch and updates its running
@@ -356,10 +348,6 @@ struct GradResult {
   Params state;  // the state after the forward (none for models without)
 };
 GradResult forward_backward(const nn::Model& model, const Params& weights, const Array& pixels,
-                            const Array& labels, nn::Layout layout,
-                            DType matmul_dtype = DType::f32);
-// The same for ViTForImageClassification of this config.
-GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
                             const Array& labels, nn::Layout layout,
                             DType matmul_dtype = DType::f32);
 

@@ -1123,6 +1123,17 @@ void bind_nn_io(nb::module_& m) {
   m.def("_key_array", &kiln::random::key_array, "key"_a, "device"_a = Device::cpu());
 }
 
+// The config of a pretrained ViT (kiln.nn.ViT's from_pretrained); another
+// family, DeiT included, is an error pointing to kiln.models.
+const kiln::nn::ViTConfig& vit_config_of(const kiln::io::Pretrained& p, const std::string& src) {
+  const kiln::nn::ViTForImageClassification* vit = kiln::nn::as_vit(*p.model);
+  if (!vit || vit->variant() != kiln::nn::ViTVariant::ViT)
+    kiln::fail("model", src + ": a " + p.model->architecture() + " (model_type \"" +
+                            p.model->model_type() +
+                            "\"), not a ViT; kiln.models.from_pretrained loads every family");
+  return vit->config();
+}
+
 // The bindings of pretrained models, save_pretrained and safetensors.
 void bind_io(nb::module_& m) {
   // ---- io ----
@@ -1134,11 +1145,7 @@ void bind_io(nb::module_& m) {
           nb::gil_scoped_release release;
           p = kiln::io::load_pretrained(src);
         }
-        if (!kiln::nn::as_vit(*p.model))
-          kiln::fail("model", src + ": a " + p.model->architecture() + " (model_type \"" +
-                                  p.model->model_type() +
-                                  "\"), not a ViT; kiln.models.from_pretrained loads every family");
-        return nb::make_tuple(p.config, p.params, p.has_classifier, p.notes, p.dir);
+        return nb::make_tuple(vit_config_of(p, src), p.params, p.has_classifier, p.notes, p.dir);
       },
       "src"_a);
   m.def(
@@ -1154,13 +1161,13 @@ void bind_io(nb::module_& m) {
           kiln::io::adapt_classifier(p, labels, key);
           if (size) kiln::io::set_image_size(p, *size);
         }
-        return nb::make_tuple(p.config, p.params, p.notes);
+        return nb::make_tuple(vit_config_of(p, src), p.params, p.notes);
       },
       "src"_a, "labels"_a, "key"_a, "image_size"_a.none());
   m.def(
       "_save_pretrained",
       [](const std::string& dir, const kiln::nn::ViTConfig& cfg, const kiln::Params& params) {
-        kiln::io::save_pretrained(dir, cfg, params);
+        kiln::io::save_pretrained(dir, *kiln::nn::vit_model(cfg), params);
       },
       "dir"_a, "config"_a, "params"_a, NoGil());
   m.def(

@@ -108,11 +108,6 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   commit_checkpoint(stage_checkpoint(dir, c), dir);
 }
 
-void save_pretrained(const std::string& dir, const nn::ViTConfig& config, const Params& params,
-                     const std::optional<data::ImageProcessor>& processor) {
-  save_pretrained(dir, *nn::vit_model(config), params, {}, processor);
-}
-
 void save_pretrained(const std::string& dir_in, const nn::Model& model, const Params& params,
                      const Params& state, const std::optional<data::ImageProcessor>& processor) {
   model.check(params, state, "save_pretrained");

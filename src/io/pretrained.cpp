@@ -364,13 +364,13 @@ Pretrained load_unguarded(const std::string& src) {
     m.model = nn::model_from_config(text, config_path);
     return load_family(std::move(m), config_path, root);
   }
-  m.config = parse_vit_config(text, config_path);
-  m.model = nn::vit_model(m.config);
+  const nn::ViTConfig config = parse_vit_config(text, config_path);
+  m.model = nn::vit_model(config);
   Params raw = load_weights(m.dir, root);
 
   // What ViTForImageClassification has, classifier included when the config has labels.
   std::map<std::string, Shape> expected;
-  for (auto& [name, shape] : nn::ViTForImageClassification(m.config).parameter_shapes())
+  for (auto& [name, shape] : nn::ViTForImageClassification(config).parameter_shapes())
     expected.emplace(name, shape);
   std::vector<std::string> pooler, unused, converted_from;
   std::set<std::string> dtypes;
@@ -390,10 +390,10 @@ Pretrained load_unguarded(const std::string& src) {
                         ", expected floating-point weights");
     if (a.shape() != it->second)
       fail(kOrigin, m.dir + ": tensor '" + name + "' has shape " + str(a.shape()) +
-                        ", but config.json (hidden_size " + std::to_string(m.config.hidden_size) +
-                        ", image_size " + nn::to_string(m.config.image_size) + ", patch_size " +
-                        nn::to_string(m.config.patch_size) + ", " +
-                        std::to_string(m.config.num_labels) + " labels) asks for " +
+                        ", but config.json (hidden_size " + std::to_string(config.hidden_size) +
+                        ", image_size " + nn::to_string(config.image_size) + ", patch_size " +
+                        nn::to_string(config.patch_size) + ", " +
+                        std::to_string(config.num_labels) + " labels) asks for " +
                         str(it->second));
     if (a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
     if (!m.params.emplace(ours, a).second)
@@ -405,12 +405,12 @@ Pretrained load_unguarded(const std::string& src) {
     if (!m.params.count(name) && !starts_with(name, "classifier.")) missing.push_back(name);
   if (!missing.empty())
     fail(kOrigin, m.dir + ": the weights lack " + list(missing) + " (config.json asks for " +
-                      std::to_string(m.config.num_hidden_layers) + " layers)");
+                      std::to_string(config.num_hidden_layers) + " layers)");
   const bool weight = m.params.count("classifier.weight"), bias = m.params.count("classifier.bias");
   if (weight != bias)
     fail(kOrigin, m.dir + ": the weights have classifier." + (weight ? "weight" : "bias") +
                       " without classifier." + (weight ? "bias" : "weight"));
-  m.has_classifier = weight || m.config.num_labels == 0;
+  m.has_classifier = weight || config.num_labels == 0;
   if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a ViTModel checkpoint)");
   note_dtypes(m, dtypes);
   if (!pooler.empty())
@@ -469,10 +469,11 @@ void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labe
 
 }  // namespace
 
-// adapt_classifier for a ViT: m.config's classifier.
+// adapt_classifier for a ViT (model_type "vit"): its config's classifier,
+// drawn as transformers' ViT init does.
 void adapt_vit_classifier(Pretrained& m, const std::vector<std::string>& labels,
                           const random::Key& key) {
-  nn::ViTConfig& c = m.config;
+  nn::ViTConfig c = nn::as_vit(*m.model)->config();
   std::vector<std::string> had;
   for (int64_t i = 0; i < c.num_labels; ++i) had.push_back(c.label_name(i));
   const bool same = labels.empty() || labels == had;
@@ -483,6 +484,7 @@ void adapt_vit_classifier(Pretrained& m, const std::vector<std::string>& labels,
   for (int64_t i = 0; i < c.num_labels; ++i) unnamed &= had[i] == "LABEL_" + std::to_string(i);
   if (m.has_classifier && unnamed && labels.size() == had.size()) {
     c.id2label = labels;
+    m.model = nn::vit_model(c);
     m.notes.push_back("its classifier's labels are unnamed (" + list(had) +
                       "): kept, as the data's " + std::to_string(labels.size()) + " labels (" +
                       list(labels) + ")");
@@ -510,6 +512,7 @@ void adapt_vit_classifier(Pretrained& m, const std::vector<std::string>& labels,
                     ": a new one for " + std::to_string(c.num_labels) + " labels (" + list(names) +
                     "), drawn as transformers does with ignore_mismatched_sizes");
   m.has_classifier = true;
+  m.model = nn::vit_model(c);
 }
 
 void set_vit_image_size(Pretrained& m, nn::Size2d image_size);
@@ -545,9 +548,11 @@ void resize_processor(Pretrained& m, nn::Size2d image_size) {
 
 void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
                       const random::Key& key) {
-  if (!nn::as_vit(*m.model)) return adapt_family_classifier(m, labels, key);
+  // A DeiT's heads (its teacher's too) are the family's: a ViT's alone is
+  // drawn by the ViT path (kiln's first checkpoints' draws).
+  const nn::ViTForImageClassification* vit = nn::as_vit(*m.model);
+  if (!vit || vit->variant() != nn::ViTVariant::ViT) return adapt_family_classifier(m, labels, key);
   adapt_vit_classifier(m, labels, key);
-  m.model = nn::vit_model(m.config);  // m.config is the ViT's: the model follows it
 }
 
 void set_image_size(Pretrained& m, nn::Size2d image_size) {
@@ -561,30 +566,36 @@ void set_image_size(Pretrained& m, nn::Size2d image_size) {
     return;
   }
   set_vit_image_size(m, image_size);
-  m.model = nn::vit_model(m.config);
 }
 
+// A ViT's or DeiT's: the position embeddings resampled to the new grid, and
+// the model of the new config (of the same variant).
 void set_vit_image_size(Pretrained& m, nn::Size2d image_size) {
-  nn::ViTConfig c = m.config;
+  const nn::ViTForImageClassification& vit = *nn::as_vit(*m.model);
+  const nn::ViTConfig was = vit.config();
+  const nn::ViTVariant variant = vit.variant();
+  nn::ViTConfig c = was;
   c.image_size = image_size;
   c.validate("image size " + nn::to_string(image_size));
-  if (image_size == m.config.image_size) return;
-  const nn::Size2d from = m.config.grid(), to = c.grid();
-  const std::string what = "image size " + nn::to_string(m.config.image_size) + " -> " +
+  if (image_size == was.image_size) return;
+  const nn::Size2d from = was.grid(), to = c.grid();
+  const std::string what = "image size " + nn::to_string(was.image_size) + " -> " +
                            nn::to_string(image_size) + ": ";
   if (from != to) {
-    Array& pos = m.params.at("vit.embeddings.position_embeddings");
-    pos = nn::resample_position_embeddings(pos, from, to);
+    const bool deit = variant != nn::ViTVariant::ViT;
+    Array& pos = m.params.at(deit ? "deit.embeddings.position_embeddings"
+                                  : "vit.embeddings.position_embeddings");
+    pos = nn::resample_position_embeddings(pos, from, to, deit ? 2 : 1);
     m.notes.push_back(what + "position embeddings resampled from " + nn::to_string(from) + " to " +
                       nn::to_string(to) +
                       " patches (bicubic, as transformers' interpolate_pos_encoding)");
   } else {
     m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
   }
-  m.config.image_size = image_size;
+  m.model = nn::vit_model(c, variant);
   resize_processor(m, image_size);
   const data::ImageProcessor& p = m.processor;
-  if (m.config.num_channels == 3)  // grey models take no ViTImageProcessor
+  if (c.num_channels == 3)  // grey models take no ViTImageProcessor
     m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
                       " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");
 }

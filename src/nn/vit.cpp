@@ -286,19 +286,19 @@ std::vector<std::pair<std::string, Shape>> ViTForImageClassification::parameter_
   return shapes_of(declarations(cfg_, variant_, prefix(), tokens()));
 }
 
-Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to) {
+Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to, int64_t leading) {
   const int64_t n = from.height * from.width;
-  if (pos.ndim() != 3 || pos.shape()[0] != 1 || pos.shape()[1] != 1 + n)
+  if (pos.ndim() != 3 || pos.shape()[0] != 1 || pos.shape()[1] != leading + n)
     fail("vit", "position embeddings of shape " + str(pos.shape()) + " for a grid of " +
-                    to_string(from) + " patches, expected (1," + std::to_string(1 + n) +
+                    to_string(from) + " patches, expected (1," + std::to_string(leading + n) +
                     ",hidden)");
   if (to.height <= 0 || to.width <= 0)
     fail("vit", "a grid of " + to_string(to) + " patches, expected at least one patch");
   if (from == to) return pos;
   const int64_t dim = pos.shape()[2];
   const std::vector<double> in = pos.to_vector<double>();
-  std::vector<float> out((1 + to.height * to.width) * dim);
-  for (int64_t c = 0; c < dim; ++c) out[c] = static_cast<float>(in[c]);
+  std::vector<float> out((leading + to.height * to.width) * dim);
+  for (int64_t c = 0; c < leading * dim; ++c) out[c] = static_cast<float>(in[c]);
   // torch's upsample_bicubic2d: source coordinate (x + 0.5) * in/out - 0.5,
   // Keys' cubic convolution with a = -0.75 on the 4 neighbours, clamped.
   struct Taps {
@@ -323,18 +323,18 @@ Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to) {
     const Taps ky = taps(oy, from.height, to.height);
     for (int64_t ox = 0; ox < to.width; ++ox) {
       const Taps kx = taps(ox, from.width, to.width);
-      float* dst = &out[(1 + oy * to.width + ox) * dim];
+      float* dst = &out[(leading + oy * to.width + ox) * dim];
       for (int64_t c = 0; c < dim; ++c) {
         double sum = 0;
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j)
             sum += ky.weight[i] * kx.weight[j] *
-                   in[(1 + ky.index[i] * from.width + kx.index[j]) * dim + c];
+                   in[(leading + ky.index[i] * from.width + kx.index[j]) * dim + c];
         dst[c] = static_cast<float>(sum);
       }
     }
   }
-  return Array::from_data(out.data(), {1, 1 + to.height * to.width, dim}, DType::f32);
+  return Array::from_data(out.data(), {1, leading + to.height * to.width, dim}, DType::f32);
 }
 
 Params ViTForImageClassification::init(const random::Key& key, Device device) const {

@@ -54,9 +54,6 @@ std::shared_ptr<const nn::Model> classifier(std::shared_ptr<const nn::Model> mod
 
 }  // namespace
 
-Evaluator::Evaluator(const nn::ViTConfig& cfg, nn::Layout layout, bool compiled, DType matmul_dtype)
-    : Evaluator(nn::vit_model(cfg), layout, compiled, matmul_dtype) {}
-
 Evaluator::Evaluator(std::shared_ptr<const nn::Model> model, nn::Layout layout, bool compiled,
                      DType matmul_dtype)
     : model_(classifier(std::move(model))), layout_(layout), matmul_dtype_(matmul_dtype) {
@@ -130,11 +127,6 @@ EvalResult Evaluator::operator()(const Params& params, const Params& state,
 
 uint64_t Evaluator::compiles() const {
   return forward_ ? forward_->cache_stats().compiles : 0;
-}
-
-EvalResult evaluate(const nn::ViTConfig& cfg, const Params& params, const data::Dataset& dataset,
-                    int64_t batch_size, nn::Layout layout, bool compiled, DType matmul_dtype) {
-  return Evaluator(cfg, layout, compiled, matmul_dtype)(params, dataset, batch_size);
 }
 
 EvalResult evaluate(std::shared_ptr<const nn::Model> model, const Params& params,

@@ -44,9 +44,4 @@ GradResult forward_backward(const nn::Model& model, const Params& weights, const
   return r;
 }
 
-GradResult forward_backward(const nn::ViTConfig& cfg, const Params& weights, const Array& pixels,
-                            const Array& labels, nn::Layout layout, DType matmul_dtype) {
-  return forward_backward(*nn::vit_model(cfg), weights, pixels, labels, layout, matmul_dtype);
-}
-
 }  // namespace kiln::train

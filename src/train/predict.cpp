@@ -17,16 +17,6 @@ std::string score_function(const nn::Model& model) {
   return "softmax";
 }
 
-std::string score_function(const nn::ViTConfig& cfg) {
-  return score_function(*nn::vit_model(cfg));
-}
-
-int64_t predict(const nn::ViTConfig& cfg, const Params& params, const data::ImageFiles& images,
-                const PredictOptions& opt,
-                const std::function<void(const Prediction&)>& on_result) {
-  return predict(*nn::vit_model(cfg), params, {}, images, opt, on_result);
-}
-
 int64_t predict(const nn::Model& model, const Params& params, const Params& state,
                 const data::ImageFiles& images, const PredictOptions& opt,
                 const std::function<void(const Prediction&)>& on_result) {

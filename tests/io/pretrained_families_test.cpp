@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -117,6 +119,61 @@ TEST(PretrainedFamilies, ANewClassifierForTheDataKeepsTheRest) {
   fs::remove_all(dir);
 }
 
+double max_relative_error(const Array& a, const Array& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return diff / scale;
+}
+
+// A DeiT stays a DeiT: new labels get new heads (its teacher's too, drawn by
+// the family's init), and another image size resamples the position
+// embeddings past the class and distillation tokens as transformers'
+// DeiTEmbeddings.interpolate_pos_encoding does, logits included (an earlier
+// kiln made a default ViT-B of either).
+TEST(PretrainedFamilies, ADeiTKeepsItsFamilyWithNewLabelsAndImageSizes) {
+  for (const std::string variant : {"deit", "deit_with_teacher"}) {
+    SCOPED_TRACE(variant);
+    const std::string dir = kFixtures + "deit_golden/" + variant;
+    const Params want = io::load_safetensors(dir + "/resampled.safetensors").tensors;
+    for (const auto& [h, w] : {std::pair<int64_t, int64_t>{48, 48}, {24, 40}, {16, 16}}) {
+      const std::string size = std::to_string(h) + "x" + std::to_string(w);
+      SCOPED_TRACE(size);
+      io::Pretrained m = io::load_pretrained(dir);
+      const std::string architecture = m.model->architecture();
+      io::set_image_size(m, nn::Size2d{h, w});
+      EXPECT_EQ(m.model->architecture(), architecture);
+      EXPECT_EQ(m.model->image_size(), (nn::Size2d{h, w}));
+      EXPECT_LT(max_relative_error(m.params.at("deit.embeddings.position_embeddings"),
+                                   want.at("position_embeddings_" + size)),
+                1e-6);
+      const Array logits = m.model->apply(m.params, m.state, want.at("pixel_values_" + size)).logits;
+      EXPECT_LT(max_relative_error(logits, want.at("logits_" + size)), 1e-5);
+    }
+    io::Pretrained m = io::load_pretrained(dir);
+    const Params before = m.params;
+    const std::string architecture = m.model->architecture();
+    io::adapt_classifier(m, {"cat", "dog", "fox"}, random::Key(2));
+    EXPECT_EQ(m.model->architecture(), architecture);
+    EXPECT_EQ(m.model->label_names(), (std::vector<std::string>{"cat", "dog", "fox"}));
+    EXPECT_EQ(m.model->image_size(), nn::Size2d(32));
+    EXPECT_NO_THROW(m.model->check(m.params, m.state, "adapted"));
+    const std::set<std::string> head = m.model->head_parameters();
+    EXPECT_EQ(head.size(), variant == "deit" ? 2u : 4u);
+    for (auto& [name, v] : m.params) {
+      if (head.count(name)) {
+        EXPECT_EQ(v.shape()[0], 3) << name;
+      } else {
+        EXPECT_TRUE(same(v, before.at(name))) << name;
+      }
+    }
+  }
+}
+
 TEST(PretrainedFamilies, MissingStatisticsAndAnotherFamilysWeightsAreNamed) {
   Params w = io::load_safetensors(kFixtures + "resnet_basic_golden/model.safetensors").tensors;
   w.erase("resnet.embedder.embedder.normalization.running_var");
@@ -164,14 +221,20 @@ CliRun kiln(const std::string& args) {
 // Fine-tuning a ResNet folder on an image folder of two classes (a new
 // classifier), evaluating the checkpoint, and predicting from it and from
 // the pretrained folder itself.
-TEST(PretrainedFamilies, AResNetFineTunesEvaluatesAndPredictsFromTheCommand) {
-  const std::string images = temp_dir("images"), ckpt = temp_dir("ckpt");
+// The decoding fixtures' images in an image folder of two classes, a and b.
+std::string two_class_folder(const std::string& name) {
+  const std::string images = temp_dir(name);
   int i = 0;
   for (const auto& e : fs::directory_iterator(kFixtures + "decode/images")) {
     const std::string cls = i++ % 2 ? "/b" : "/a";
     fs::create_directories(images + cls);
     fs::copy_file(e.path(), images + cls + "/" + e.path().filename().string());
   }
+  return images;
+}
+
+TEST(PretrainedFamilies, AResNetFineTunesEvaluatesAndPredictsFromTheCommand) {
+  const std::string images = two_class_folder("images"), ckpt = temp_dir("ckpt");
   const std::string model = kFixtures + "resnet_bottleneck_golden";
   CliRun t =
       kiln("train --init-from " + model + " --data imagefolder:" + images +
@@ -196,6 +259,28 @@ TEST(PretrainedFamilies, AResNetFineTunesEvaluatesAndPredictsFromTheCommand) {
               std::string::npos)
         << p.output;
   }
+  fs::remove_all(images);
+  fs::remove_all(ckpt);
+}
+
+// A DeiT with its teacher's head fine-tuned from its folder at another image
+// size: still a DeiT of the data's labels, its checkpoint evaluated.
+TEST(PretrainedFamilies, ADeiTFineTunesFromItsFolderOnAnImageFolder) {
+  const std::string images = two_class_folder("deit-images"), ckpt = temp_dir("deit-ckpt");
+  CliRun t = kiln("train --init-from " + kFixtures + "deit_golden/deit_with_teacher --data imagefolder:" +
+                  images + " --skip-bad-images --image-size 48 --steps 3 --warmup 1 --batch-size 4 --save " +
+                  ckpt);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("a new one for 2 labels (a, b)"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("position embeddings resampled from 4 to 6 patches"), std::string::npos)
+      << t.output;
+  EXPECT_NE(t.output.find("48x48 images"), std::string::npos) << t.output;
+  const io::Checkpoint ck = io::load_checkpoint(ckpt);
+  EXPECT_EQ(ck.model->architecture(), "DeiTForImageClassificationWithTeacher");
+  EXPECT_EQ(ck.model->label_names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ck.model->image_size(), nn::Size2d(48));
+  CliRun e = kiln("eval --checkpoint " + ckpt + " --data imagefolder:" + images);
+  EXPECT_EQ(e.status, 0) << e.output;
   fs::remove_all(images);
   fs::remove_all(ckpt);
 }

@@ -36,14 +36,20 @@ double max_relative_error(const Array& a, const Array& b) {
   return diff / scale;
 }
 
+// A loaded ViT's config.
+const nn::ViTConfig& vit_config(const io::Pretrained& m) {
+  return nn::as_vit(*m.model)->config();
+}
+
 // What the loaded model computes on the fixture's pixel_values: the logits,
 // or without a classifier the final [CLS] features.
 Array computed(io::Pretrained m, const Params& expected) {
+  nn::ViTConfig c = vit_config(m);
   if (!m.has_classifier) {
-    m.config.num_labels = 0;
-    m.config.id2label.clear();
+    c.num_labels = 0;
+    c.id2label.clear();
   }
-  return nn::ViTForImageClassification(m.config).apply(m.params, expected.at("pixel_values"));
+  return nn::ViTForImageClassification(c).apply(m.params, expected.at("pixel_values"));
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -115,7 +121,7 @@ TEST(Pretrained, EveryTransformersSaveComputesWhatTransformersComputes) {
     SCOPED_TRACE(name);
     io::Pretrained m = io::load_pretrained(kDir + name);
     EXPECT_TRUE(m.has_classifier);
-    EXPECT_EQ(m.config.id2label, (std::vector<std::string>{"cat", "dog", "tench"}));
+    EXPECT_EQ(vit_config(m).id2label, (std::vector<std::string>{"cat", "dog", "tench"}));
     for (auto& [n, p] : m.params) EXPECT_EQ(p.dtype(), DType::f32) << n;
     Params expected = io::load_safetensors(kDir + name + "/expected.safetensors").tensors;
     EXPECT_LT(max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
@@ -163,8 +169,8 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
   EXPECT_EQ(m.params.at("classifier.weight").to_vector<float>(), kept.to_vector<float>());
 
   io::adapt_classifier(m, {"0", "1", "2", "3", "4"}, key);
-  EXPECT_EQ(m.config.num_labels, 5);
-  EXPECT_EQ(m.config.label_name(4), "4");
+  EXPECT_EQ(vit_config(m).num_labels, 5);
+  EXPECT_EQ(vit_config(m).label_name(4), "4");
   EXPECT_EQ(m.params.at("classifier.weight").shape(), (Shape{5, 16}));
   EXPECT_EQ(m.params.at("classifier.bias").to_vector<float>(), std::vector<float>(5, 0.0f));
   // torch's trunc_normal_(std=initializer_range): bounds of ±2 absolute, so a
@@ -176,7 +182,7 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
   EXPECT_HAS(m.notes[0],
              "its classifier's 3 labels (cat, dog, tench) are not the data's: a new "
              "one for 5 labels (0, 1, 2, 3, ... (5 in all))");
-  nn::ViTForImageClassification(m.config).check(m.params, "adapted");
+  nn::ViTForImageClassification(vit_config(m)).check(m.params, "adapted");
 
   // Same count, other names: a new classifier too.
   io::Pretrained n = io::load_pretrained(kDir + "v4-classifier");
@@ -189,10 +195,14 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
 
   // transformers' made-up names (LABEL_i) name nothing: the classifier is kept, renamed.
   io::Pretrained u = io::load_pretrained(kDir + "v5-classifier");
-  u.config.id2label.clear();
+  {
+    nn::ViTConfig c = vit_config(u);
+    c.id2label.clear();
+    u.model = nn::vit_model(c);
+  }
   io::adapt_classifier(u, {"x", "y", "z"}, key);
   EXPECT_EQ(u.params.at("classifier.weight").to_vector<float>(), kept.to_vector<float>());
-  EXPECT_EQ(u.config.id2label, (std::vector<std::string>{"x", "y", "z"}));
+  EXPECT_EQ(vit_config(u).id2label, (std::vector<std::string>{"x", "y", "z"}));
   EXPECT_HAS(u.notes.at(0),
              "its classifier's labels are unnamed (LABEL_0, LABEL_1, LABEL_2): kept, "
              "as the data's 3 labels (x, y, z)");
@@ -202,10 +212,10 @@ TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
   io::adapt_classifier(h, {"a", "b"}, key);
   EXPECT_TRUE(h.has_classifier);
   EXPECT_HAS(h.notes.back(), "it has no classifier: a new one for 2 labels (a, b)");
-  nn::ViTForImageClassification(h.config).check(h.params, "adapted");
+  nn::ViTForImageClassification(vit_config(h)).check(h.params, "adapted");
   io::Pretrained g = io::load_pretrained(kDir + "v5-headless");
   io::adapt_classifier(g, {}, key);
-  EXPECT_EQ(g.config.num_labels, 3);  // its config's id2label
+  EXPECT_EQ(vit_config(g).num_labels, 3);  // its config's id2label
 }
 
 // --image-size: the position embeddings and the logits at other resolutions
@@ -220,12 +230,12 @@ TEST(Pretrained, ANewImageSizeResamplesThePositionEmbeddingsAsTransformersDoes) 
       SCOPED_TRACE(std::string(name) + " at " + key);
       io::Pretrained m = io::load_pretrained(kDir + name);
       io::set_image_size(m, nn::Size2d{h, w});
-      EXPECT_EQ(m.config.image_size, (nn::Size2d{h, w}));
+      EXPECT_EQ(vit_config(m).image_size, (nn::Size2d{h, w}));
       EXPECT_LT(max_relative_error(m.params.at("vit.embeddings.position_embeddings"),
                                    want.at("position_embeddings_" + key)),
                 1e-6);
       Array logits =
-          nn::ViTForImageClassification(m.config).apply(m.params, want.at("pixel_values_" + key));
+          nn::ViTForImageClassification(vit_config(m)).apply(m.params, want.at("pixel_values_" + key));
       EXPECT_LT(max_relative_error(logits, want.at("logits_" + key)), 1e-5);
       ASSERT_EQ(m.notes.size(), 1u);
       EXPECT_HAS(m.notes[0], "image size 16 -> " + nn::to_string(nn::Size2d{h, w}) +

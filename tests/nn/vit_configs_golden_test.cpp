@@ -98,7 +98,7 @@ TEST(VitConfigsGolden, NonSquareImagesAndPatchesWithRemainders) {
   for (nn::Layout layout : {nn::Layout::NCHW, nn::Layout::NHWC}) {
     const char* name = layout == nn::Layout::NCHW ? "NCHW" : "NHWC";
     auto r =
-        train::forward_backward(c.cfg, c.weights, c.pixels(layout), c.golden.at("labels"), layout);
+        train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(layout), c.golden.at("labels"), layout);
     expect_matches(r, c, "", std::string("nonsquare, ") + name);
   }
   // transformers' eager attention, unfused, gives the same.
@@ -114,7 +114,7 @@ TEST(VitConfigsGolden, CrossEntropySkipsLabelsOfMinus100) {
   Case c("nonsquare");
   Array labels = c.golden.at("labels_ignore");
   ASSERT_EQ(labels.to_vector<int64_t>()[1], -100);
-  auto r = train::forward_backward(c.cfg, c.weights, c.pixels(nn::Layout::NCHW), labels,
+  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW), labels,
                                    nn::Layout::NCHW);
   expect_matches(r, c, "ignore.", "nonsquare, label -100 ignored");
 }
@@ -124,7 +124,7 @@ TEST(VitConfigsGolden, EveryActivationOfTransformersAct2fn) {
   for (const std::string& name : nn::activation_names()) {
     nn::ViTConfig cfg = c.cfg;
     cfg.hidden_act = *nn::activation_from_name(name);
-    auto r = train::forward_backward(cfg, c.weights, c.pixels(nn::Layout::NCHW),
+    auto r = train::forward_backward(*nn::vit_model(cfg), c.weights, c.pixels(nn::Layout::NCHW),
                                      c.golden.at("labels"), nn::Layout::NCHW);
     expect_matches(r, c, name + ".", "hidden_act " + name);
   }
@@ -137,9 +137,9 @@ TEST(VitConfigsGolden, RegressionWithOneLabelSqueezesLogitsAndLabels) {
   Array labels = c.golden.at("labels");                    // f32 [B]
   Array column = reshape(labels, {labels.shape()[0], 1});  // [B, 1]: squeezed the same
   Array pixels = c.pixels(nn::Layout::NCHW);
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c, "",
+  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW), c, "",
                  "regression, labels [B]");
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, column, nn::Layout::NCHW), c, "",
+  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, column, nn::Layout::NCHW), c, "",
                  "regression, labels [B, 1]");
   expect_sgd_losses(c, labels);
 }
@@ -147,7 +147,7 @@ TEST(VitConfigsGolden, RegressionWithOneLabelSqueezesLogitsAndLabels) {
 TEST(VitConfigsGolden, RegressionWithSeveralOutputs) {
   Case c("regression_multi");
   ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::Regression);
-  auto r = train::forward_backward(c.cfg, c.weights, c.pixels(nn::Layout::NCHW),
+  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW),
                                    c.golden.at("labels"), nn::Layout::NCHW);
   expect_matches(r, c, "", "regression, 3 outputs");
 }
@@ -156,11 +156,11 @@ TEST(VitConfigsGolden, MultiLabelClassificationSetOrInferredFromFloatLabels) {
   Case c("multi_label");
   ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::MultiLabel);
   Array pixels = c.pixels(nn::Layout::NCHW), labels = c.golden.at("labels");
-  expect_matches(train::forward_backward(c.cfg, c.weights, pixels, labels, nn::Layout::NCHW), c, "",
+  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW), c, "",
                  "multi_label_classification");
   nn::ViTConfig inferred = c.cfg;
   inferred.problem_type = nn::ProblemType::Unset;  // float labels with 4 labels: multi-label
-  expect_matches(train::forward_backward(inferred, c.weights, pixels, labels, nn::Layout::NCHW), c,
+  expect_matches(train::forward_backward(*nn::vit_model(inferred), c.weights, pixels, labels, nn::Layout::NCHW), c,
                  "", "multi-label inferred from float labels");
   expect_sgd_losses(c, labels);
 }
@@ -176,7 +176,7 @@ TEST(VitConfigsGolden, PrunedHeads) {
     Array logits = model.apply(c.weights, c.pixels(nn::Layout::NCHW), opt);
     EXPECT_LT(relative_error(logits, c.golden.at("logits")), 1e-5) << "fused " << fused;
   }
-  auto r = train::forward_backward(c.cfg, c.weights, c.pixels(nn::Layout::NCHW),
+  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW),
                                    c.golden.at("labels"), nn::Layout::NCHW);
   expect_matches(r, c, "", "pruned_heads");
 }
@@ -184,7 +184,7 @@ TEST(VitConfigsGolden, PrunedHeads) {
 TEST(VitConfigsGolden, NoClassifierWhenNumLabelsIsZero) {
   Case c("no_classifier");
   ASSERT_EQ(c.cfg.num_labels, 0);
-  auto r = train::forward_backward(c.cfg, c.weights, c.pixels(nn::Layout::NCHW),
+  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW),
                                    c.golden.at("labels"), nn::Layout::NCHW);
   EXPECT_EQ(r.logits.shape(), (Shape{3, c.cfg.hidden_size}));  // the final [CLS] features
   expect_matches(r, c, "", "num_labels 0 (no classifier)");
@@ -197,7 +197,7 @@ TEST(VitConfigsGolden, LabelsThatDoNotFitTheProblemTypeNameIt) {
   Array pixels = c.pixels(nn::Layout::NCHW);
   auto error_for = [&](const nn::ViTConfig& cfg, const Params& w, const Array& labels) {
     try {
-      train::forward_backward(cfg, w, pixels, labels, nn::Layout::NCHW);
+      train::forward_backward(*nn::vit_model(cfg), w, pixels, labels, nn::Layout::NCHW);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -211,7 +211,7 @@ TEST(VitConfigsGolden, LabelsThatDoNotFitTheProblemTypeNameIt) {
   Case m("multi_label");
   Array pixels_m = m.pixels(nn::Layout::NCHW);
   try {
-    train::forward_backward(m.cfg, m.weights, pixels_m, classes, nn::Layout::NCHW);
+    train::forward_backward(*nn::vit_model(m.cfg), m.weights, pixels_m, classes, nn::Layout::NCHW);
     ADD_FAILURE() << "integer labels for multi-label classification were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("problem_type multi_label_classification with num_labels "

@@ -564,7 +564,8 @@ TEST(Evaluate, AnEvaluatorCompilesEachShapeOnce) {
   nn::ViTConfig c = small_config();
   Params p = nn::ViTForImageClassification(c).init(random::Key(3));
   data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
-  train::Evaluator compiled(c, nn::Layout::NCHW, true), eager(c, nn::Layout::NCHW, false);
+  train::Evaluator compiled(nn::vit_model(c), nn::Layout::NCHW, true),
+      eager(nn::vit_model(c), nn::Layout::NCHW, false);
   auto first = compiled(p, ds, 4);  // batches of 4, 4, 2
   EXPECT_EQ(compiled.compiles(), 2u);
   for (int i = 0; i < 2; ++i) {
@@ -584,8 +585,8 @@ TEST(Evaluate, CompiledAndEagerAgree) {
   nn::ViTConfig c = small_config();
   Params p = nn::ViTForImageClassification(c).init(random::Key(3));
   data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
-  auto e = train::evaluate(c, p, ds, 4, nn::Layout::NCHW, false);  // batches of 4, 4, 2
-  auto j = train::evaluate(c, p, ds, 4, nn::Layout::NCHW, true);
+  auto e = train::evaluate(nn::vit_model(c), p, {}, ds, 4, nn::Layout::NCHW, false);  // batches of 4, 4, 2
+  auto j = train::evaluate(nn::vit_model(c), p, {}, ds, 4, nn::Layout::NCHW, true);
   EXPECT_EQ(e.samples, 10);
   EXPECT_NEAR(e.loss, j.loss, 1e-5);
   EXPECT_DOUBLE_EQ(e.accuracy, j.accuracy);
