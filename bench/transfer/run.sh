@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The transfer experiment: pretrain a ViT on Fashion-MNIST with kiln, then
+# The transfer experiment: pretrain a ViT (or, with FAMILY=deit, a DeiT of
+# the same size, a distillation token and head beside the class token's) on
+# Fashion-MNIST with kiln, then
 # fine-tune that checkpoint at another resolution on a second real data set,
 # scikit-learn's 8x8 handwritten digits (1797 images, written out as an image
 # folder of PNGs), beside the same model trained from scratch on the digits
@@ -12,7 +14,8 @@
 # Needs build/kiln (bash scripts/build.sh), Debian's dataset-fashion-mnist
 # (scripts/setup.sh) and the peers' venv for scikit-learn and matplotlib
 # (bash bench/peers/setup_venv.sh --gpu-machine; PYTHON overrides).
-#   PRETRAIN_EPOCHS (3), FINETUNE_EPOCHS (30), IMAGE_SIZE (21: 3x3 patches of 7)
+#   PRETRAIN_EPOCHS (3), FINETUNE_EPOCHS (30), IMAGE_SIZE (21: 3x3 patches of 7),
+#   FAMILY (vit: the vit-fmnist preset; deit: its DeiTForImageClassification)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: bench/transfer/run.sh OUT}
@@ -21,6 +24,8 @@ kiln=build/kiln
 pre_epochs=${PRETRAIN_EPOCHS:-3}
 ft_epochs=${FINETUNE_EPOCHS:-30}
 size=${IMAGE_SIZE:-21}
+family=${FAMILY:-vit}
+case "$family" in vit | deit) ;; *) echo "bench/transfer/run.sh: FAMILY is '$family', expected vit or deit" >&2; exit 2 ;; esac
 work=${WORK:-/tmp/kiln-transfer}
 rm -rf "$work"
 mkdir -p "$work" "$out"
@@ -41,7 +46,17 @@ PY
 
 # 1. Pretrain on Fashion-MNIST (28x28, 4x4 patches of 7).
 common=(--mode jit --optimizer adamw --weight-decay 0.05 --exempt-from-decay --schedule cosine)
-"$kiln" train --data fashion-mnist --model vit-fmnist --batch-size 128 --lr 2e-3 --lr-warmup 100 \
+model=(--model vit-fmnist)
+if [ "$family" = deit ]; then
+  # vit-fmnist's dimensions as a DeiT (model_type deit: a config.json as transformers writes it).
+  cat > "$work/deit-fmnist.json" <<'JSON'
+{"model_type": "deit", "architectures": ["DeiTForImageClassification"], "hidden_size": 128,
+ "num_hidden_layers": 6, "num_attention_heads": 4, "intermediate_size": 256, "image_size": 28,
+ "patch_size": 7, "num_channels": 1, "num_labels": 10}
+JSON
+  model=(--config "$work/deit-fmnist.json")
+fi
+"$kiln" train --data fashion-mnist "${model[@]}" --batch-size 128 --lr 2e-3 --lr-warmup 100 \
   --epochs "$pre_epochs" --save "$work/pretrained" --log-json "$out/pretrain.jsonl" "${common[@]}" \
   | tee "$out/pretrain.txt"
 
@@ -64,12 +79,12 @@ PY
 "$kiln" train --config "$config" "${budget[@]}" --log-json "$out/scratch.jsonl" | tee "$out/scratch.txt"
 
 # Curves and the table.
-"$python" - "$out" "$pre_epochs" "$ft_epochs" "$size" <<'PY'
+"$python" - "$out" "$pre_epochs" "$ft_epochs" "$size" "$family" <<'PY'
 import json, os, sys, time
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-out, pre_epochs, ft_epochs, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+out, pre_epochs, ft_epochs, size, family = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def evals(name):
     rows = [json.loads(l) for l in open(os.path.join(out, name + ".jsonl"))]
     return [(r["step"], r["eval_accuracy"], r["eval_loss"]) for r in rows if "eval_accuracy" in r and "summary" not in r]
@@ -79,7 +94,7 @@ ft, sc, pre = evals("finetuned"), evals("scratch"), evals("pretrain")
 sys.path.insert(0, "bench")
 import benchutil
 cpu = benchutil.cpu_model()
-res = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "pretrain_epochs": pre_epochs, "finetune_epochs": ft_epochs,
+res = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "family": family, "pretrain_epochs": pre_epochs, "finetune_epochs": ft_epochs,
        "image_size": size, "pretrain_final_accuracy": pre[-1][1],
        "finetuned": {"final_accuracy": ft[-1][1], "best_accuracy": max(a for _, a, _ in ft), "curve": ft,
                      "wall_seconds": summary("finetuned")["wall_seconds"]},
@@ -90,7 +105,8 @@ plt.figure(figsize=(7, 4.2))
 plt.plot([s for s, _, _ in ft], [100 * a for _, a, _ in ft], "o-", ms=3, label="fine-tuned from Fashion-MNIST")
 plt.plot([s for s, _, _ in sc], [100 * a for _, a, _ in sc], "s-", ms=3, label="from scratch")
 plt.xlabel("step (batch 64)"); plt.ylabel("held-out accuracy (%)")
-plt.title(f"sklearn digits at {size}x{size}: ViT (vit-fmnist) fine-tuned vs from scratch")
+name = "ViT (vit-fmnist)" if family == "vit" else "DeiT (vit-fmnist's size)"
+plt.title(f"sklearn digits at {size}x{size}: {name} fine-tuned vs from scratch")
 plt.grid(alpha=0.3); plt.legend(); plt.tight_layout()
 plt.savefig(os.path.join(out, "curves.png"), dpi=120)
 print(json.dumps({k: v for k, v in res.items() if k not in ("finetuned", "scratch")}))
