@@ -30,6 +30,22 @@ Array truncated_normal(const Key& key, const Shape& shape, double lower = -2.0, 
                        DType dtype = DType::f32, Device device = Device::cpu());
 Array bernoulli(const Key& key, const Shape& shape, double p = 0.5,
                 Device device = Device::cpu());  // bool
+// Gamma(a, 1) (jax.random.gamma): Marsaglia and Tsang's rejection, each
+// element from a Threefry stream of its own.
+Array gamma(const Key& key, const Shape& shape, double a, DType dtype = DType::f32,
+            Device device = Device::cpu());
+// Beta(a, b) (jax.random.beta): X / (X + Y) of gammas X ~ Γ(a), Y ~ Γ(b)
+// drawn from split(key)'s two keys.
+Array beta(const Key& key, const Shape& shape, double a, double b, DType dtype = DType::f32,
+           Device device = Device::cpu());
+// Integers uniform in [low, high) (jax.random.randint), i32: 64 random bits
+// an element, the top partial range rejected (no modulo bias).
+Array randint(const Key& key, const Shape& shape, int64_t low, int64_t high,
+              Device device = Device::cpu());
+// An index along `axis` of logits drawn with probabilities softmax(logits)
+// (jax.random.categorical: the Gumbel-max trick on uniform draws of the
+// logits' shape), i32, on the logits' device.
+Array categorical(const Key& key, const Array& logits, int axis = -1);
 
 // A key as an i32[2] array of its bits: a key that a compiled function takes
 // as an argument, so that each call draws anew (as JAX passes keys to jit).

@@ -10,7 +10,7 @@ from ._array import Array, Device, _device, _shape, asarray, dtype as _dtype, fl
 from ._kiln import Key
 
 __all__ = ["Key", "key", "key_data", "split", "fold_in", "normal", "uniform", "truncated_normal",
-           "bernoulli"]
+           "bernoulli", "gamma", "beta", "randint", "categorical"]
 
 
 def key(seed: int) -> Key:
@@ -52,6 +52,27 @@ def truncated_normal(key: Key, lower: float = -2.0, upper: float = 2.0, shape: A
 def bernoulli(key: Key, p: float = 0.5, shape: Any = (), device: Any = None) -> Array:
     """Booleans, each true with probability p."""
     return _kiln._bernoulli(key, _shape(shape), float(p), _dev(device))
+
+
+def gamma(key: Key, a: float, shape: Any = (), dtype: Any = float32, device: Any = None) -> Array:
+    """Gamma(a, 1) draws (jax.random.gamma with a scalar shape parameter)."""
+    return _kiln._gamma(key, _shape(shape), float(a), _dtype(dtype), _dev(device))
+
+
+def beta(key: Key, a: float, b: float, shape: Any = (), dtype: Any = float32,
+         device: Any = None) -> Array:
+    """Beta(a, b) draws: X / (X + Y) of Gamma(a) and Gamma(b) draws."""
+    return _kiln._beta(key, _shape(shape), float(a), float(b), _dtype(dtype), _dev(device))
+
+
+def randint(key: Key, shape: Any, minval: int, maxval: int, device: Any = None) -> Array:
+    """int32 integers uniform in [minval, maxval) (jax.random.randint's order)."""
+    return _kiln._randint(key, _shape(shape), int(minval), int(maxval), _dev(device))
+
+
+def categorical(key: Key, logits: Any, axis: int = -1) -> Array:
+    """int32 indices along ``axis`` drawn with probabilities softmax(logits)."""
+    return _kiln._categorical(key, asarray(logits), int(axis))
 
 
 def key_data(key: Key, device: Any = None) -> Array:

@@ -1025,6 +1025,12 @@ void bind_random(nb::module_& m) {
         nb::overload_cast<const kiln::random::Key&, const Shape&, double, Device>(
             &kiln::random::bernoulli),
         "key"_a, "shape"_a, "p"_a, "device"_a, NoGil());
+  m.def("_gamma", &kiln::random::gamma, "key"_a, "shape"_a, "a"_a, "dtype"_a, "device"_a, NoGil());
+  m.def("_beta", &kiln::random::beta, "key"_a, "shape"_a, "a"_a, "b"_a, "dtype"_a, "device"_a,
+        NoGil());
+  m.def("_randint", &kiln::random::randint, "key"_a, "shape"_a, "low"_a, "high"_a, "device"_a,
+        NoGil());
+  m.def("_categorical", &kiln::random::categorical, "key"_a, "logits"_a, "axis"_a, NoGil());
 }
 
 // The bindings of the ViT and its config.

@@ -225,11 +225,13 @@ struct PoolAttrs {
   KILN_FIELDS(kind, window, stride, pad_lo, pad_hi, channels_last, count_include_pad)
   bool operator==(const PoolAttrs&) const = default;
 };
-enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli };
+enum class RandomKind : uint8_t { Uniform, Normal, TruncatedNormal, Bernoulli, Gamma, Randint };
 struct RandomAttrs {
   uint32_t key[2];
   RandomKind kind;
-  double a, b;  // uniform [a,b); truncated normal bounds [a,b]; bernoulli p = a
+  // uniform [a,b); truncated normal bounds [a,b]; bernoulli p = a; gamma
+  // shape a (scale 1); randint integers in [a,b)
+  double a, b;
   Shape shape;
   DType dtype;
   // When set, the key is fold_in(key, fold_data). An optional i32[2] input

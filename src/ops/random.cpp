@@ -3,6 +3,12 @@
 // (the block function and draws that every backend shares).
 #include "kiln/random.h"
 
+#include <climits>
+#include <cmath>
+#include <limits>
+
+#include "kiln/ops.h"
+
 #include "ops/dispatch.h"
 #include "ops/primitive.h"
 #include "ops/threefry.h"
@@ -20,9 +26,12 @@ Array draw(const Key& key, const Shape& shape, RandomKind kind, double a, double
            Device device, const char* op) {
   for (auto d : shape)
     if (d < 0) fail(op, "negative dimension in shape " + str(shape));
-  if (kind != RandomKind::Bernoulli &&
-      !(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16))
+  if (kind == RandomKind::Randint) {
+    if (dtype != DType::i32) fail(op, std::string("dtype must be i32, got ") + name_of(dtype));
+  } else if (kind != RandomKind::Bernoulli &&
+             !(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16)) {
     fail(op, std::string("dtype must be f32, f64 or bf16, got ") + name_of(dtype));
+  }
   RandomAttrs attrs{{key.k[0], key.k[1]}, kind, a, b, shape, dtype};
   return apply(Primitive(Op::Random, attrs), {}, -1, device);
 }
@@ -88,6 +97,46 @@ Array truncated_normal(const Key& key, const Shape& shape, double lower, double 
   if (!(lower < upper)) fail("random.truncated_normal", "lower must be below upper");
   return draw(key, shape, RandomKind::TruncatedNormal, lower, upper, dtype, device,
               "random.truncated_normal");
+}
+
+Array gamma(const Key& key, const Shape& shape, double a, DType dtype, Device device) {
+  if (!(a > 0) || !std::isfinite(a))
+    fail("random.gamma", "the shape a must be positive and finite, got " + std::to_string(a));
+  return draw(key, shape, RandomKind::Gamma, a, 0, dtype, device, "random.gamma");
+}
+
+Array beta(const Key& key, const Shape& shape, double a, double b, DType dtype, Device device) {
+  if (!(a > 0 && b > 0) || !std::isfinite(a) || !std::isfinite(b))
+    fail("random.beta", "a and b must be positive and finite, got " + std::to_string(a) + " and " +
+                            std::to_string(b));
+  const std::vector<Key> keys = split(key, 2);
+  const Array x = gamma(keys[0], shape, a, DType::f64, device);
+  const Array y = gamma(keys[1], shape, b, DType::f64, device);
+  return astype(x / (x + y), dtype);
+}
+
+Array randint(const Key& key, const Shape& shape, int64_t low, int64_t high, Device device) {
+  if (!(low < high))
+    fail("random.randint", "high must be above low, got [" + std::to_string(low) + ", " +
+                               std::to_string(high) + ")");
+  if (low < INT32_MIN || high - 1 > INT32_MAX)
+    fail("random.randint", "[" + std::to_string(low) + ", " + std::to_string(high) +
+                               ") does not fit the i32 it draws");
+  return draw(key, shape, RandomKind::Randint, static_cast<double>(low), static_cast<double>(high),
+              DType::i32, device, "random.randint");
+}
+
+Array categorical(const Key& key, const Array& logits, int axis) {
+  if (!logits.valid() || logits.ndim() == 0)
+    fail("random.categorical", "logits must have at least one axis");
+  if (!is_floating(logits.dtype()))
+    fail("random.categorical",
+         std::string("logits must be floating-point, got ") + name_of(logits.dtype()));
+  // The Gumbel-max trick, as jax.random.categorical: argmax(logits + G),
+  // G = -log(-log(U)), U uniform in (0, 1).
+  const Array u = uniform(key, logits.shape(), std::numeric_limits<float>::min(), 1.0,
+                          DType::f32, logits.device());
+  return argmax(astype(logits, DType::f32) - log(-log(u)), axis);
 }
 
 Array key_array(const Key& key, Device device) {

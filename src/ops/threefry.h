@@ -135,6 +135,57 @@ KILN_HD inline double erfinv(double y) {
 
 inline constexpr double kTwoPi = 2 * 3.14159265358979323846;
 
+// The draws whose elements take a variable number of blocks (gamma's
+// rejections, randint's): element e has a stream of its own, the blocks
+// (n, 0) for n = 0, 1, ... under the key derived from the draw key with
+// (kStream, e), a counter no fixed-size draw's block reaches below 2^62 elements.
+inline constexpr uint32_t kStream = 0x40000000u;
+
+// A uniform double in [0, 1) with 53 bits: block n of a stream.
+KILN_HD inline double stream_uniform(const uint32_t key[2], uint32_t n) {
+  const uint32_t in[2] = {n, 0};
+  uint32_t w[2];
+  threefry2x32(key, in, w);
+  const uint64_t bits = (static_cast<uint64_t>(w[0]) << 21) ^ (w[1] >> 11);
+  return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
+}
+
+// Gamma(a, 1) by Marsaglia and Tsang (2000) from the stream `key`: each try
+// takes blocks n, n + 1 (a Box–Muller normal) and n + 2 (the uniform that
+// accepts it); a < 1 draws Gamma(a + 1)·U^(1/a), U from the last block.
+KILN_HD inline double gamma_stream(const uint32_t key[2], double a) {
+  const bool boost = a < 1;
+  const double d = (boost ? a + 1 : a) - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (uint32_t n = 0; n < 0xFFFFFFF0u; n += 3) {
+    const double u1 = 1.0 - stream_uniform(key, n), u2 = stream_uniform(key, n + 1);
+    const double x = std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
+    double v = std::fma(c, x, 1.0);
+    if (v <= 0) continue;
+    v = v * v * v;
+    const double u = stream_uniform(key, n + 2);
+    const double x2 = x * x;
+    if (u < 1.0 - 0.0331 * x2 * x2 || std::log(u) < 0.5 * x2 + d * (1.0 - v + std::log(v))) {
+      const double g = d * v;
+      return boost ? g * std::pow(stream_uniform(key, 0xFFFFFFFFu), 1.0 / a) : g;
+    }
+  }
+  return d;  // not reached: each try is accepted with probability above 0.95
+}
+
+// An integer in [low, high) from the stream `key`: 64 bits a block, the top
+// partial range rejected so that every value is equally likely.
+KILN_HD inline double randint_stream(const uint32_t key[2], double low, double high) {
+  const uint64_t span = static_cast<uint64_t>(high - low);
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+  for (uint32_t n = 0;; ++n) {
+    const uint32_t in[2] = {n, 1};
+    uint32_t w[2];
+    threefry2x32(key, in, w);
+    const uint64_t bits = (static_cast<uint64_t>(w[0]) << 32) | w[1];
+    if (bits < limit) return low + static_cast<double>(bits % span);
+  }
+}
+
 // Elements 2j and 2j + 1 of the draw `s`: block j enciphered under s.key.
 KILN_HD inline void draw_block(const random::DrawSpec& s, uint64_t j, double v[2]) {
   const uint32_t ctr[2] = {static_cast<uint32_t>(j >> 32), static_cast<uint32_t>(j)};
@@ -161,6 +212,14 @@ KILN_HD inline void draw_block(const random::DrawSpec& s, uint64_t j, double v[2
       break;
     case RandomKind::Bernoulli:
       for (int k = 0; k < 2; ++k) v[k] = u[k] < s.a ? 1.0 : 0.0;
+      break;
+    case RandomKind::Gamma:
+    case RandomKind::Randint:
+      for (int k = 0; k < 2; ++k) {
+        uint32_t e[2];
+        derive(s.key, kStream | static_cast<uint32_t>(j >> 31), static_cast<uint32_t>(2 * j + k), e);
+        v[k] = s.kind == RandomKind::Gamma ? gamma_stream(e, s.a) : randint_stream(e, s.a, s.b);
+      }
       break;
   }
 }

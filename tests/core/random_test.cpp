@@ -1,7 +1,9 @@
 // Counter-based random numbers: pure functions of (key, index).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <functional>
 
 #include "kiln/kiln.h"
 
@@ -91,7 +93,104 @@ TEST(Random, BernoulliRate) {
   EXPECT_NEAR(sum(b).item<double>() / 100000.0, 0.3, 0.01);
 }
 
+// Gamma(a) has mean and variance a (shapes below 1 through the boost);
+// element i depends on (key, i) alone, however many tries each took.
+TEST(Random, GammaHasItsMomentsAndIsAPureFunctionOfTheIndex) {
+  for (double a : {0.3, 1.0, 2.5, 9.0}) {
+    SCOPED_TRACE(a);
+    const Array g = random::gamma(random::Key(21), {200000}, a, DType::f64);
+    auto m = moments(g);
+    EXPECT_GT(m.min, 0.0);
+    EXPECT_NEAR(m.mean, a, 4 * std::sqrt(a / 200000));
+    EXPECT_NEAR(m.var, a, 0.03 * a);
+  }
+  random::Key key(22);
+  int saved = num_threads();
+  set_num_threads(1);
+  auto one = random::gamma(key, {100001}, 0.7).to_vector<float>();
+  set_num_threads(2);
+  auto two = random::gamma(key, {100001}, 0.7).to_vector<float>();
+  set_num_threads(saved);
+  EXPECT_EQ(one, two);
+  auto prefix = random::gamma(key, {9}, 0.7).to_vector<float>();
+  EXPECT_EQ(prefix, std::vector<float>(one.begin(), one.begin() + 9));
+  EXPECT_NE(random::gamma(random::Key(23), {9}, 0.7).to_vector<float>(), prefix);
+}
+
+TEST(Random, BetaHasItsMoments) {
+  for (auto [a, b] : {std::pair{0.8, 0.8}, std::pair{2.0, 5.0}, std::pair{0.2, 1.0}}) {
+    SCOPED_TRACE(std::to_string(a) + ", " + std::to_string(b));
+    auto m = moments(random::beta(random::Key(31), {200000}, a, b, DType::f64));
+    EXPECT_GE(m.min, 0.0);
+    EXPECT_LE(m.max, 1.0);
+    const double mean = a / (a + b), var = a * b / ((a + b) * (a + b) * (a + b + 1));
+    EXPECT_NEAR(m.mean, mean, 4 * std::sqrt(var / 200000));
+    EXPECT_NEAR(m.var, var, 0.03 * var);
+  }
+}
+
+// Every integer of [low, high) about equally often, none outside.
+TEST(Random, RandintIsUniformOverItsRange) {
+  const Array r = random::randint(random::Key(41), {160000}, -3, 5);
+  EXPECT_EQ(r.dtype(), DType::i32);
+  std::vector<int> counts(8);
+  for (int32_t v : r.to_vector<int32_t>()) {
+    ASSERT_GE(v, -3);
+    ASSERT_LT(v, 5);
+    ++counts[v + 3];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 20000, 600);  // 4.5 standard deviations
+  const auto wide = random::randint(random::Key(42), {1000}, INT32_MIN, int64_t{INT32_MAX} + 1);
+  int negative = 0;
+  for (int32_t v : wide.to_vector<int32_t>()) negative += v < 0;
+  EXPECT_NEAR(negative, 500, 80);
+}
+
+// Indices drawn with probabilities softmax(logits) along the axis.
+TEST(Random, CategoricalDrawsBySoftmax) {
+  const std::vector<double> row{0.0, 1.0, 2.0, -1.0};
+  std::vector<float> many;
+  for (int i = 0; i < 50000; ++i) many.insert(many.end(), row.begin(), row.end());
+  const Array logits = Array::from_vector<float>(many, {50000, 4});
+  const Array c = random::categorical(random::Key(51), logits);
+  EXPECT_EQ(c.shape(), (Shape{50000}));
+  EXPECT_EQ(c.dtype(), DType::i32);
+  std::vector<int> counts(4);
+  for (int32_t v : c.to_vector<int32_t>()) ++counts.at(v);
+  double z = 0;
+  for (double l : row) z += std::exp(l);
+  for (int k = 0; k < 4; ++k) {
+    const double p = std::exp(row[k]) / z;
+    EXPECT_NEAR(counts[k] / 50000.0, p, 4.5 * std::sqrt(p * (1 - p) / 50000)) << k;
+  }
+  // Along axis 0 of the transpose: the same draw per column.
+  const Array t = random::categorical(random::Key(52), transpose(logits, {1, 0}), 0);
+  EXPECT_EQ(t.shape(), (Shape{50000}));
+}
+
 TEST(Random, BadArgumentsAreNamed) {
+  auto error = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 0); }).find("random.gamma"),
+            std::string::npos);
+  EXPECT_NE(error([] { random::beta(random::Key(0), {3}, 1, -1); }).find("a and b must be positive"),
+            std::string::npos);
+  EXPECT_NE(error([] { random::randint(random::Key(0), {3}, 5, 5); }).find("high must be above low"),
+            std::string::npos);
+  EXPECT_NE(error([] { random::randint(random::Key(0), {3}, 0, int64_t{1} << 40); })
+                .find("does not fit the i32"),
+            std::string::npos);
+  EXPECT_NE(error([] { random::categorical(random::Key(0), zeros({3}, DType::i32)); })
+                .find("logits must be floating-point"),
+            std::string::npos);
+  EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 2, DType::i32); }).find("dtype must be"),
+            std::string::npos);
   EXPECT_THROW(random::bernoulli(random::Key(0), {3}, 1.5), Error);
   EXPECT_THROW(random::uniform(random::Key(0), {3}, 2, 1), Error);
   EXPECT_THROW(random::normal(random::Key(0), {3}, DType::i32), Error);

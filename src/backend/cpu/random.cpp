@@ -20,6 +20,7 @@ void random_kernel(const KernelContext&, const Primitive& p,
       case DType::f64: static_cast<double*>(y)[i] = v; break;
       case DType::bf16: static_cast<bf16*>(y)[i] = bf16(static_cast<float>(v)); break;
       case DType::bool_: static_cast<bool*>(y)[i] = v != 0; break;
+      case DType::i32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
       default: break;
     }
   };

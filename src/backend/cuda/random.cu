@@ -64,8 +64,9 @@ void random_kernel(const KernelContext& ctx, const Primitive& p, const std::vect
     case DType::f64: return launch(double{});
     case DType::bf16: return launch(__nv_bfloat16{});
     case DType::bool_: return launch(bool{});
+    case DType::i32: return launch(int32_t{});
     default:
-      fail(p.name(), std::string("draws f32, f64, bf16 or bool, not ") + name_of(out.dtype));
+      fail(p.name(), std::string("draws f32, f64, bf16, bool or i32, not ") + name_of(out.dtype));
   }
 }
 
