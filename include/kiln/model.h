@@ -79,6 +79,10 @@ class Model {
   virtual bool fixed_image_size() const { return false; }
   // Whether training draws random numbers (dropout or drop path on).
   virtual bool stochastic() const = 0;
+  // The same model with stochastic depth rising linearly over its blocks to
+  // `rate` (timm's drop_path_rate; `--drop-path`), or an error naming the
+  // family where it has none.
+  virtual std::shared_ptr<const Model> with_drop_path(double rate) const;
   // Training FLOPs of one image of this size (forward + backward: 3x the
   // forward's 2 x multiply-adds of its matmuls and convolutions), for the
   // model FLOP utilization. (ViTs take only their config's image size.)

@@ -105,6 +105,10 @@ struct ViTConfig {
   double attention_probs_dropout_prob = 0.0;
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;
+  // Stochastic depth of the last encoder layer's two residual branches,
+  // rising linearly from 0 at the first (timm's drop_path_rate, which
+  // transformers' ViT and DeiT lack: config.json holds it only when set).
+  double drop_path_rate = 0.0;
   // The images are exactly image_size; the patch embedding (a convolution
   // with stride patch_size) ignores the rows and columns left over when
   // image_size is not a multiple of patch_size, as torch's Conv2d does.

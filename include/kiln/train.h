@@ -91,6 +91,9 @@ struct TrainConfig {
   // Softmax cross-entropy against labels smoothed by this much, as
   // CrossEntropyLoss(label_smoothing=) (single-label classification).
   double label_smoothing = 0.0;
+  // Stochastic depth rising linearly over the model's blocks to this rate
+  // (timm's --drop-path; Model::with_drop_path); -1: the model's config's.
+  double drop_path = -1;
   std::string schedule = "constant";  // constant, cosine, linear
   int64_t lr_warmup = 0;
   double clip_norm = 0.0;  // global-norm gradient clipping; 0: off

@@ -92,6 +92,12 @@ class ConvNextModel final : public Model {
   int64_t num_channels() const override { return cfg().num_channels; }
   Size2d image_size() const override { return cfg().image_size; }
   bool stochastic() const override { return cfg().drop_path_rate > 0; }
+  std::shared_ptr<const Model> with_drop_path(double rate) const override {
+    ConvNextConfig c = cfg();
+    c.drop_path_rate = rate;
+    c.validate("--drop-path " + std::to_string(rate));
+    return std::make_shared<ConvNextModel>(std::move(c));
+  }
   double train_flops_per_example(Size2d image) const override {
     return cfg().train_flops_per_image(image);
   }

@@ -64,6 +64,11 @@ std::pair<Params, Params> Model::split(Params weights, const std::string& origin
   return {std::move(weights), std::move(state)};
 }
 
+std::shared_ptr<const Model> Model::with_drop_path(double /*rate*/) const {
+  fail("--drop-path", architecture() +
+                          " has no stochastic depth (drop path) to set; ViT, DeiT and ConvNeXt have");
+}
+
 std::set<std::string> Model::head_parameters() const {
   // The parameters whose shapes change with one label more.
   std::vector<std::string> names = label_names();

@@ -22,6 +22,7 @@ struct EncoderLayer {
   MultiHeadAttention attention;
   Dropout dropout;  // after the attention's and the MLP's output projections
   MLP mlp;
+  DropPath drop_path;  // of both residual branches (timm's Block); off at rate 0
 
   EncoderLayer(const ViTConfig& c, const std::string& m, int64_t l) {
     const std::string p = layer_prefix(m, l), att = p + "attention.attention.";
@@ -40,6 +41,11 @@ struct EncoderLayer {
                  .dropout = c.attention_probs_dropout_prob,
                  .weight_init = w};
     dropout = {c.hidden_dropout_prob};
+    // torch.linspace(0, drop_path_rate, depth)[l], as timm's VisionTransformer.
+    const int64_t depth = c.num_hidden_layers;
+    drop_path = {depth > 1 ? c.drop_path_rate * static_cast<double>(l) /
+                                 static_cast<double>(depth - 1)
+                           : c.drop_path_rate};
     mlp = {.up = {p + "intermediate.dense", c.hidden_size, c.intermediate_size, true, w},
            .down = {p + "output.dense", c.intermediate_size, c.hidden_size, true, w},
            .act = c.hidden_act};
@@ -51,8 +57,10 @@ struct EncoderLayer {
     mlp.declare(d);
   }
   Array operator()(Scope& s, const Array& x) const {
-    Array h = x + dropout(s, attention(s, before(s, x)));
-    return h + dropout(s, mlp(s, after(s, h)));
+    // (A rate of 0 takes no random site: dropout's masks stay where they were.)
+    auto branch = [&](const Array& y) { return drop_path.p > 0 ? drop_path(s, y) : y; };
+    Array h = x + branch(dropout(s, attention(s, before(s, x))));
+    return h + branch(dropout(s, mlp(s, after(s, h))));
   }
 };
 
@@ -176,6 +184,8 @@ void ViTConfig::validate(const std::string& origin) const {
   };
   probability(hidden_dropout_prob, "hidden_dropout_prob");
   probability(attention_probs_dropout_prob, "attention_probs_dropout_prob");
+  if (!(drop_path_rate >= 0 && drop_path_rate < 1))
+    fail(origin, "drop_path_rate must lie in [0, 1), got " + std::to_string(drop_path_rate));
   if (!(initializer_range > 0)) fail(origin, "initializer_range must be positive");
   if (!(layer_norm_eps >= 0)) fail(origin, "layer_norm_eps must be >= 0");
   if (problem_type == ProblemType::SingleLabel && num_labels == 0)

@@ -38,6 +38,7 @@ ViTConfig ViTConfig::from_json(std::string_view text, const std::string& path,
   real(j, bad, "attention_probs_dropout_prob", c.attention_probs_dropout_prob);
   real(j, bad, "initializer_range", c.initializer_range);
   real(j, bad, "layer_norm_eps", c.layer_norm_eps);
+  real(j, bad, "drop_path_rate", c.drop_path_rate);
   boolean(j, bad, "qkv_bias", c.qkv_bias);
   parse_activation(j, bad, c.hidden_act);
   parse_labels(j, bad, c.num_labels, c.id2label, c.problem_type);
@@ -88,6 +89,7 @@ std::string ViTConfig::to_json(ViTVariant variant) const {
             {"qkv_bias", c.qkv_bias},
             {"torch_dtype", "float32"}};
   config_json::write_labels(j, c.num_labels, c.id2label, c.problem_type);
+  if (c.drop_path_rate > 0) j["drop_path_rate"] = c.drop_path_rate;
   // Only masked image modeling reads encoder_stride; ViTConfig's default is 16.
   if (c.patch_size.square()) j["encoder_stride"] = c.patch_size.height;
   if (!c.pruned_heads.empty()) {
@@ -144,7 +146,14 @@ class ViTModel final : public Model {
   Size2d image_size() const override { return cfg().image_size; }
   bool fixed_image_size() const override { return true; }
   bool stochastic() const override {
-    return cfg().hidden_dropout_prob > 0 || cfg().attention_probs_dropout_prob > 0;
+    return cfg().hidden_dropout_prob > 0 || cfg().attention_probs_dropout_prob > 0 ||
+           cfg().drop_path_rate > 0;
+  }
+  std::shared_ptr<const Model> with_drop_path(double rate) const override {
+    ViTConfig c = cfg();
+    c.drop_path_rate = rate;
+    c.validate("--drop-path " + std::to_string(rate));
+    return vit_model(std::move(c), net_.variant());
   }
   double train_flops_per_example(Size2d /*image*/) const override {
     const bool deit = net_.variant() != ViTVariant::ViT;

@@ -107,6 +107,8 @@ void validate(const TrainConfig& cfg) {
   if (cfg.compile_model && cfg.mode != Mode::eager)
     fail("train", "--compile-model goes with --mode eager (lazy and jit compile the whole step)");
   if (cfg.clip_norm < 0) fail("train", "--clip-norm must be >= 0");
+  if (!(cfg.drop_path == -1 || (cfg.drop_path >= 0 && cfg.drop_path < 1)))
+    fail("train", "--drop-path must lie in [0, 1), got " + std::to_string(cfg.drop_path));
   if (cfg.workers < -1)
     fail("train", "--workers must be >= 0 (or -1: chosen by the device), got " +
                       std::to_string(cfg.workers));

@@ -101,6 +101,7 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
       s.model = s.model->with_labels(labels);
   }
   require_classifier(*s.model, "train");
+  if (cfg.drop_path >= 0) s.model = s.model->with_drop_path(cfg.drop_path);
   // The model and the optimizer state live on the training device (a new
   // model is drawn there: no copy of it from the host). `--device cuda` in a
   // data-parallel run: each rank takes a GPU of its host by its local rank.

@@ -737,7 +737,7 @@ TEST(Cli, FineTuningKnobs) {
     CliRun r = kiln_cli(
         "train" + init + " --steps 4 --warmup 1 --batch-size 4 --mode " + mode +
         " --optimizer adamw --lr 1e-3 --weight-decay 0.1 --exempt-from-decay --schedule linear "
-        "--lr-warmup 2 --label-smoothing 0.1 --log-json " +
+        "--lr-warmup 2 --label-smoothing 0.1 --drop-path 0.2 --log-json " +
         log);
     ASSERT_EQ(r.status, 0) << mode << ":\n" << r.output;
     std::vector<double> l;

@@ -312,5 +312,31 @@ TEST(Models, ConvNextDrawsTheSameFromAKeyArray) {
   EXPECT_TRUE(m->stochastic());
 }
 
+// A ViT with drop path (with_drop_path, --drop-path): off in evaluation
+// (the same logits as without), drawn per key in training, kept in
+// config.json; rates of 1 and more are errors.
+TEST(Models, AViTsDropPathIsOffInEvaluationAndKeptInItsConfig) {
+  const auto m = nn::model_from_config(
+      R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 32, "image_size": 16, "patch_size": 8, "num_labels": 3})",
+      "v.json");
+  EXPECT_FALSE(m->stochastic());
+  const auto d = m->with_drop_path(0.6);
+  EXPECT_TRUE(d->stochastic());
+  const Params p = m->init(random::Key(1));
+  const Array x = random::normal(random::Key(2), {8, 3, 16, 16});
+  const Array key = random::key_array(random::Key(7));
+  const auto eval = m->apply(p, {}, x).logits;
+  EXPECT_EQ(relative_error(d->apply(p, {}, x).logits, eval), 0.0);
+  EXPECT_EQ(relative_error(m->apply(p, {}, x, {.train = true, .key = key}).logits, eval), 0.0);
+  const auto a = d->apply(p, {}, x, {.train = true, .key = key}).logits;
+  EXPECT_GT(relative_error(a, eval), 1e-3);
+  EXPECT_EQ(relative_error(d->apply(p, {}, x, {.train = true, .key = key}).logits, a), 0.0);
+  const auto again = nn::model_from_config(d->config_json(), "saved.json");
+  EXPECT_EQ(again->config_json(), d->config_json());
+  EXPECT_EQ(relative_error(again->apply(p, {}, x, {.train = true, .key = key}).logits, a), 0.0);
+  EXPECT_THROW(m->with_drop_path(1.0), Error);
+}
+
 }  // namespace
 }  // namespace kiln

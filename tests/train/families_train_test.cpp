@@ -187,6 +187,51 @@ TEST(TrainFamilies, AConvNextWithDropPathTrainsAlikeInEveryMode) {
   fs::remove_all(dir);
 }
 
+// --drop-path on a ViT and a DeiT (stochastic depth that transformers'
+// classes lack, timm's linear rule): every mode draws the same per-example
+// masks and trains to the same parameters, and not to the parameters of the
+// run without it; the checkpoint's config.json keeps the rate. A ResNet has
+// none to set: the error names it.
+TEST(TrainFamilies, DropPathTrainsAViTAndADeiTAlikeInEveryMode) {
+  for (const std::string type : {"vit", "deit"}) {
+    SCOPED_TRACE(type);
+    const auto model = nn::model_from_config(
+        R"({"model_type": ")" + type +
+            R"(", "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
+            "intermediate_size": 32, "image_size": 16, "patch_size": 8, "num_labels": 5})",
+        "tiny.json");
+    auto trained = [&](const std::string& mode, double drop_path) {
+      const std::string dir = temp_dir(type + "-drop-path-" + mode);
+      train::TrainConfig t = run_of(model, mode);
+      t.drop_path = drop_path;
+      t.save_dir = dir;
+      train::run(t);
+      io::Checkpoint ck = io::load_checkpoint(dir);
+      fs::remove_all(dir);
+      return ck;
+    };
+    const io::Checkpoint ref = trained("eager", 0.5);
+    EXPECT_NE(ref.model->config_json().find("\"drop_path_rate\": 0.5"), std::string::npos)
+        << ref.model->config_json();
+    EXPECT_TRUE(ref.model->stochastic());
+    for (std::string mode : {"eager-compile", "lazy", "jit"}) {
+      SCOPED_TRACE(mode);
+      EXPECT_LT(max_relative_difference(trained(mode, 0.5).params, ref.params), 1e-4);
+    }
+    EXPECT_GT(max_relative_difference(trained("jit", 0).params, ref.params), 1e-3);
+  }
+  train::TrainConfig t = run_of(tiny_resnet(), "jit");
+  t.drop_path = 0.1;
+  try {
+    train::run(t);
+    ADD_FAILURE() << "no error for --drop-path on a ResNet";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ResNetForImageClassification has no stochastic depth"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // bf16 mixed precision trains both convolutional families alike in every
 // mode (the same bf16 roundings of the same values; the compiled modes may
 // move an f32 value by an ulp and so a bf16 rounding by one bf16 ulp, as

@@ -260,6 +260,10 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
                 "block's lr scaled by DECAY per block above it, the embeddings lowest, the "
                 "classifier at the full lr; 0: off")
       ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--drop-path", tc.drop_path,
+                "stochastic depth rising linearly over the blocks to this rate (timm's "
+                "--drop-path, e.g. 0.1 for DeiT-S; ViT, DeiT and ConvNeXt); default: the config's")
+      ->check(CLI::Range(0.0, 0.999));
   t->add_option("--label-smoothing", tc.label_smoothing,
                 "smooth the labels by this much, as CrossEntropyLoss(label_smoothing=)")
       ->check(CLI::Range(0.0, 1.0));
