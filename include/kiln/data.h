@@ -168,6 +168,31 @@ struct ImageProcessor {
   void validate(const std::string& origin) const;
 };
 
+// ---- color jitter (torchvision's ColorJitter on Pillow images) ----
+struct ColorJitterOptions {
+  // Factors drawn uniformly from [max(0, 1 - x), 1 + x] for brightness,
+  // contrast and saturation, and a hue shift from [-hue, hue] (hue <= 0.5);
+  // 0 leaves that adjustment out. timm's --color-jitter X is (X, X, X, 0).
+  double brightness = 0, contrast = 0, saturation = 0, hue = 0;
+  bool enabled() const { return brightness > 0 || contrast > 0 || saturation > 0 || hue > 0; }
+  void validate() const;  // errors name --color-jitter
+};
+struct ColorJitterParams {
+  int order[4] = {0, 1, 2, 3};  // 0 brightness, 1 contrast, 2 saturation, 3 hue
+  double brightness = 1, contrast = 1, saturation = 1, hue = 0;
+};
+// The order (a uniform permutation, as torch.randperm(4)) and the factors
+// of the enabled adjustments, from a source of uniform draws in [0, 1).
+ColorJitterParams draw_color_jitter(const ColorJitterOptions& opt,
+                                    const std::function<double()>& uniform);
+// An RGB image adjusted in that order as torchvision's functional_pil does
+// with Pillow, byte for byte: ImageEnhance's Brightness (a blend with
+// black), Contrast (with the rounded mean of its "L" conversion) and Color
+// (with its "L" conversion), as Image.blend computes them (a float32 factor,
+// truncation, clipping beyond [0, 1]); the hue by shifting H of Pillow's HSV
+// conversion by uint8(int8(hue · 255)), wrapping, and converting back.
+void color_jitter(Image& img, const ColorJitterParams& p);
+
 struct ImageFolderOptions {
   std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
   std::string split = "all";    // all, train (all but the held-out files) or holdout
@@ -197,6 +222,9 @@ struct ImageFolderOptions {
   bool random_crop = true;
   double crop_scale[2] = {0.08, 1.0}, crop_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
   double flip_prob = 0.5;
+  // Augmenting an RGB folder: torchvision's ColorJitter after the crop and
+  // the flip, its draws after theirs.
+  ColorJitterOptions color_jitter;
 };
 // torchvision's RandomResizedCrop.get_params for an image of width x height:
 // up to 10 tries of an area fraction uniform in `scale` and a log-uniform

@@ -67,6 +67,10 @@ struct TrainConfig {
   bool random_crop = true;
   double crop_scale[2] = {0.08, 1.0}, crop_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
   double flip_prob = 0.5;
+  // With augment on an RGB image folder: torchvision's ColorJitter after the
+  // crop and flip (timm's --color-jitter X: brightness, contrast and
+  // saturation X, hue 0).
+  data::ColorJitterOptions color_jitter;
   // Optimizer: "sgd" (lr, momentum, weight_decay) or "adamw" (lr, betas,
   // weight_decay); the learning rate follows `schedule` (warm-up + cosine).
   std::string optimizer = "sgd";

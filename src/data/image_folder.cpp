@@ -219,11 +219,15 @@ void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const 
       auto [top, left, h, w] =
           random_resized_crop(img.width, img.height, opt_.crop_scale, opt_.crop_ratio, uniform);
       img = resize_like_pillow(crop_image(img, left, top, w, h), W, H, Resample::bilinear);
+    }
+    flip = uniform() < opt_.flip_prob;
+    // (Per pixel, but for contrast's mean over the image: a flip commutes with it.)
+    if (opt_.color_jitter.enabled()) color_jitter(img, draw_color_jitter(opt_.color_jitter, uniform));
+    if (opt_.random_crop) {
       ImageProcessor values_only = proc;  // the processor's rescaling and normalization
       values_only.do_resize = values_only.do_center_crop = false;
       values_only.pixel_values(img, chw.data());
     }
-    flip = uniform() < opt_.flip_prob;
   }
   if (!opt_.augment || epoch < 0 || !opt_.random_crop) {
     const nn::Size2d made = proc.output_size(img.width, img.height);

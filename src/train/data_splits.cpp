@@ -72,7 +72,8 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                                .random_crop = cfg.random_crop,
                                .crop_scale = {cfg.crop_scale[0], cfg.crop_scale[1]},
                                .crop_ratio = {cfg.crop_ratio[0], cfg.crop_ratio[1]},
-                               .flip_prob = cfg.flip_prob};
+                               .flip_prob = cfg.flip_prob,
+                               .color_jitter = cfg.color_jitter};
     auto train_folder = std::make_shared<data::ImageFolder>(o);
     if (static_cast<int64_t>(train_folder->classes().size()) != labels)
       fail("train",

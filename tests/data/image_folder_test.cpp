@@ -208,6 +208,37 @@ TEST(ImageFolder, AugmentationIsAFunctionOfSeedEpochAndIndex) {
   EXPECT_GT(differs, 10);
 }
 
+// --color-jitter: torchvision's ColorJitter on the augmented (processed)
+// images, after their crop and flip, drawn from the same key; the held-out
+// images are left alone.
+TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
+  Folder f;
+  std::vector<uint8_t> colours(40 * 40 * 3);
+  for (size_t i = 0; i < colours.size(); ++i) colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  write(f.root / "cat" / "c0.png", encode_png(colours, 40, 40));
+  data::ImageProcessor proc;
+  proc.size = nn::Size2d(16);
+  data::ImageFolderOptions o{
+      .root = f.root.string(), .image_size = 16, .augment = true, .seed = 3, .processor = proc};
+  data::ImageFolder plain(o);
+  o.color_jitter = {.brightness = 0.4, .contrast = 0.4, .saturation = 0.4, .hue = 0.1};
+  data::ImageFolder jittered(o);
+  std::vector<float> a(3 * 16 * 16), b(3 * 16 * 16), c(3 * 16 * 16);
+  int32_t label;
+  int differs = 0;
+  for (int64_t e = 0; e < 5; ++e) {
+    plain.get(0, e, a.data(), &label);
+    jittered.get(0, e, b.data(), &label);
+    jittered.get(0, e, c.data(), &label);
+    EXPECT_EQ(b, c);
+    differs += a != b;
+  }
+  EXPECT_EQ(differs, 5);
+  plain.get(0, a.data(), &label);  // held out: no augmentation
+  jittered.get(0, b.data(), &label);
+  EXPECT_EQ(a, b);
+}
+
 // A non-square crop (height x width) for models whose image_size is a pair:
 // the image is scaled to cover 8/7 of the crop both ways, then cropped.
 TEST(ImageFolder, CropsNonSquareImages) {

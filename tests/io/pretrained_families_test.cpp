@@ -264,12 +264,13 @@ TEST(PretrainedFamilies, AResNetFineTunesEvaluatesAndPredictsFromTheCommand) {
 }
 
 // A DeiT with its teacher's head fine-tuned from its folder at another image
-// size: still a DeiT of the data's labels, its checkpoint evaluated.
+// size, with the DeiT recipe's augmentation (random crops, flips, color
+// jitter): still a DeiT of the data's labels, its checkpoint evaluated.
 TEST(PretrainedFamilies, ADeiTFineTunesFromItsFolderOnAnImageFolder) {
   const std::string images = two_class_folder("deit-images"), ckpt = temp_dir("deit-ckpt");
   CliRun t = kiln("train --init-from " + kFixtures + "deit_golden/deit_with_teacher --data imagefolder:" +
-                  images + " --skip-bad-images --image-size 48 --steps 3 --warmup 1 --batch-size 4 --save " +
-                  ckpt);
+                  images + " --skip-bad-images --image-size 48 --augment --color-jitter 0.4 --steps 3 " +
+                  "--warmup 1 --batch-size 4 --save " + ckpt);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("a new one for 2 labels (a, b)"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("position embeddings resampled from 4 to 6 patches"), std::string::npos)

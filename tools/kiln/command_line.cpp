@@ -210,6 +210,12 @@ void define_train_data(CLI::App* t, TrainFlags& tf) {
   t->add_option("--flip-prob", tc.flip_prob,
                 "with --augment: probability of a horizontal flip (default 0.5; 0: none)")
       ->check(CLI::Range(0.0, 1.0));
+  t->add_option_function<double>(
+       "--color-jitter",
+       [&](const double& x) { tc.color_jitter = {.brightness = x, .contrast = x, .saturation = x}; },
+       "with --augment on an RGB image folder: torchvision's ColorJitter(X, X, X) after the crop "
+       "and flip (timm's --color-jitter, e.g. 0.4)")
+      ->check(CLI::Range(0.0, 10.0));
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(kPositiveInt);
