@@ -1,6 +1,9 @@
 // Helpers the tests share: the message of what a call throws, a JSON
-// fixture read whole, and the kiln command to run.
+// fixture read whole, the largest difference of two arrays, and the kiln
+// command to run.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -8,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "kiln/array.h"
 
 namespace kiln::test_util {
 
@@ -27,6 +32,18 @@ inline nlohmann::json json_fixture(const std::string& name) {
   std::stringstream s;
   s << f.rdbuf();
   return nlohmann::json::parse(s.str());
+}
+
+// The largest |a - b| over the largest |b| (b the reference).
+inline double max_relative_error(const Array& a, const Array& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return INFINITY;
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return diff / scale;
 }
 
 // The kiln command the tests run: $KILN_CLI where it is set (bench/gpu/check.sh

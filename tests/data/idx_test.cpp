@@ -8,6 +8,7 @@
 
 #include "kiln/data.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -32,15 +33,6 @@ void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzclose(f);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Idx, ParsesShapeAndData) {
   auto a = data::parse_idx(idx_bytes({2, 3}), "x.idx");
   EXPECT_EQ(a.shape, (Shape{2, 3}));
@@ -51,20 +43,20 @@ TEST(Idx, MalformedFilesNameTheFileAndTheProblem) {
   auto bytes = idx_bytes({2, 3});
   auto wrong_magic = bytes;
   wrong_magic[0] = 0x1f;
-  EXPECT_NE(error_of([&] { data::parse_idx(wrong_magic, "f.idx"); }).find("[f.idx] is not an IDX"),
+  EXPECT_NE(test_util::error_of([&] { data::parse_idx(wrong_magic, "f.idx"); }).find("[f.idx] is not an IDX"),
             std::string::npos);
   auto wrong_type = bytes;
   wrong_type[2] = 0x0d;  // float data
-  EXPECT_NE(error_of([&] { data::parse_idx(wrong_type, "f.idx"); }).find("expected 0x08"),
+  EXPECT_NE(test_util::error_of([&] { data::parse_idx(wrong_type, "f.idx"); }).find("expected 0x08"),
             std::string::npos);
   auto truncated = bytes;
   truncated.pop_back();
-  EXPECT_NE(error_of([&] { data::parse_idx(truncated, "f.idx"); }).find("(truncated)"),
+  EXPECT_NE(test_util::error_of([&] { data::parse_idx(truncated, "f.idx"); }).find("(truncated)"),
             std::string::npos);
   std::vector<uint8_t> header_cut(bytes.begin(), bytes.begin() + 6);
-  EXPECT_NE(error_of([&] { data::parse_idx(header_cut, "f.idx"); }).find("inside its header"),
+  EXPECT_NE(test_util::error_of([&] { data::parse_idx(header_cut, "f.idx"); }).find("inside its header"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::parse_idx({0, 0}, "f.idx");
             }).find("too short"),
             std::string::npos);
@@ -75,7 +67,7 @@ TEST(Idx, ShapesWhoseSizeOverflowsAreRejected) {
   // file with no data at all.
   std::vector<uint8_t> wraps{0, 0, 8, 4};
   for (int d = 0; d < 4; ++d) wraps.insert(wraps.end(), {0, 1, 0, 0});
-  EXPECT_NE(error_of([&] { data::parse_idx(wraps, "f.idx"); })
+  EXPECT_NE(test_util::error_of([&] { data::parse_idx(wraps, "f.idx"); })
                 .find("[f.idx] has shape (65536,65536,65536,65536), expected dimensions whose "
                       "products (from the first) stay below 2^63"),
             std::string::npos);
@@ -89,7 +81,7 @@ TEST(Idx, ReadingStopsPastTheSizeOfTheHeadersShape) {
   auto bytes = idx_bytes({2, 3});
   bytes.resize(64 << 20);
   write_gz((dir / "long.gz").string(), bytes);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::read_idx((dir / "long.gz").string());
             }).find("long.gz] has more than the 6 data bytes of its shape (2,3)"),
             std::string::npos);
@@ -114,9 +106,9 @@ TEST(Idx, ReadsGzipAndPlainFilesAndRejectsDamagedGzip) {
     std::ofstream f(dir / "cut.gz", std::ios::binary);
     f.write(gz.data(), gz.size() / 2);
   }
-  std::string e = error_of([&] { data::read_idx((dir / "cut.gz").string()); });
+  std::string e = test_util::error_of([&] { data::read_idx((dir / "cut.gz").string()); });
   EXPECT_NE(e.find("cut.gz"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { data::read_idx((dir / "missing.gz").string()); }).find("cannot open"),
+  EXPECT_NE(test_util::error_of([&] { data::read_idx((dir / "missing.gz").string()); }).find("cannot open"),
             std::string::npos);
   fs::remove_all(dir);
 }
@@ -153,20 +145,20 @@ TEST(FashionMnist, LoadsNormalizesAndFlipsDeterministically) {
   EXPECT_LT(flipped, 32);
   // Labels that disagree with the images, and out-of-range labels.
   write_gz((dir / "t10k-labels-idx1-ubyte.gz").string(), {0, 0, 8, 1, 0, 0, 0, 2, 7, 0});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::FashionMnist({.dir = dir.string(), .split = "test"});
             }).find("labels for 3 images"),
             std::string::npos);
   write_gz((dir / "t10k-labels-idx1-ubyte.gz").string(), {0, 0, 8, 1, 0, 0, 0, 3, 7, 0, 12});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::FashionMnist({.dir = dir.string(), .split = "test"});
             }).find("outside [0, 10)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::FashionMnist({.dir = dir.string(), .split = "valid"});
             }).find("expected train or test"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::FashionMnist({.dir = dir.string(), .split = "train"});
             }).find("no train-images-idx3-ubyte"),
             std::string::npos);

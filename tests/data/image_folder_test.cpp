@@ -57,15 +57,6 @@ void write(const fs::path& p, const std::vector<uint8_t>& bytes) {
   f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Decode, PngAndJpegGiveThePixels) {
   auto rgb = solid(5, 3, 200, 100, 50);
   data::Image p = data::decode_image(encode_png(rgb, 5, 3), 3, "a.png");
@@ -83,20 +74,20 @@ TEST(Decode, DamagedFilesNameTheFile) {
   std::vector<uint8_t> rgb(64 * 64 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7919 % 251);  // busy
   auto jpg = encode_jpeg(rgb, 64, 64), png = encode_png(rgb, 64, 64);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::decode_image({'h', 'e', 'l', 'l', 'o'}, 3, "x.jpg");
             }).find("[x.jpg] is neither a JPEG nor a PNG"),
             std::string::npos);
   std::vector<uint8_t> cut_jpg(jpg.begin(), jpg.begin() + jpg.size() / 2);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::decode_image(cut_jpg, 3, "cut.jpg");
             }).find("[cut.jpg] is a damaged JPEG"),
             std::string::npos);
   std::vector<uint8_t> cut_png(png.begin(), png.begin() + png.size() - 20);
-  EXPECT_NE(error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
+  EXPECT_NE(test_util::error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
             std::string::npos);
   std::vector<uint8_t> header_only(jpg.begin(), jpg.begin() + 4);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::probe_image(header_only, "h.jpg");
             }).find("[h.jpg] is not a readable JPEG"),
             std::string::npos);
@@ -127,12 +118,12 @@ TEST(Decode, ImagesLargerThanPilTakesFailBeforeAnythingIsAllocated) {
   // would allocate 12 GB.
   auto rgb = solid(8, 8, 1, 2, 3);
   auto jpg = claim_size(encode_jpeg(rgb, 8, 8), 65500, 65500);
-  EXPECT_NE(error_of([&] { data::decode_image(jpg, 3, "bomb.jpg"); })
+  EXPECT_NE(test_util::error_of([&] { data::decode_image(jpg, 3, "bomb.jpg"); })
                 .find("[bomb.jpg] is 65500x65500 = 4290250000 pixels, expected at most "
                       "178956970 (PIL's limit for decompression bombs)"),
             std::string::npos);
   auto png = claim_size(encode_png(rgb, 8, 8), 30000, 30000);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::probe_image(png, "bomb.png");
             }).find("[bomb.png] is 30000x30000 = 900000000 pixels"),
             std::string::npos);
@@ -263,12 +254,12 @@ TEST(ImageFolder, CropsNonSquareImages) {
 TEST(ImageFolder, CorruptFilesAreAnErrorOrSkippedAndCounted) {
   Folder f;
   write(f.root / "cat" / "broken.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
-  std::string e = error_of([&] { data::ImageFolder({.root = f.root.string()}); });
+  std::string e = test_util::error_of([&] { data::ImageFolder({.root = f.root.string()}); });
   EXPECT_NE(e.find("broken.png"), std::string::npos) << e;
   data::ImageFolder ds({.root = f.root.string(), .skip_bad = true});
   EXPECT_EQ(ds.skipped(), 1);
   EXPECT_EQ(ds.size(), 7);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test_util::error_of([&] {
               data::ImageFolder({.root = (f.root / "nope").string()});
             }).find("not a directory"),
             std::string::npos);
@@ -311,7 +302,7 @@ TEST(ImageFolder, TrainsAndEvaluatesOnTheHeldOutFiles) {
   fs::remove_all(ckpt);
   m.num_labels = 3;
   t.model = nn::vit_model(m);
-  std::string e = error_of([&] { train::run(t); });
+  std::string e = test_util::error_of([&] { train::run(t); });
   EXPECT_NE(e.find("has 2 classes (sub-folders), the model has num_labels 3"), std::string::npos)
       << e;
 }

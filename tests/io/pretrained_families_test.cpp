@@ -31,15 +31,6 @@ std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 bool same(const Array& a, const Array& b) {
   if (a.shape() != b.shape()) return false;
   auto x = astype(a, DType::f64).to_vector<double>(), y = astype(b, DType::f64).to_vector<double>();
@@ -119,17 +110,6 @@ TEST(PretrainedFamilies, ANewClassifierForTheDataKeepsTheRest) {
   fs::remove_all(dir);
 }
 
-double max_relative_error(const Array& a, const Array& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
-
 // A DeiT stays a DeiT: new labels get new heads (its teacher's too, drawn by
 // the family's init), and another image size resamples the position
 // embeddings past the class and distillation tokens as transformers'
@@ -148,11 +128,11 @@ TEST(PretrainedFamilies, ADeiTKeepsItsFamilyWithNewLabelsAndImageSizes) {
       io::set_image_size(m, nn::Size2d{h, w});
       EXPECT_EQ(m.model->architecture(), architecture);
       EXPECT_EQ(m.model->image_size(), (nn::Size2d{h, w}));
-      EXPECT_LT(max_relative_error(m.params.at("deit.embeddings.position_embeddings"),
+      EXPECT_LT(test_util::max_relative_error(m.params.at("deit.embeddings.position_embeddings"),
                                    want.at("position_embeddings_" + size)),
                 1e-6);
       const Array logits = m.model->apply(m.params, m.state, want.at("pixel_values_" + size)).logits;
-      EXPECT_LT(max_relative_error(logits, want.at("logits_" + size)), 1e-5);
+      EXPECT_LT(test_util::max_relative_error(logits, want.at("logits_" + size)), 1e-5);
     }
     io::Pretrained m = io::load_pretrained(dir);
     const Params before = m.params;
@@ -178,7 +158,7 @@ TEST(PretrainedFamilies, MissingStatisticsAndAnotherFamilysWeightsAreNamed) {
   Params w = io::load_safetensors(kFixtures + "resnet_basic_golden/model.safetensors").tensors;
   w.erase("resnet.embedder.embedder.normalization.running_var");
   std::string dir = folder_with("resnet_basic_golden", w, "no-stats");
-  std::string e = error_of([&] { io::load_pretrained(dir); });
+  std::string e = test_util::error_of([&] { io::load_pretrained(dir); });
   EXPECT_NE(e.find("the weights lack resnet.embedder.embedder.normalization.running_var: a "
                    "BatchNorm saved without its running statistics cannot be evaluated"),
             std::string::npos)
@@ -187,7 +167,7 @@ TEST(PretrainedFamilies, MissingStatisticsAndAnotherFamilysWeightsAreNamed) {
 
   const Params vit = io::load_safetensors(kFixtures + "vit_golden/model.safetensors").tensors;
   dir = folder_with("resnet_basic_golden", vit, "other-family");
-  e = error_of([&] { io::load_pretrained(dir); });
+  e = test_util::error_of([&] { io::load_pretrained(dir); });
   EXPECT_NE(e.find("the weights lack resnet."), std::string::npos) << e;
   EXPECT_NE(e.find("weights of another model?"), std::string::npos) << e;
   fs::remove_all(dir);
@@ -195,7 +175,7 @@ TEST(PretrainedFamilies, MissingStatisticsAndAnotherFamilysWeightsAreNamed) {
   w = io::load_safetensors(kFixtures + "resnet_basic_golden/model.safetensors").tensors;
   w["resnet.embedder.embedder.convolution.weight"] = zeros({8, 3, 3, 3});
   dir = folder_with("resnet_basic_golden", w, "bad-shape");
-  e = error_of([&] { io::load_pretrained(dir); });
+  e = test_util::error_of([&] { io::load_pretrained(dir); });
   EXPECT_NE(e.find("tensor 'resnet.embedder.embedder.convolution.weight' has shape (8,3,3,3)"),
             std::string::npos)
       << e;

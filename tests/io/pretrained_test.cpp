@@ -14,6 +14,7 @@
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -25,17 +26,6 @@ const std::string kDir = std::string(KILN_FIXTURES_DIR) + "/pretrained/";
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // max |a - b| / max |b|, in double.
-double max_relative_error(const Array& a, const Array& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
-
 // A loaded ViT's config.
 const nn::ViTConfig& vit_config(const io::Pretrained& m) {
   return nn::as_vit(*m.model)->config();
@@ -124,7 +114,7 @@ TEST(Pretrained, EveryTransformersSaveComputesWhatTransformersComputes) {
     EXPECT_EQ(vit_config(m).id2label, (std::vector<std::string>{"cat", "dog", "tench"}));
     for (auto& [n, p] : m.params) EXPECT_EQ(p.dtype(), DType::f32) << n;
     Params expected = io::load_safetensors(kDir + name + "/expected.safetensors").tensors;
-    EXPECT_LT(max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
+    EXPECT_LT(test_util::max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
   }
   EXPECT_HAS(io::load_pretrained(kDir + "v4-f16").notes.at(0),
              "weights stored in f16, converted to f32");
@@ -145,7 +135,7 @@ TEST(Pretrained, HeadlessCheckpointsLeaveThePoolerOut) {
     EXPECT_HAS(notes, "no classifier in the weights (a ViTModel checkpoint)");
     EXPECT_HAS(notes, "the pooler (pooler.dense.bias, pooler.dense.weight) is left out");
     Params expected = io::load_safetensors(kDir + name + "/expected.safetensors").tensors;
-    EXPECT_LT(max_relative_error(computed(m, expected), expected.at("features")), 1e-5);
+    EXPECT_LT(test_util::max_relative_error(computed(m, expected), expected.at("features")), 1e-5);
   }
 }
 
@@ -156,7 +146,7 @@ TEST(Pretrained, Transformers5InMemoryNamesAreRead) {
   EXPECT_TRUE(m.has_classifier);
   EXPECT_TRUE(m.notes.empty());
   Params expected = io::load_safetensors(kDir + "v5-state-dict/expected.safetensors").tensors;
-  EXPECT_LT(max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
+  EXPECT_LT(test_util::max_relative_error(computed(m, expected), expected.at("logits")), 1e-5);
 }
 
 TEST(Pretrained, NewLabelsGetANewClassifierAsTransformersDraws) {
@@ -231,12 +221,12 @@ TEST(Pretrained, ANewImageSizeResamplesThePositionEmbeddingsAsTransformersDoes) 
       io::Pretrained m = io::load_pretrained(kDir + name);
       io::set_image_size(m, nn::Size2d{h, w});
       EXPECT_EQ(vit_config(m).image_size, (nn::Size2d{h, w}));
-      EXPECT_LT(max_relative_error(m.params.at("vit.embeddings.position_embeddings"),
+      EXPECT_LT(test_util::max_relative_error(m.params.at("vit.embeddings.position_embeddings"),
                                    want.at("position_embeddings_" + key)),
                 1e-6);
       Array logits =
           nn::ViTForImageClassification(vit_config(m)).apply(m.params, want.at("pixel_values_" + key));
-      EXPECT_LT(max_relative_error(logits, want.at("logits_" + key)), 1e-5);
+      EXPECT_LT(test_util::max_relative_error(logits, want.at("logits_" + key)), 1e-5);
       ASSERT_EQ(m.notes.size(), 1u);
       EXPECT_HAS(m.notes[0], "image size 16 -> " + nn::to_string(nn::Size2d{h, w}) +
                                  ": position embeddings resampled from 4 to " +
