@@ -77,6 +77,12 @@ class Model {
   // Whether it takes images of image_size() only (a ViT: its position
   // embeddings are made for one grid), or any size (convolutional models).
   virtual bool fixed_image_size() const { return false; }
+  // For a model of fixed_image_size(): the same model made for images of
+  // `size` (a new ViT's config; fresh weights only: a pretrained one's
+  // position embeddings are resampled by io::set_image_size). An invalid
+  // size, or a model that takes any size, is an error naming `origin`.
+  virtual std::shared_ptr<const Model> with_image_size(Size2d size,
+                                                       const std::string& origin) const;
   // Whether training draws random numbers (dropout or drop path on).
   virtual bool stochastic() const = 0;
   // The same model with stochastic depth rising linearly over its blocks to

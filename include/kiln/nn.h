@@ -163,8 +163,7 @@ struct ViTConfig {
 // embeddings kept, the grid resampled by torch's bicubic interpolation
 // (a = -0.75, align_corners=False, edge pixels repeated), in double on the
 // host; the same grid gives the same array back.
-Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to,
-                                   int64_t leading = 1);
+Array resample_position_embeddings(const Array& pos, Size2d from, Size2d to, int64_t leading = 1);
 
 enum class Layout { NCHW, NHWC };
 

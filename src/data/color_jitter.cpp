@@ -14,7 +14,9 @@
 namespace kiln::data {
 namespace {
 
-uint8_t clip8(int v) { return static_cast<uint8_t>(std::clamp(v, 0, 255)); }
+uint8_t clip8(int v) {
+  return static_cast<uint8_t>(std::clamp(v, 0, 255));
+}
 
 // ITU-R 601-2 luma as Pillow's "L" conversion computes it (16-bit fixed point).
 uint8_t luma(const uint8_t* rgb) {
@@ -100,7 +102,8 @@ void contrast(Image& img, double factor) {
 
 void saturation(Image& img, double factor) {
   std::vector<uint8_t> grey(img.pixels.size());
-  for (size_t i = 0; i < grey.size(); i += 3) grey[i] = grey[i + 1] = grey[i + 2] = luma(&img.pixels[i]);
+  for (size_t i = 0; i < grey.size(); i += 3)
+    grey[i] = grey[i + 1] = grey[i + 2] = luma(&img.pixels[i]);
   blend(grey, img.pixels, factor);
 }
 

@@ -222,7 +222,8 @@ void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const 
     }
     flip = uniform() < opt_.flip_prob;
     // (Per pixel, but for contrast's mean over the image: a flip commutes with it.)
-    if (opt_.color_jitter.enabled()) color_jitter(img, draw_color_jitter(opt_.color_jitter, uniform));
+    if (opt_.color_jitter.enabled())
+      color_jitter(img, draw_color_jitter(opt_.color_jitter, uniform));
     if (opt_.random_crop) {
       ImageProcessor values_only = proc;  // the processor's rescaling and normalization
       values_only.do_resize = values_only.do_center_crop = false;

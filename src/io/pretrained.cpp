@@ -393,8 +393,7 @@ Pretrained load_unguarded(const std::string& src) {
                         ", but config.json (hidden_size " + std::to_string(config.hidden_size) +
                         ", image_size " + nn::to_string(config.image_size) + ", patch_size " +
                         nn::to_string(config.patch_size) + ", " +
-                        std::to_string(config.num_labels) + " labels) asks for " +
-                        str(it->second));
+                        std::to_string(config.num_labels) + " labels) asks for " + str(it->second));
     if (a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
     if (!m.params.emplace(ours, a).second)
       fail(kOrigin, m.dir + ": two tensors are '" + ours + "' (one of them '" + name + "')");
@@ -579,8 +578,8 @@ void set_vit_image_size(Pretrained& m, nn::Size2d image_size) {
   c.validate("image size " + nn::to_string(image_size));
   if (image_size == was.image_size) return;
   const nn::Size2d from = was.grid(), to = c.grid();
-  const std::string what = "image size " + nn::to_string(was.image_size) + " -> " +
-                           nn::to_string(image_size) + ": ";
+  const std::string what =
+      "image size " + nn::to_string(was.image_size) + " -> " + nn::to_string(image_size) + ": ";
   if (from != to) {
     const bool deit = variant != nn::ViTVariant::ViT;
     Array& pos = m.params.at(deit ? "deit.embeddings.position_embeddings"

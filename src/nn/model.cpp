@@ -64,9 +64,14 @@ std::pair<Params, Params> Model::split(Params weights, const std::string& origin
   return {std::move(weights), std::move(state)};
 }
 
+std::shared_ptr<const Model> Model::with_image_size(Size2d /*size*/,
+                                                    const std::string& origin) const {
+  fail(origin, architecture() + " takes images of any size: there is no size to set");
+}
+
 std::shared_ptr<const Model> Model::with_drop_path(double /*rate*/) const {
-  fail("--drop-path", architecture() +
-                          " has no stochastic depth (drop path) to set; ViT, DeiT and ConvNeXt have");
+  fail("--drop-path",
+       architecture() + " has no stochastic depth (drop path) to set; ViT, DeiT and ConvNeXt have");
 }
 
 std::set<std::string> Model::head_parameters() const {

@@ -43,9 +43,9 @@ struct EncoderLayer {
     dropout = {c.hidden_dropout_prob};
     // torch.linspace(0, drop_path_rate, depth)[l], as timm's VisionTransformer.
     const int64_t depth = c.num_hidden_layers;
-    drop_path = {depth > 1 ? c.drop_path_rate * static_cast<double>(l) /
-                                 static_cast<double>(depth - 1)
-                           : c.drop_path_rate};
+    drop_path = {depth > 1
+                     ? c.drop_path_rate * static_cast<double>(l) / static_cast<double>(depth - 1)
+                     : c.drop_path_rate};
     mlp = {.up = {p + "intermediate.dense", c.hidden_size, c.intermediate_size, true, w},
            .down = {p + "output.dense", c.intermediate_size, c.hidden_size, true, w},
            .act = c.hidden_act};

@@ -149,6 +149,13 @@ class ViTModel final : public Model {
     return cfg().hidden_dropout_prob > 0 || cfg().attention_probs_dropout_prob > 0 ||
            cfg().drop_path_rate > 0;
   }
+  std::shared_ptr<const Model> with_image_size(Size2d size,
+                                               const std::string& origin) const override {
+    ViTConfig c = cfg();
+    c.image_size = size;
+    c.validate(origin);
+    return vit_model(std::move(c), net_.variant());
+  }
   std::shared_ptr<const Model> with_drop_path(double rate) const override {
     ViTConfig c = cfg();
     c.drop_path_rate = rate;

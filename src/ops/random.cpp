@@ -117,8 +117,8 @@ Array beta(const Key& key, const Shape& shape, double a, double b, DType dtype, 
 
 Array randint(const Key& key, const Shape& shape, int64_t low, int64_t high, Device device) {
   if (!(low < high))
-    fail("random.randint", "high must be above low, got [" + std::to_string(low) + ", " +
-                               std::to_string(high) + ")");
+    fail("random.randint",
+         "high must be above low, got [" + std::to_string(low) + ", " + std::to_string(high) + ")");
   if (low < INT32_MIN || high - 1 > INT32_MAX)
     fail("random.randint", "[" + std::to_string(low) + ", " + std::to_string(high) +
                                ") does not fit the i32 it draws");
@@ -134,8 +134,8 @@ Array categorical(const Key& key, const Array& logits, int axis) {
          std::string("logits must be floating-point, got ") + name_of(logits.dtype()));
   // The Gumbel-max trick, as jax.random.categorical: argmax(logits + G),
   // G = -log(-log(U)), U uniform in (0, 1).
-  const Array u = uniform(key, logits.shape(), std::numeric_limits<float>::min(), 1.0,
-                          DType::f32, logits.device());
+  const Array u = uniform(key, logits.shape(), std::numeric_limits<float>::min(), 1.0, DType::f32,
+                          logits.device());
   return argmax(astype(logits, DType::f32) - log(-log(u)), axis);
 }
 

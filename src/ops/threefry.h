@@ -217,7 +217,8 @@ KILN_HD inline void draw_block(const random::DrawSpec& s, uint64_t j, double v[2
     case RandomKind::Randint:
       for (int k = 0; k < 2; ++k) {
         uint32_t e[2];
-        derive(s.key, kStream | static_cast<uint32_t>(j >> 31), static_cast<uint32_t>(2 * j + k), e);
+        derive(s.key, kStream | static_cast<uint32_t>(j >> 31), static_cast<uint32_t>(2 * j + k),
+               e);
         v[k] = s.kind == RandomKind::Gamma ? gamma_stream(e, s.a) : randint_stream(e, s.a, s.b);
       }
       break;

@@ -115,11 +115,11 @@ void validate(const TrainConfig& cfg) {
   cfg.mixup.validate();
   cfg.erasing.validate();
   cfg.color_jitter.validate();
-  if (cfg.color_jitter.enabled() &&
-      (!cfg.augment || cfg.data.rfind("imagefolder:", 0) != 0 ||
-       (cfg.model && cfg.model->num_channels() != 3)))
-    fail("train", "--color-jitter goes with --augment on an RGB image folder (--data imagefolder:"
-                  "PATH and a model of 3 channels)");
+  if (cfg.color_jitter.enabled() && (!cfg.augment || cfg.data.rfind("imagefolder:", 0) != 0 ||
+                                     (cfg.model && cfg.model->num_channels() != 3)))
+    fail("train",
+         "--color-jitter goes with --augment on an RGB image folder (--data imagefolder:"
+         "PATH and a model of 3 channels)");
   if (cfg.mixup.enabled()) {
     if (cfg.batch_size % 2 != 0)
       fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +

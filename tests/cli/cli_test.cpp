@@ -10,11 +10,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "backend/cpu/sgemm.h"
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {

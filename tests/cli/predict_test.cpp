@@ -12,10 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {

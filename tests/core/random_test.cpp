@@ -179,15 +179,19 @@ TEST(Random, BadArgumentsAreNamed) {
   };
   EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 0); }).find("random.gamma"),
             std::string::npos);
-  EXPECT_NE(error([] { random::beta(random::Key(0), {3}, 1, -1); }).find("a and b must be positive"),
+  EXPECT_NE(
+      error([] { random::beta(random::Key(0), {3}, 1, -1); }).find("a and b must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error([] { random::randint(random::Key(0), {3}, 5, 5); }).find("high must be above low"),
+      std::string::npos);
+  EXPECT_NE(error([] {
+              random::randint(random::Key(0), {3}, 0, int64_t{1} << 40);
+            }).find("does not fit the i32"),
             std::string::npos);
-  EXPECT_NE(error([] { random::randint(random::Key(0), {3}, 5, 5); }).find("high must be above low"),
-            std::string::npos);
-  EXPECT_NE(error([] { random::randint(random::Key(0), {3}, 0, int64_t{1} << 40); })
-                .find("does not fit the i32"),
-            std::string::npos);
-  EXPECT_NE(error([] { random::categorical(random::Key(0), zeros({3}, DType::i32)); })
-                .find("logits must be floating-point"),
+  EXPECT_NE(error([] {
+              random::categorical(random::Key(0), zeros({3}, DType::i32));
+            }).find("logits must be floating-point"),
             std::string::npos);
   EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 2, DType::i32); }).find("dtype must be"),
             std::string::npos);

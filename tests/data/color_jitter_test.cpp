@@ -44,7 +44,8 @@ TEST(ColorJitter, EqualsTorchvisionOnPillowByteForByte) {
 // kiln's draws: every order of the four adjustments, factors inside their
 // ranges, an adjustment left at 0 untouched.
 TEST(ColorJitter, DrawsEveryOrderAndFactorsInRange) {
-  const data::ColorJitterOptions opt{.brightness = 0.4, .contrast = 1.5, .saturation = 0, .hue = 0.1};
+  const data::ColorJitterOptions opt{
+      .brightness = 0.4, .contrast = 1.5, .saturation = 0, .hue = 0.1};
   std::mt19937_64 gen(5);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
   const std::function<double()> uniform = [&] { return u01(gen); };
@@ -64,9 +65,11 @@ TEST(ColorJitter, DrawsEveryOrderAndFactorsInRange) {
 }
 
 TEST(ColorJitter, BadOptionsNameTheFlag) {
-  const std::string bad = test_util::error_of([] { data::ColorJitterOptions{.brightness = -1}.validate(); });
+  const std::string bad =
+      test_util::error_of([] { data::ColorJitterOptions{.brightness = -1}.validate(); });
   EXPECT_NE(bad.find("--color-jitter"), std::string::npos) << bad;
-  const std::string hue = test_util::error_of([] { data::ColorJitterOptions{.hue = 0.7}.validate(); });
+  const std::string hue =
+      test_util::error_of([] { data::ColorJitterOptions{.hue = 0.7}.validate(); });
   EXPECT_NE(hue.find("expected 0 to 0.5"), std::string::npos) << hue;
   data::Image grey{2, 2, 1, std::vector<uint8_t>(4, 9)};
   const std::string channels = test_util::error_of([&] { data::color_jitter(grey, {}); });

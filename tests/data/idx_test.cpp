@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../test_util.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -43,19 +43,23 @@ TEST(Idx, MalformedFilesNameTheFileAndTheProblem) {
   auto bytes = idx_bytes({2, 3});
   auto wrong_magic = bytes;
   wrong_magic[0] = 0x1f;
-  EXPECT_NE(test_util::error_of([&] { data::parse_idx(wrong_magic, "f.idx"); }).find("[f.idx] is not an IDX"),
+  EXPECT_NE(test_util::error_of([&] {
+              data::parse_idx(wrong_magic, "f.idx");
+            }).find("[f.idx] is not an IDX"),
             std::string::npos);
   auto wrong_type = bytes;
   wrong_type[2] = 0x0d;  // float data
-  EXPECT_NE(test_util::error_of([&] { data::parse_idx(wrong_type, "f.idx"); }).find("expected 0x08"),
-            std::string::npos);
+  EXPECT_NE(
+      test_util::error_of([&] { data::parse_idx(wrong_type, "f.idx"); }).find("expected 0x08"),
+      std::string::npos);
   auto truncated = bytes;
   truncated.pop_back();
   EXPECT_NE(test_util::error_of([&] { data::parse_idx(truncated, "f.idx"); }).find("(truncated)"),
             std::string::npos);
   std::vector<uint8_t> header_cut(bytes.begin(), bytes.begin() + 6);
-  EXPECT_NE(test_util::error_of([&] { data::parse_idx(header_cut, "f.idx"); }).find("inside its header"),
-            std::string::npos);
+  EXPECT_NE(
+      test_util::error_of([&] { data::parse_idx(header_cut, "f.idx"); }).find("inside its header"),
+      std::string::npos);
   EXPECT_NE(test_util::error_of([&] {
               data::parse_idx({0, 0}, "f.idx");
             }).find("too short"),
@@ -108,7 +112,9 @@ TEST(Idx, ReadsGzipAndPlainFilesAndRejectsDamagedGzip) {
   }
   std::string e = test_util::error_of([&] { data::read_idx((dir / "cut.gz").string()); });
   EXPECT_NE(e.find("cut.gz"), std::string::npos) << e;
-  EXPECT_NE(test_util::error_of([&] { data::read_idx((dir / "missing.gz").string()); }).find("cannot open"),
+  EXPECT_NE(test_util::error_of([&] {
+              data::read_idx((dir / "missing.gz").string());
+            }).find("cannot open"),
             std::string::npos);
   fs::remove_all(dir);
 }

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <functional>
 
+#include "../test_util.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 #include "kiln/train.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -84,8 +84,9 @@ TEST(Decode, DamagedFilesNameTheFile) {
             }).find("[cut.jpg] is a damaged JPEG"),
             std::string::npos);
   std::vector<uint8_t> cut_png(png.begin(), png.begin() + png.size() - 20);
-  EXPECT_NE(test_util::error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
-            std::string::npos);
+  EXPECT_NE(
+      test_util::error_of([&] { data::decode_image(cut_png, 3, "cut.png"); }).find("[cut.png]"),
+      std::string::npos);
   std::vector<uint8_t> header_only(jpg.begin(), jpg.begin() + 4);
   EXPECT_NE(test_util::error_of([&] {
               data::probe_image(header_only, "h.jpg");
@@ -205,7 +206,8 @@ TEST(ImageFolder, AugmentationIsAFunctionOfSeedEpochAndIndex) {
 TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
   Folder f;
   std::vector<uint8_t> colours(40 * 40 * 3);
-  for (size_t i = 0; i < colours.size(); ++i) colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  for (size_t i = 0; i < colours.size(); ++i)
+    colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
   write(f.root / "cat" / "c0.png", encode_png(colours, 40, 40));
   data::ImageProcessor proc;
   proc.size = nn::Size2d(16);

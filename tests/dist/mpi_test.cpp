@@ -13,9 +13,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -195,7 +195,7 @@ TEST_F(Dist, TwoRanksOnTwoGpusTrainThroughNcclAsOneProcessDoes) {
 
 TEST_F(Dist, ABatchThatDoesNotDivideGetsAClearError) {
   Shell r = shell(mpirun(2) + test_util::kiln_cli_path() + " train --config " + config_ +
-                " --batch-size 3 --steps 2 --warmup 1");
+                  " --batch-size 3 --steps 2 --warmup 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--batch-size 3 (the global batch) does not divide among 2 ranks"),
             std::string::npos)

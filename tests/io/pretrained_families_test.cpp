@@ -14,9 +14,9 @@
 #include <functional>
 #include <set>
 
+#include "../test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -129,9 +129,10 @@ TEST(PretrainedFamilies, ADeiTKeepsItsFamilyWithNewLabelsAndImageSizes) {
       EXPECT_EQ(m.model->architecture(), architecture);
       EXPECT_EQ(m.model->image_size(), (nn::Size2d{h, w}));
       EXPECT_LT(test_util::max_relative_error(m.params.at("deit.embeddings.position_embeddings"),
-                                   want.at("position_embeddings_" + size)),
+                                              want.at("position_embeddings_" + size)),
                 1e-6);
-      const Array logits = m.model->apply(m.params, m.state, want.at("pixel_values_" + size)).logits;
+      const Array logits =
+          m.model->apply(m.params, m.state, want.at("pixel_values_" + size)).logits;
       EXPECT_LT(test_util::max_relative_error(logits, want.at("logits_" + size)), 1e-5);
     }
     io::Pretrained m = io::load_pretrained(dir);
@@ -248,8 +249,9 @@ TEST(PretrainedFamilies, AResNetFineTunesEvaluatesAndPredictsFromTheCommand) {
 // jitter): still a DeiT of the data's labels, its checkpoint evaluated.
 TEST(PretrainedFamilies, ADeiTFineTunesFromItsFolderOnAnImageFolder) {
   const std::string images = two_class_folder("deit-images"), ckpt = temp_dir("deit-ckpt");
-  CliRun t = kiln("train --init-from " + kFixtures + "deit_golden/deit_with_teacher --data imagefolder:" +
-                  images + " --skip-bad-images --image-size 48 --augment --color-jitter 0.4 --steps 3 " +
+  CliRun t = kiln("train --init-from " + kFixtures +
+                  "deit_golden/deit_with_teacher --data imagefolder:" + images +
+                  " --skip-bad-images --image-size 48 --augment --color-jitter 0.4 --steps 3 " +
                   "--warmup 1 --batch-size 4 --save " + ckpt);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("a new one for 2 labels (a, b)"), std::string::npos) << t.output;

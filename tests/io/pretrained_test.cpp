@@ -12,9 +12,9 @@
 #include <functional>
 #include <map>
 
+#include "../test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "../test_util.h"
 
 namespace kiln {
 namespace {
@@ -222,10 +222,10 @@ TEST(Pretrained, ANewImageSizeResamplesThePositionEmbeddingsAsTransformersDoes) 
       io::set_image_size(m, nn::Size2d{h, w});
       EXPECT_EQ(vit_config(m).image_size, (nn::Size2d{h, w}));
       EXPECT_LT(test_util::max_relative_error(m.params.at("vit.embeddings.position_embeddings"),
-                                   want.at("position_embeddings_" + key)),
+                                              want.at("position_embeddings_" + key)),
                 1e-6);
-      Array logits =
-          nn::ViTForImageClassification(vit_config(m)).apply(m.params, want.at("pixel_values_" + key));
+      Array logits = nn::ViTForImageClassification(vit_config(m))
+                         .apply(m.params, want.at("pixel_values_" + key));
       EXPECT_LT(test_util::max_relative_error(logits, want.at("logits_" + key)), 1e-5);
       ASSERT_EQ(m.notes.size(), 1u);
       EXPECT_HAS(m.notes[0], "image size 16 -> " + nn::to_string(nn::Size2d{h, w}) +

@@ -338,5 +338,22 @@ TEST(Models, AViTsDropPathIsOffInEvaluationAndKeptInItsConfig) {
   EXPECT_THROW(m->with_drop_path(1.0), Error);
 }
 
+// A new ViT for another image size (`--image-size`); a size its patches do
+// not fit, or a model that takes any size, is an error naming the origin.
+TEST(Models, AViTIsMadeForAnotherImageSize) {
+  const auto m = nn::model_from_preset("vit-tiny");
+  const auto r = m->with_image_size(nn::Size2d{64, 32}, "--image-size 64x32");
+  EXPECT_EQ(r->image_size(), (nn::Size2d{64, 32}));
+  EXPECT_EQ(r->parameter_shapes().size(), m->parameter_shapes().size());
+  EXPECT_NE(
+      test_util::error_of([&] { m->with_image_size(8, "--image-size 8"); }).find("--image-size 8"),
+      std::string::npos);
+  const auto resnet = nn::model_from_preset("resnet-18");
+  EXPECT_NE(test_util::error_of([&] {
+              resnet->with_image_size(64, "--image-size 64");
+            }).find("takes images of any size"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -97,8 +97,8 @@ TEST(VitConfigsGolden, NonSquareImagesAndPatchesWithRemainders) {
   ASSERT_EQ(c.cfg.patch_size, nn::Size2d(5, 4));  // 3 x 3 patches; 3 rows and 1 column unused
   for (nn::Layout layout : {nn::Layout::NCHW, nn::Layout::NHWC}) {
     const char* name = layout == nn::Layout::NCHW ? "NCHW" : "NHWC";
-    auto r =
-        train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(layout), c.golden.at("labels"), layout);
+    auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(layout),
+                                     c.golden.at("labels"), layout);
     expect_matches(r, c, "", std::string("nonsquare, ") + name);
   }
   // transformers' eager attention, unfused, gives the same.
@@ -114,8 +114,8 @@ TEST(VitConfigsGolden, CrossEntropySkipsLabelsOfMinus100) {
   Case c("nonsquare");
   Array labels = c.golden.at("labels_ignore");
   ASSERT_EQ(labels.to_vector<int64_t>()[1], -100);
-  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW), labels,
-                                   nn::Layout::NCHW);
+  auto r = train::forward_backward(*nn::vit_model(c.cfg), c.weights, c.pixels(nn::Layout::NCHW),
+                                   labels, nn::Layout::NCHW);
   expect_matches(r, c, "ignore.", "nonsquare, label -100 ignored");
 }
 
@@ -137,10 +137,12 @@ TEST(VitConfigsGolden, RegressionWithOneLabelSqueezesLogitsAndLabels) {
   Array labels = c.golden.at("labels");                    // f32 [B]
   Array column = reshape(labels, {labels.shape()[0], 1});  // [B, 1]: squeezed the same
   Array pixels = c.pixels(nn::Layout::NCHW);
-  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW), c, "",
-                 "regression, labels [B]");
-  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, column, nn::Layout::NCHW), c, "",
-                 "regression, labels [B, 1]");
+  expect_matches(
+      train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW),
+      c, "", "regression, labels [B]");
+  expect_matches(
+      train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, column, nn::Layout::NCHW),
+      c, "", "regression, labels [B, 1]");
   expect_sgd_losses(c, labels);
 }
 
@@ -156,12 +158,14 @@ TEST(VitConfigsGolden, MultiLabelClassificationSetOrInferredFromFloatLabels) {
   Case c("multi_label");
   ASSERT_EQ(c.cfg.problem_type, nn::ProblemType::MultiLabel);
   Array pixels = c.pixels(nn::Layout::NCHW), labels = c.golden.at("labels");
-  expect_matches(train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW), c, "",
-                 "multi_label_classification");
+  expect_matches(
+      train::forward_backward(*nn::vit_model(c.cfg), c.weights, pixels, labels, nn::Layout::NCHW),
+      c, "", "multi_label_classification");
   nn::ViTConfig inferred = c.cfg;
   inferred.problem_type = nn::ProblemType::Unset;  // float labels with 4 labels: multi-label
-  expect_matches(train::forward_backward(*nn::vit_model(inferred), c.weights, pixels, labels, nn::Layout::NCHW), c,
-                 "", "multi-label inferred from float labels");
+  expect_matches(train::forward_backward(*nn::vit_model(inferred), c.weights, pixels, labels,
+                                         nn::Layout::NCHW),
+                 c, "", "multi-label inferred from float labels");
   expect_sgd_losses(c, labels);
 }
 

@@ -55,7 +55,8 @@ TEST_P(VitGolden, LogitsLossAndGradientsMatchTransformers) {
   Golden g;
   nn::Layout layout = GetParam();
   Array pixels = g.pixels(layout);
-  auto r = train::forward_backward(*nn::vit_model(g.cfg), g.weights, pixels, g.batch.at("labels"), layout);
+  auto r = train::forward_backward(*nn::vit_model(g.cfg), g.weights, pixels, g.batch.at("labels"),
+                                   layout);
   EXPECT_LT(relative_error(r.logits, g.expected.at("logits")), 1e-5);
   EXPECT_NEAR(r.loss.item<double>(), g.expected.at("loss").item<double>(),
               1e-5 * g.expected.at("loss").item<double>());
@@ -92,8 +93,8 @@ TEST_P(VitGolden, Bf16MixedPrecisionStaysWithinTwoPercent) {
   Golden g;
   nn::Layout layout = GetParam();
   Array pixels = g.pixels(layout);
-  auto r =
-      train::forward_backward(*nn::vit_model(g.cfg), g.weights, pixels, g.batch.at("labels"), layout, DType::bf16);
+  auto r = train::forward_backward(*nn::vit_model(g.cfg), g.weights, pixels, g.batch.at("labels"),
+                                   layout, DType::bf16);
   double logits_err = relative_error(r.logits, g.expected.at("logits"));
   EXPECT_LT(logits_err, 2e-2);
   EXPECT_GT(logits_err, 1e-5);  // bf16 did run: f32 is within 1e-5

@@ -1595,7 +1595,8 @@ TEST(RefBackend, RandomMatchesCpu) {
         Draw{RandomKind::TruncatedNormal, -2, 2, DType::f32},
         Draw{RandomKind::Bernoulli, 0.3, 0, DType::bool_},
         Draw{RandomKind::Uniform, 0, 1, DType::bf16}, Draw{RandomKind::Gamma, 0.6, 0, DType::f64},
-        Draw{RandomKind::Gamma, 3.5, 0, DType::f32}, Draw{RandomKind::Randint, -5, 1000, DType::i32}}) {
+        Draw{RandomKind::Gamma, 3.5, 0, DType::f32},
+        Draw{RandomKind::Randint, -5, 1000, DType::i32}}) {
     auto draw = [&](Device dev) {
       RandomAttrs attrs{{0, 0}, d.kind, d.a, d.b, {7, 5}, d.dtype, true, 9};
       return make_array(Primitive(Op::Random, attrs), {key.to(dev)}, {7, 5}, d.dtype);
@@ -1997,7 +1998,8 @@ TEST(GpuBackend, FillAndRandomMatchCpu) {
         Draw{RandomKind::TruncatedNormal, -2, 2, DType::f32},
         Draw{RandomKind::Bernoulli, 0.3, 0, DType::bool_},
         Draw{RandomKind::Uniform, 0, 1, DType::bf16}, Draw{RandomKind::Gamma, 0.6, 0, DType::f64},
-        Draw{RandomKind::Gamma, 3.5, 0, DType::f32}, Draw{RandomKind::Randint, -5, 1000, DType::i32}}) {
+        Draw{RandomKind::Gamma, 3.5, 0, DType::f32},
+        Draw{RandomKind::Randint, -5, 1000, DType::i32}}) {
     for (bool with_key_array : {false, true}) {
       auto draw = [&](Device dev) {
         RandomAttrs attrs{{7, 9}, d.kind, d.a, d.b, {7, 5}, d.dtype, with_key_array, 9};

@@ -448,10 +448,12 @@ TEST(Validate, EachBadSettingIsNamed) {
       {[](auto& t) { t.mode = train::Mode::jit, t.compile_model = true; },
        "--compile-model goes with --mode eager"},
       {[](auto& t) { t.clip_norm = -1; }, "--clip-norm must be >= 0"},
-      {[](auto& t) { t.workers = -2; }, "--workers must be >= 0 (or -1: chosen by the device), got -2"},
+      {[](auto& t) { t.workers = -2; },
+       "--workers must be >= 0 (or -1: chosen by the device), got -2"},
       {[](auto& t) { t.color_jitter.brightness = 0.4; },
        "--color-jitter goes with --augment on an RGB image folder"},
-      {[](auto& t) { t.color_jitter.hue = 0.6; }, "--color-jitter's hue 0.600000: expected 0 to 0.5"},
+      {[](auto& t) { t.color_jitter.hue = 0.6; },
+       "--color-jitter's hue 0.600000: expected 0 to 0.5"},
       {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},
@@ -588,7 +590,8 @@ TEST(Evaluate, CompiledAndEagerAgree) {
   nn::ViTConfig c = small_config();
   Params p = nn::ViTForImageClassification(c).init(random::Key(3));
   data::RandomImages ds({.num_samples = 10, .num_labels = 5, .image_size = 16});
-  auto e = train::evaluate(nn::vit_model(c), p, {}, ds, 4, nn::Layout::NCHW, false);  // batches of 4, 4, 2
+  auto e = train::evaluate(nn::vit_model(c), p, {}, ds, 4, nn::Layout::NCHW,
+                           false);  // batches of 4, 4, 2
   auto j = train::evaluate(nn::vit_model(c), p, {}, ds, 4, nn::Layout::NCHW, true);
   EXPECT_EQ(e.samples, 10);
   EXPECT_NEAR(e.loss, j.loss, 1e-5);

@@ -212,7 +212,9 @@ void define_train_data(CLI::App* t, TrainFlags& tf) {
       ->check(CLI::Range(0.0, 1.0));
   t->add_option_function<double>(
        "--color-jitter",
-       [&](const double& x) { tc.color_jitter = {.brightness = x, .contrast = x, .saturation = x}; },
+       [&](const double& x) {
+         tc.color_jitter = {.brightness = x, .contrast = x, .saturation = x};
+       },
        "with --augment on an RGB image folder: torchvision's ColorJitter(X, X, X) after the crop "
        "and flip (timm's --color-jitter, e.g. 0.4)")
       ->check(CLI::Range(0.0, 10.0));
@@ -504,13 +506,8 @@ train::TrainConfig train_config(const TrainFlags& f) {
     cfg.image_size = *parse_image_size(f.image_size);
     // A new ViT's images (a convolutional model takes any size); --init-from's
     // model is resized when it is loaded.
-    const nn::ViTForImageClassification* vit = nn::as_vit(*cfg.model);
-    if (cfg.init_from.empty() && vit) {
-      nn::ViTConfig c = vit->config();
-      c.image_size = cfg.image_size;
-      c.validate("--image-size " + f.image_size);
-      cfg.model = nn::vit_model(c, vit->variant());
-    }
+    if (cfg.init_from.empty() && cfg.model->fixed_image_size())
+      cfg.model = cfg.model->with_image_size(cfg.image_size, "--image-size " + f.image_size);
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.random_crop = !f.no_crop;
