@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "../test_util.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -169,32 +170,26 @@ TEST(Random, CategoricalDrawsBySoftmax) {
 }
 
 TEST(Random, BadArgumentsAreNamed) {
-  auto error = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 0); }).find("random.gamma"),
+  using test_util::error_of;
+  EXPECT_NE(error_of([] { random::gamma(random::Key(0), {3}, 0); }).find("random.gamma"),
             std::string::npos);
   EXPECT_NE(
-      error([] { random::beta(random::Key(0), {3}, 1, -1); }).find("a and b must be positive"),
+      error_of([] { random::beta(random::Key(0), {3}, 1, -1); }).find("a and b must be positive"),
       std::string::npos);
   EXPECT_NE(
-      error([] { random::randint(random::Key(0), {3}, 5, 5); }).find("high must be above low"),
+      error_of([] { random::randint(random::Key(0), {3}, 5, 5); }).find("high must be above low"),
       std::string::npos);
-  EXPECT_NE(error([] {
+  EXPECT_NE(error_of([] {
               random::randint(random::Key(0), {3}, 0, int64_t{1} << 40);
             }).find("does not fit the i32"),
             std::string::npos);
-  EXPECT_NE(error([] {
+  EXPECT_NE(error_of([] {
               random::categorical(random::Key(0), zeros({3}, DType::i32));
             }).find("logits must be floating-point"),
             std::string::npos);
-  EXPECT_NE(error([] { random::gamma(random::Key(0), {3}, 2, DType::i32); }).find("dtype must be"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { random::gamma(random::Key(0), {3}, 2, DType::i32); }).find("dtype must be"),
+      std::string::npos);
   EXPECT_THROW(random::bernoulli(random::Key(0), {3}, 1.5), Error);
   EXPECT_THROW(random::uniform(random::Key(0), {3}, 2, 1), Error);
   EXPECT_THROW(random::normal(random::Key(0), {3}, DType::i32), Error);
