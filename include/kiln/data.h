@@ -193,6 +193,76 @@ ColorJitterParams draw_color_jitter(const ColorJitterOptions& opt,
 // conversion by uint8(int8(hue · 255)), wrapping, and converting back.
 void color_jitter(Image& img, const ColorJitterParams& p);
 
+// ---- RandAugment (timm's rand_augment_transform on Pillow images) ----
+// timm's RandAugment operations (its _RAND_TRANSFORMS, in that order).
+enum class AugmentOp {
+  AutoContrast,
+  Equalize,
+  Invert,
+  Rotate,
+  Posterize,
+  Solarize,
+  SolarizeAdd,
+  Color,
+  Contrast,
+  Brightness,
+  Sharpness,
+  ShearX,
+  ShearY,
+  TranslateXRel,
+  TranslateYRel,
+};
+constexpr int kAugmentOps = 15;
+const char* augment_op_name(AugmentOp op);  // timm's name, e.g. "TranslateXRel"
+
+struct RandAugmentOptions {
+  bool enabled = false;
+  double magnitude = 10;   // m: 0..magnitude_max
+  int64_t num_layers = 2;  // n: operations drawn (with replacement) per image
+  double prob = 0.5;       // p: each drawn operation's probability
+  // mstd: the magnitude drawn from N(magnitude, magnitude_std) where > 0,
+  // uniform in [0, magnitude] where infinite (timm: mstd above 100); then
+  // clipped to [0, magnitude_max].
+  double magnitude_std = 0;
+  double magnitude_max = 10;  // mmax
+  bool increasing = false;    // inc1: timm's _RAND_INCREASING_TRANSFORMS
+  // Outside the config string: the colour the geometric operations fill
+  // with (timm: the normalization mean x 255, rounded) and their filter
+  // (bilinear or bicubic; timm's --train-interpolation).
+  std::array<uint8_t, 3> fill = {128, 128, 128};
+  Resample resample = Resample::bicubic;
+  // timm's config string: "rand" then dash-separated sections m<int>,
+  // n<int>, p<float>, mstd<float>, mmax<int>, inc<0|1> in any order (e.g.
+  // "rand-m9-mstd0.5-inc1"). Errors name `flag` and the section. (timm reads
+  // "inc0" as on; kiln as off. Weighted or named transform sets, "t...",
+  // are not supported.)
+  static RandAugmentOptions parse(const std::string& config, const std::string& flag);
+  void validate(const std::string& flag) const;
+};
+// timm's LEVEL_TO_ARG: the argument operation `op` takes at `magnitude`
+// (0..10 scale) in either transform set, negated where timm negates at
+// random and `negate` is set. The histogram operations and Invert take none
+// (0).
+double augment_level_to_arg(AugmentOp op, double magnitude, bool increasing, bool negate);
+// Whether timm's level function for `op` negates at random (a draw): the
+// geometric operations, and the enhancements in the increasing set.
+bool augment_op_negates(AugmentOp op, bool increasing);
+// One operation on an RGB image, byte for byte what timm's op function does
+// with Pillow: ImageOps' autocontrast, equalize, invert, posterize (0 bits:
+// black) and solarize; timm's solarize_add (threshold 128); ImageEnhance's
+// Color, Contrast, Brightness and Sharpness (a blend with Pillow's SMOOTH
+// filter, its border kept); and the affine ones (rotate about the centre by
+// `arg` degrees counter-clockwise as Image.rotate computes its matrix, shears
+// by a factor, translations by a fraction of the size) by Image.transform's
+// bilinear or bicubic sampling, pixels from outside the image `fill`.
+void augment_op(Image& img, AugmentOp op, double arg, const std::array<uint8_t, 3>& fill,
+                Resample resample);
+// timm's RandAugment.__call__ on an RGB image with kiln's uniform draws in
+// [0, 1), in timm's order: the num_layers operations (uniform, with
+// replacement), then for each: applied with probability prob, its magnitude
+// (the noise by Box-Muller from two draws), its negation (where it has one).
+void rand_augment(Image& img, const RandAugmentOptions& o, const std::function<double()>& uniform);
+
 struct ImageFolderOptions {
   std::string root;             // root/<class>/<image>.{jpg,jpeg,png}
   std::string split = "all";    // all, train (all but the held-out files) or holdout
@@ -225,6 +295,9 @@ struct ImageFolderOptions {
   // Augmenting an RGB folder: torchvision's ColorJitter after the crop and
   // the flip, its draws after theirs.
   ColorJitterOptions color_jitter;
+  // Augmenting an RGB folder: timm's RandAugment after the crop and the flip
+  // (and color jitter, which timm leaves out with it), its draws after theirs.
+  RandAugmentOptions rand_augment;
 };
 // torchvision's RandomResizedCrop.get_params for an image of width x height:
 // up to 10 tries of an area fraction uniform in `scale` and a log-uniform

@@ -71,6 +71,10 @@ struct TrainConfig {
   // crop and flip (timm's --color-jitter X: brightness, contrast and
   // saturation X, hue 0).
   data::ColorJitterOptions color_jitter;
+  // With augment on an RGB image folder: timm's RandAugment after the crop
+  // and the flip (--rand-augment rand-m9-mstd0.5), bicubic, filling with the
+  // normalization mean; not with color jitter (timm leaves that out with it).
+  data::RandAugmentOptions rand_augment;
   // Optimizer: "sgd" (lr, momentum, weight_decay) or "adamw" (lr, betas,
   // weight_decay); the learning rate follows `schedule` (warm-up + cosine).
   std::string optimizer = "sgd";

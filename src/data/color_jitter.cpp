@@ -1,4 +1,5 @@
-// kiln data: torchvision's ColorJitter on Pillow images, byte for byte.
+// kiln data: torchvision's ColorJitter on Pillow images, byte for byte, and
+// the ImageEnhance adjustments it shares with RandAugment (data/enhance.h).
 // Pillow's arithmetic is reproduced with its own types: Image.blend in
 // float32 with truncation, the HSV conversions in float and double as its
 // Convert.c writes them. This file is compiled with -ffp-contract=off
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kiln/data.h"
+#include "data/enhance.h"
 
 namespace kiln::data {
 namespace {
@@ -17,6 +18,10 @@ namespace {
 uint8_t clip8(int v) {
   return static_cast<uint8_t>(std::clamp(v, 0, 255));
 }
+
+}  // namespace
+
+namespace pillow {
 
 // ITU-R 601-2 luma as Pillow's "L" conversion computes it (16-bit fixed point).
 uint8_t luma(const uint8_t* rgb) {
@@ -44,6 +49,30 @@ void blend(const std::vector<uint8_t>& degenerate, std::vector<uint8_t>& img, do
     }
   }
 }
+
+void brightness(Image& img, double factor) {
+  blend(std::vector<uint8_t>(img.pixels.size(), 0), img.pixels, factor);
+}
+
+void contrast(Image& img, double factor) {
+  // ImageStat's mean of the "L" image, rounded: int(mean + 0.5).
+  const int64_t n = img.width * img.height;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += luma(&img.pixels[3 * i]);
+  const auto mean = static_cast<uint8_t>(static_cast<int>(sum / static_cast<double>(n) + 0.5));
+  blend(std::vector<uint8_t>(img.pixels.size(), mean), img.pixels, factor);
+}
+
+void color(Image& img, double factor) {
+  std::vector<uint8_t> grey(img.pixels.size());
+  for (size_t i = 0; i < grey.size(); i += 3)
+    grey[i] = grey[i + 1] = grey[i + 2] = luma(&img.pixels[i]);
+  blend(grey, img.pixels, factor);
+}
+
+}  // namespace pillow
+
+namespace {
 
 void to_hsv(const uint8_t* in, uint8_t* out) {
   const uint8_t r = in[0], g = in[1], b = in[2];
@@ -85,26 +114,6 @@ void from_hsv(const uint8_t* in, uint8_t* out) {
   const uint8_t t = clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs1f))));
   const uint8_t rgb[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
   for (int c = 0; c < 3; ++c) out[c] = rgb[i % 6][c];
-}
-
-void brightness(Image& img, double factor) {
-  blend(std::vector<uint8_t>(img.pixels.size(), 0), img.pixels, factor);
-}
-
-void contrast(Image& img, double factor) {
-  // ImageStat's mean of the "L" image, rounded: int(mean + 0.5).
-  const int64_t n = img.width * img.height;
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += luma(&img.pixels[3 * i]);
-  const auto mean = static_cast<uint8_t>(static_cast<int>(sum / static_cast<double>(n) + 0.5));
-  blend(std::vector<uint8_t>(img.pixels.size(), mean), img.pixels, factor);
-}
-
-void saturation(Image& img, double factor) {
-  std::vector<uint8_t> grey(img.pixels.size());
-  for (size_t i = 0; i < grey.size(); i += 3)
-    grey[i] = grey[i + 1] = grey[i + 2] = luma(&img.pixels[i]);
-  blend(grey, img.pixels, factor);
 }
 
 void hue(Image& img, double factor) {
@@ -151,9 +160,9 @@ void color_jitter(Image& img, const ColorJitterParams& p) {
     fail("color jitter", "takes RGB images, got " + std::to_string(img.channels) + " channels");
   for (int which : p.order) {
     switch (which) {
-      case 0: brightness(img, p.brightness); break;
-      case 1: contrast(img, p.contrast); break;
-      case 2: saturation(img, p.saturation); break;
+      case 0: pillow::brightness(img, p.brightness); break;
+      case 1: pillow::contrast(img, p.contrast); break;
+      case 2: pillow::color(img, p.saturation); break;
       default: hue(img, p.hue); break;
     }
   }

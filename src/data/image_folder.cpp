@@ -224,6 +224,19 @@ void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const 
     // (Per pixel, but for contrast's mean over the image: a flip commutes with it.)
     if (opt_.color_jitter.enabled())
       color_jitter(img, draw_color_jitter(opt_.color_jitter, uniform));
+    if (opt_.rand_augment.enabled) {
+      // Rotations, shears and translations do not commute with the flip: it
+      // comes first, as in timm's transforms.
+      if (flip) {
+        for (int64_t y = 0; y < img.height; ++y)
+          for (int64_t x = 0, r = img.width - 1; x < r; ++x, --r)
+            std::swap_ranges(&img.pixels[(y * img.width + x) * 3],
+                             &img.pixels[(y * img.width + x) * 3 + 3],
+                             &img.pixels[(y * img.width + r) * 3]);
+        flip = false;
+      }
+      rand_augment(img, opt_.rand_augment, uniform);
+    }
     if (opt_.random_crop) {
       ImageProcessor values_only = proc;  // the processor's rescaling and normalization
       values_only.do_resize = values_only.do_center_crop = false;

@@ -120,6 +120,18 @@ void validate(const TrainConfig& cfg) {
     fail("train",
          "--color-jitter goes with --augment on an RGB image folder (--data imagefolder:"
          "PATH and a model of 3 channels)");
+  cfg.rand_augment.validate("--rand-augment");
+  if (cfg.rand_augment.enabled) {
+    if (!cfg.augment || cfg.data.rfind("imagefolder:", 0) != 0 ||
+        (cfg.model && cfg.model->num_channels() != 3))
+      fail("train",
+           "--rand-augment goes with --augment on an RGB image folder (--data imagefolder:"
+           "PATH and a model of 3 channels)");
+    if (cfg.color_jitter.enabled())
+      fail("train",
+           "--rand-augment and --color-jitter: pick one (timm leaves color jitter out when "
+           "RandAugment is on)");
+  }
   if (cfg.mixup.enabled()) {
     if (cfg.batch_size % 2 != 0)
       fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +

@@ -1,5 +1,8 @@
 // kiln train: the data sets of a run, the training split and the held-out
 // split (random images, Fashion-MNIST, an image folder).
+#include <algorithm>
+#include <cmath>
+
 #include "internal.h"
 
 namespace kiln::train {
@@ -73,7 +76,12 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                                .crop_scale = {cfg.crop_scale[0], cfg.crop_scale[1]},
                                .crop_ratio = {cfg.crop_ratio[0], cfg.crop_ratio[1]},
                                .flip_prob = cfg.flip_prob,
-                               .color_jitter = cfg.color_jitter};
+                               .color_jitter = cfg.color_jitter,
+                               .rand_augment = cfg.rand_augment};
+    if (proc)  // timm's img_mean: the normalization mean x 255, rounded half to even
+      for (int c = 0; c < 3; ++c)
+        o.rand_augment.fill[c] =
+            static_cast<uint8_t>(std::min(255.0, std::nearbyint(255 * proc->image_mean[c])));
     auto train_folder = std::make_shared<data::ImageFolder>(o);
     if (static_cast<int64_t>(train_folder->classes().size()) != labels)
       fail("train",

@@ -232,6 +232,54 @@ TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
   EXPECT_EQ(a, b);
 }
 
+// --rand-augment: timm's RandAugment on the augmented images after their
+// crop and flip, drawn from the same key (the same image each time for an
+// epoch, other images across epochs); the held-out images are left alone.
+// The flip comes first (the image is flipped before the operations): with
+// no operations drawn, the image equals the plain flipped one.
+TEST(ImageFolder, RandAugmentChangesTheAugmentedImagesAlone) {
+  Folder f;
+  std::vector<uint8_t> colours(40 * 40 * 3);
+  for (size_t i = 0; i < colours.size(); ++i)
+    colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  write(f.root / "cat" / "c0.png", encode_png(colours, 40, 40));
+  data::ImageProcessor proc;
+  proc.size = nn::Size2d(16);
+  data::ImageFolderOptions o{
+      .root = f.root.string(), .image_size = 16, .augment = true, .seed = 3, .processor = proc};
+  data::ImageFolder plain(o);
+  o.rand_augment = data::RandAugmentOptions::parse("rand-m9-mstd0.5-p1", "--rand-augment");
+  data::ImageFolder augmented(o);
+  std::vector<float> a(3 * 16 * 16), b(3 * 16 * 16), c(3 * 16 * 16);
+  int32_t label;
+  int differs = 0;
+  std::vector<std::vector<float>> seen;
+  for (int64_t e = 0; e < 6; ++e) {
+    plain.get(0, e, a.data(), &label);
+    augmented.get(0, e, b.data(), &label);
+    augmented.get(0, e, c.data(), &label);
+    EXPECT_EQ(b, c);
+    differs += a != b;
+    for (const auto& s : seen) EXPECT_NE(s, b) << e;
+    seen.push_back(b);
+  }
+  EXPECT_GE(differs, 5);
+  plain.get(0, a.data(), &label);  // held out: no augmentation
+  augmented.get(0, b.data(), &label);
+  EXPECT_EQ(a, b);
+  // No crop, a certain flip, n = 0.
+  o.random_crop = false;
+  o.flip_prob = 1;
+  o.rand_augment.num_layers = 0;
+  o.rand_augment.enabled = false;
+  data::ImageFolder flipped(o);
+  o.rand_augment.enabled = true;
+  data::ImageFolder none(o);
+  flipped.get(0, 1, a.data(), &label);
+  none.get(0, 1, b.data(), &label);
+  EXPECT_EQ(a, b);
+}
+
 // A non-square crop (height x width) for models whose image_size is a pair:
 // the image is scaled to cover 8/7 of the crop both ways, then cropped.
 TEST(ImageFolder, CropsNonSquareImages) {

@@ -454,6 +454,15 @@ TEST(Validate, EachBadSettingIsNamed) {
        "--color-jitter goes with --augment on an RGB image folder"},
       {[](auto& t) { t.color_jitter.hue = 0.6; },
        "--color-jitter's hue 0.600000: expected 0 to 0.5"},
+      {[](auto& t) { t.rand_augment = data::RandAugmentOptions::parse("rand-m9", "-"); },
+       "--rand-augment goes with --augment on an RGB image folder"},
+      {[](auto& t) {
+         t.rand_augment = data::RandAugmentOptions::parse("rand-m9", "-");
+         t.augment = true, t.data = "imagefolder:x", t.color_jitter.brightness = 0.4;
+       },
+       "--rand-augment and --color-jitter: pick one"},
+      {[](auto& t) { t.rand_augment = {.enabled = true, .prob = 1.5}; },
+       "--rand-augment] p 1.500000: expected 0 to 1"},
       {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},

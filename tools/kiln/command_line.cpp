@@ -218,6 +218,11 @@ void define_train_data(CLI::App* t, TrainFlags& tf) {
        "with --augment on an RGB image folder: torchvision's ColorJitter(X, X, X) after the crop "
        "and flip (timm's --color-jitter, e.g. 0.4)")
       ->check(CLI::Range(0.0, 10.0));
+  t->add_option(
+      "--rand-augment", tf.rand_augment,
+      "with --augment on an RGB image folder: timm's RandAugment after the crop and flip, by its "
+      "config string (e.g. rand-m9-mstd0.5; -inc1 for the increasing set), bicubic, filled with "
+      "the normalization mean");
   t->add_option("--epochs", tf.epochs,
                 "passes over the training split (sets --steps; fashion-mnist, imagefolder)")
       ->check(kPositiveInt);
@@ -511,6 +516,8 @@ train::TrainConfig train_config(const TrainFlags& f) {
   }
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.random_crop = !f.no_crop;
+  if (!f.rand_augment.empty())
+    cfg.rand_augment = data::RandAugmentOptions::parse(f.rand_augment, "--rand-augment");
   auto range = [](const std::vector<double>& v, double* dst, const char* flag, const char* what) {
     if (v.empty()) return;
     if (!(v[0] > 0 && v[0] <= v[1] && std::isfinite(v[1])))

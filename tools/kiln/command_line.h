@@ -34,6 +34,7 @@ struct TrainFlags {
   bool steps_given = false, warmup_given = false;
   std::vector<double> crop_scale, crop_ratio;  // --crop-scale, --crop-ratio: MIN,MAX
   bool no_crop = false;
+  std::string rand_augment;  // timm's config string (parsed into the TrainConfig)
 };
 
 struct EvalFlags {
