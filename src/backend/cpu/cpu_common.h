@@ -124,6 +124,26 @@ inline int64_t column_block(int64_t outer, int64_t inner, int64_t widest) {
   return std::clamp<int64_t>(width, 16, widest);
 }
 
+// Column reductions of one slice, [1, reduced, inner] with at most 4096
+// columns and 1024 rows or more (a bias gradient, BatchNorm's per-channel sums
+// over a channels-last activation), cut the reduced axis into `count`
+// segments of `rows` rows, fixed by the shape alone (never by the thread
+// count): each segment is summed in order into its own row of partial sums,
+// a thread reading long runs of whole rows (which the hardware prefetchers
+// follow: a thread reading half of each row of 256 floats ran at an eighth of
+// the memory's speed), then the partials are added in segment order. The Sum
+// kernel and the fused reductions share it, so that fusing does not change a
+// bit. count = 0: not segmented.
+struct RowSegments {
+  int64_t count = 0, rows = 0;
+};
+inline RowSegments row_segments(int64_t outer, int64_t reduced, int64_t inner) {
+  if (outer != 1 || inner > 4096 || reduced < 1024) return {};
+  const int64_t want = std::min<int64_t>(64, reduced / 16);
+  const int64_t rows = (reduced + want - 1) / want;
+  return {(reduced + rows - 1) / rows, rows};
+}
+
 // ---- strided iteration ----
 // Collapsed view of an output shape and the element strides of each operand
 // (0 along broadcast axes). Adjacent axes merge where every operand is

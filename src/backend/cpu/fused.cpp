@@ -10,6 +10,9 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kChunk = 256;
+// Whole inputs are prefetched this many chunks ahead (the column sums of a
+// channels-last activation stalled on their loads without it).
+constexpr int64_t kPrefetch = 2;
 
 template <typename F>
 inline void map1(float* y, const float* a, int64_t n, F f) {
@@ -108,6 +111,14 @@ struct BodyEval {
                    float* last_dst = nullptr, const float* chunk = nullptr) const {
     for (int k = 0; k < ni; ++k) {
       float* buf = scratch + k * kChunk;
+      if (k != given && body.reads[k] == FusedRead::Whole) {
+        // The lines a few chunks ahead, in flight while this chunk computes.
+        const int64_t ahead = base + kPrefetch * kChunk, end = std::min(ahead + n, row[k]);
+        if (src16[k])
+          for (int64_t i = ahead; i < end; i += 32) __builtin_prefetch(src16[k] + i);
+        else
+          for (int64_t i = ahead; i < end; i += 16) __builtin_prefetch(src[k] + i);
+      }
       if (k == given) {
         reg[k] = chunk;
         continue;
@@ -194,6 +205,48 @@ void reduce_dims(const Shape& s, const std::vector<int>& axes, int64_t& outer, i
   for (size_t i = last + 1; i < s.size(); ++i) inner *= s[i];
 }
 
+// The column sums of one slice [1, reduced, inner] by segments of whole rows
+// (cpu_common.h's row_segments), the body run over up to kChunk values of
+// consecutive rows at a time.
+std::vector<float> segment_sums(const BodyEval& body, size_t scratch_regs, RowSegments seg,
+                                int64_t reduced, int64_t inner) {
+  std::vector<float> partial(static_cast<size_t>(seg.count * inner));
+  parallel_for(seg.count, seg.rows * inner * body.nregs, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(scratch_regs * kChunk);
+    std::vector<const float*> reg(scratch_regs);
+    for (int64_t s = b; s < e; ++s) {
+      float* acc = partial.data() + s * inner;
+      std::fill_n(acc, inner, 0.0f);
+      const int64_t r0 = s * seg.rows, r1 = std::min(reduced, r0 + seg.rows);
+      if (inner <= kChunk) {
+        const int64_t q = kChunk / inner;  // rows a run
+        for (int64_t r = r0; r < r1; r += q) {
+          const int64_t m = std::min(q, r1 - r);
+          const float* v = body.run(r * inner, m * inner, scratch.data(), reg);
+          for (int64_t j = 0; j < m; ++j) {
+            const float* vr = v + j * inner;
+#pragma omp simd
+            for (int64_t i = 0; i < inner; ++i) acc[i] += vr[i];
+          }
+        }
+        continue;
+      }
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < inner; c += kChunk) {
+          const int64_t m = std::min(kChunk, inner - c);
+          const float* v = body.run(r * inner + c, m, scratch.data(), reg);
+          float* a = acc + c;
+#pragma omp simd
+          for (int64_t i = 0; i < m; ++i) a[i] += v[i];
+        }
+    }
+  });
+  std::vector<float> total(static_cast<size_t>(inner), 0.0f);
+  for (int64_t s = 0; s < seg.count; ++s)
+    for (int64_t i = 0; i < inner; ++i) total[i] += partial[s * inner + i];
+  return total;
+}
+
 void fused_reduce_kernel(const KernelContext&, const Primitive& p,
                          const std::vector<Array>& in, ArrayNode& out) {
   const auto& attrs = p.attrs<FusedReduceAttrs>();
@@ -252,6 +305,14 @@ void fused_reduce_kernel(const KernelContext&, const Primitive& p,
         store(o0, count, sums.data(), scratch.data(), reg);
       }
     });
+    return;
+  }
+  if (const RowSegments seg = row_segments(outer, reduced, inner); seg.count) {
+    const std::vector<float> total = segment_sums(body, scratch_regs, seg, reduced, inner);
+    std::vector<float> scratch(scratch_regs * kChunk);
+    std::vector<const float*> reg(scratch_regs);
+    for (int64_t c = 0; c < inner; c += kChunk)
+      store(c, std::min(kChunk, inner - c), total.data() + c, scratch.data(), reg);
     return;
   }
   // Column sums: each job owns a block of up to kWide outputs (one block per

@@ -45,6 +45,28 @@ void reduce_typed(const T* x, T* y, const ReduceView& v) {
     });
     return;
   }
+  if (const RowSegments seg = row_segments(v.outer, v.reduced, v.inner); seg.count) {
+    std::vector<A> partial(static_cast<size_t>(seg.count * v.inner));
+    parallel_for(seg.count, seg.rows * v.inner, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; ++s) {
+        A* acc = partial.data() + s * v.inner;
+        std::fill_n(acc, v.inner, init);
+        const int64_t r1 = std::min(v.reduced, (s + 1) * seg.rows);
+        for (int64_t r = s * seg.rows; r < r1; ++r) {
+          const T* row = x + r * v.inner;
+#pragma omp simd
+          for (int64_t i = 0; i < v.inner; ++i)
+            acc[i] = combine(acc[i], static_cast<A>(ld(row[i])));
+        }
+      }
+    });
+    for (int64_t i = 0; i < v.inner; ++i) {
+      A total = init;
+      for (int64_t s = 0; s < seg.count; ++s) total = combine(total, partial[s * v.inner + i]);
+      y[i] = st<T>(total);
+    }
+    return;
+  }
   // Column reduction: accumulate whole inner rows, vectorized over inner, a
   // block of columns per thread where there is one row of outputs (a long
   // piece of each row, which the hardware prefetchers follow; fused.cpp's
