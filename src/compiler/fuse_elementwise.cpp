@@ -3,6 +3,7 @@
 // passes share (compiler/fusion.h).
 #include <algorithm>
 #include <functional>
+#include <numeric>
 #include <unordered_map>
 
 #include "compiler/fusion.h"
@@ -149,6 +150,29 @@ Graph duplicate_shared_producers(const Graph& g) {
   });
 }
 
+// Identical instructions of one program (a producer copied for two readers
+// that then fused together: BatchNorm's backward computed x - mu and its
+// product twice) computed once; the last instruction, the output, stays last.
+void merge_repeated_instructions(FusedAttrs& a) {
+  const int ni = static_cast<int>(a.reads.size());
+  std::vector<int> to(ni + a.program.size());
+  std::iota(to.begin(), to.begin() + ni, 0);
+  std::vector<FusedInstr> kept;
+  for (size_t i = 0; i < a.program.size(); ++i) {
+    FusedInstr ins = a.program[i];
+    ins.a = to[ins.a];
+    if (ins.b >= 0) ins.b = to[ins.b];
+    auto same = std::find(kept.begin(), kept.end(), ins);
+    if (same != kept.end() && i + 1 < a.program.size()) {
+      to[ni + i] = ni + static_cast<int>(same - kept.begin());
+      continue;
+    }
+    kept.push_back(ins);
+    to[ni + i] = ni + static_cast<int>(kept.size()) - 1;
+  }
+  a.program = std::move(kept);
+}
+
 Graph fuse_elementwise(const Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
   const Uses uses(g);
@@ -204,6 +228,7 @@ Graph fuse_elementwise(const Graph& g) {
       attrs.program.push_back({g.nodes[m].prim->op(), resolve(ab.first),
                                ab.second == -1 ? -1 : resolve(ab.second),
                                g.nodes[m].dtype == DType::bf16});
+    merge_repeated_instructions(attrs);
     return {Emit::Replace, std::make_shared<Primitive>(Op::FusedElementwise, attrs), ext};
   });
 }
