@@ -1,5 +1,5 @@
-// libFuzzer harness: HuggingFace config.json files (parse_vit_config, or parse_deit_config,
-// parse_resnet_config and parse_convnext_config by model_type, then the model's shapes).
+// libFuzzer harness: HuggingFace config.json files (ViTConfig::from_json as "vit" or "deit",
+// ResNetConfig::from_json and ConvNextConfig::from_json by model_type, then the model's shapes).
 // fuzz/targets.h says what counts as a bug.
 #include "targets.h"
 

@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   cf.add("tiny.json", tiny[2]);
   cf.add("vit-fmnist.json", [] {
     fs::path tmp = fs::temp_directory_path() / "kiln-fuzz-corpus-config.json";
-    io::save_vit_config(tmp.string(), nn::ViTConfig::preset("vit-fmnist"));
+    io::save_config(tmp.string(), nn::ViTConfig::preset("vit-fmnist"));
     std::string out = read_whole(tmp);
     fs::remove(tmp);
     return out;

@@ -99,7 +99,7 @@ void feed_config(std::string_view bytes) {
     (void)m->with_labels({"a", "b"})->head_parameters();
   }
   if (bytes.find("\"convnext\"") != std::string_view::npos) {
-    const nn::ConvNextConfig cfg = io::parse_convnext_config(bytes, "config.json");
+    const nn::ConvNextConfig cfg = nn::ConvNextConfig::from_json(bytes, "config.json");
     int64_t params = 0;
     for (auto& [name, shape] : nn::ConvNextForImageClassification(cfg).parameter_shapes())
       params += numel(shape);
@@ -107,7 +107,7 @@ void feed_config(std::string_view bytes) {
     return;
   }
   if (bytes.find("\"resnet\"") != std::string_view::npos) {
-    const nn::ResNetConfig cfg = io::parse_resnet_config(bytes, "config.json");
+    const nn::ResNetConfig cfg = nn::ResNetConfig::from_json(bytes, "config.json");
     int64_t params = 0;
     for (auto& [name, shape] : nn::ResNetForImageClassification(cfg).parameter_shapes())
       params += numel(shape);
@@ -115,8 +115,8 @@ void feed_config(std::string_view bytes) {
     return;
   }
   const bool deit = bytes.find("\"deit\"") != std::string_view::npos;
-  nn::ViTConfig cfg = deit ? io::parse_deit_config(bytes, "config.json")
-                           : io::parse_vit_config(bytes, "config.json");
+  nn::ViTConfig cfg = deit ? nn::ViTConfig::from_json(bytes, "config.json", "deit")
+                           : nn::ViTConfig::from_json(bytes, "config.json");
   // What kiln computes from a config before it allocates anything.
   int64_t params = 0;
   for (auto& [name, shape] :

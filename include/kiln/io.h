@@ -32,34 +32,9 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& pat
 void save_safetensors(const std::string& path, const Params& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads transformers' config.json for ViTForImageClassification: every field
-// that changes what it computes (ViTConfig's fields, image_size and patch_size
-// as integers or [height, width], every ACT2FN hidden_act, id2label or
-// num_labels, problem_type, pruned_heads). Fields that change nothing it
-// computes (encoder_stride, the pooler's, torch_dtype, output switches,
-// attn_implementation "eager" or "sdpa", unknown keys) are accepted and
-// ignored. A value kiln cannot honour gets an error naming the file and the
-// field, what was found and what was expected.
-nn::ViTConfig load_vit_config(const std::string& path);
-// The same from the file's text; `path` is named in errors.
-nn::ViTConfig parse_vit_config(std::string_view json, const std::string& path);
-// DeiT's config.json (model_type "deit"): a ViTConfig's fields.
-nn::ViTConfig load_deit_config(const std::string& path);
-nn::ViTConfig parse_deit_config(std::string_view json, const std::string& path);
-nn::ViTConfig parse_vit_family_config(std::string_view json, const std::string& path,
-                                      const std::string& model_type);
-// A ResNetConfig's config.json (model_type "resnet"); errors name the file
-// and the field.
-nn::ResNetConfig load_resnet_config(const std::string& path);
-nn::ResNetConfig parse_resnet_config(std::string_view json, const std::string& path);
-// A ConvNextConfig's config.json (model_type "convnext").
-nn::ConvNextConfig load_convnext_config(const std::string& path);
-nn::ConvNextConfig parse_convnext_config(std::string_view json, const std::string& path);
 // The model of a config.json by its model_type (nn::model_from_config):
 // errors name the file, and an unknown model_type the types kiln has.
 std::shared_ptr<const nn::Model> load_model_config(const std::string& path);
-// Writes a config.json that transformers' ViTConfig.from_pretrained loads.
-void save_vit_config(const std::string& path, const nn::ViTConfig& cfg);
 
 // Reads transformers' preprocessor_config.json for ViTImageProcessor: every
 // field it uses (do_resize; size as an integer, [height, width],
@@ -157,6 +132,22 @@ void set_image_size(Pretrained& m, nn::Size2d image_size);
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path, const std::string& origin);
+
+// A family's config.json read into its config type by C::from_json(text,
+// path, extra...) (e.g. load_config<nn::ResNetConfig>(path), or a DeiT's as
+// load_config<nn::ViTConfig>(path, "deit")): every field that changes what
+// the model computes, errors naming the file and the field (the family's
+// from_json says what it reads).
+template <class C, class... Extra>
+C load_config(const std::string& path, const Extra&... extra) {
+  return C::from_json(read_file(path, "config"), path, extra...);
+}
+// Writes a family's config (C::to_json: the config.json that transformers'
+// from_pretrained loads) atomically.
+template <class C>
+void save_config(const std::string& path, const C& config) {
+  write_file_atomic(path, config.to_json());
+}
 
 // A training checkpoint: a directory that transformers loads with
 // AutoModelForImageClassification.from_pretrained(DIR) (config.json and

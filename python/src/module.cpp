@@ -1081,9 +1081,11 @@ void bind_nn_io(nb::module_& m) {
       .def("train_flops_per_image", [](const ViTConfig& c) { return c.train_flops_per_image(); })
       .def(
           "to_json_file",
-          [](const ViTConfig& c, const std::string& path) { kiln::io::save_vit_config(path, c); },
+          [](const ViTConfig& c, const std::string& path) { kiln::io::save_config(path, c); },
           "path"_a)
-      .def_static("from_json_file", &kiln::io::load_vit_config, "path"_a)
+      .def_static(
+          "from_json_file",
+          [](const std::string& path) { return kiln::io::load_config<ViTConfig>(path); }, "path"_a)
       .def("__copy__", [](const ViTConfig& c) { return ViTConfig(c); })
       .def(
           "__deepcopy__", [](const ViTConfig& c, nb::handle) { return ViTConfig(c); }, "memo"_a)

@@ -364,7 +364,7 @@ Pretrained load_unguarded(const std::string& src) {
     m.model = nn::model_from_config(text, config_path);
     return load_family(std::move(m), config_path, root);
   }
-  const nn::ViTConfig config = parse_vit_config(text, config_path);
+  const nn::ViTConfig config = nn::ViTConfig::from_json(text, config_path);
   m.model = nn::vit_model(config);
   Params raw = load_weights(m.dir, root);
 

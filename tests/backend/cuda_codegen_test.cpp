@@ -40,7 +40,8 @@ struct Case {
 // backward, SGD), traced on the cpu: the CUDA backend fuses what the cpu
 // does (every fusable op; ops/op_facts.h).
 std::vector<Case> vit_step_programs() {
-  nn::ViTConfig cfg = io::load_vit_config(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
+  nn::ViTConfig cfg =
+      io::load_config<nn::ViTConfig>(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
   nn::ViTForImageClassification model(cfg);
   std::vector<std::pair<std::string, Shape>> params = model.parameter_shapes();
   std::sort(params.begin(), params.end());

@@ -157,7 +157,7 @@ TEST(Cli, TrainRunsASmallConfigAndLogsJson) {
   nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
   c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
   c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_labels = 10;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   CliRun r =
       kiln_cli("train --config " + cfg + " --steps 4 --warmup 1 --batch-size 8 --log-json " + log);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -240,7 +240,7 @@ TEST(Cli, TrainPrintsTheReferenceScriptsHeader) {
   nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
   c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
   c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_labels = 5;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   struct Case {
     std::string flags, header, mode;
   } cases[] = {
@@ -306,7 +306,7 @@ TEST(Cli, ProgressBarOnATerminal) {
   nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
   c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
   c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_labels = 5;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   std::string train = test_util::kiln_cli_path() + " train --config " + cfg +
                       " --steps 3 --warmup 1 --batch-size 4";
   CliRun tty = kiln_cli_raw("script -qec '" + train + "' /dev/null");
@@ -326,7 +326,7 @@ TEST(Cli, DropoutGivesTheSameLossesInEveryMode) {
   c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
   c.intermediate_size = 64, c.num_hidden_layers = 1, c.num_labels = 10;
   c.hidden_dropout_prob = 0.1;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   // The dropout key is an argument of the compiled step: the masks change
   // every step and equal eager mode's.
   auto losses = [&](const std::string& mode) {
@@ -358,7 +358,7 @@ TEST(Cli, FallbacksForcedByTheEnvironmentTrainAsTheKernelsDo) {
   nn::ViTConfig c = nn::ViTConfig::preset("vit-tiny");
   c.image_size = 32, c.patch_size = 8, c.hidden_size = 32, c.num_attention_heads = 4;
   c.intermediate_size = 64, c.num_hidden_layers = 1, c.num_labels = 10;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   auto losses = [&](const std::string& env, const std::string& mode, std::string* output) {
     std::string log = temp_path(mode + "-fallback.jsonl");
     CliRun r =
@@ -461,7 +461,7 @@ TEST(Cli, FashionMnistTrainEvalPlot) {
   nn::ViTConfig c = nn::ViTConfig::preset("vit-fmnist");
   c.hidden_size = 16, c.num_attention_heads = 2, c.intermediate_size = 32, c.num_hidden_layers = 1;
   c.patch_size = 7;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   CliRun r =
       kiln_cli("train --data fashion-mnist --config " + cfg +
                " --steps 30 --warmup 1 --batch-size 64 --mode jit --optimizer adamw --lr 3e-3"
@@ -598,7 +598,7 @@ TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
     if (name.rfind("classifier.", 0) == 0) continue;
     EXPECT_EQ(w.at(name).to_vector<float>(), p.to_vector<float>()) << name;
   }
-  EXPECT_EQ(io::load_vit_config(out + "/config.json").id2label,
+  EXPECT_EQ(io::load_config<nn::ViTConfig>(out + "/config.json").id2label,
             (std::vector<std::string>{"ants", "bees"}));
   CliRun e = kiln_cli("eval --model " + out + " --data imagefolder:" + bees + " --mode eager");
   ASSERT_EQ(e.status, 0) << e.output;
@@ -613,7 +613,7 @@ TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(saved().at("vit.embeddings.position_embeddings").shape(), (Shape{1, 37, 16}));
-  EXPECT_EQ(io::load_vit_config(out + "/config.json").image_size, nn::Size2d(24));
+  EXPECT_EQ(io::load_config<nn::ViTConfig>(out + "/config.json").image_size, nn::Size2d(24));
   e = kiln_cli("eval --model " + fixtures +
                "v5-classifier --image-size 12x20 --data imagefolder:" + same + " --mode eager");
   ASSERT_EQ(e.status, 0) << e.output;
@@ -653,7 +653,7 @@ TEST(Cli, TrainStartsFromAPretrainedModelAndTheDataNamesTheLabels) {
   r = kiln_cli("train --config " + fixtures + "v5-classifier/config.json --data imagefolder:" +
                abc + " --steps 1 --warmup 0 --batch-size 4 --save " + out);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(io::load_vit_config(out + "/config.json").id2label,
+  EXPECT_EQ(io::load_config<nn::ViTConfig>(out + "/config.json").id2label,
             (std::vector<std::string>{"a", "b", "c"}));
   for (const auto& d : {bees, same, abc, out}) std::filesystem::remove_all(d);
 }
@@ -915,9 +915,9 @@ TEST(Cli, GradTakesEveryModelTypeAndWritesTheState) {
 TEST(Cli, GradRejectsWeightsOfAnotherModel) {
   std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
   std::string cfg = temp_path("other.json");
-  nn::ViTConfig c = io::load_vit_config(dir + "config.json");
+  nn::ViTConfig c = io::load_config<nn::ViTConfig>(dir + "config.json");
   c.intermediate_size = 128;
-  io::save_vit_config(cfg, c);
+  io::save_config(cfg, c);
   CliRun r = kiln_cli("grad --config " + cfg + " --weights " + dir + "model.safetensors --batch " +
                       dir + "batch.safetensors --out " + temp_path("x.safetensors"));
   EXPECT_NE(r.status, 0);

@@ -854,7 +854,8 @@ struct VitStep {
 };
 VitStep vit_step(double lr = 0.05, bool fused_attention = true, DType matmul = DType::f32) {
   VitStep s;
-  s.cfg = io::load_vit_config(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
+  s.cfg =
+      io::load_config<nn::ViTConfig>(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
   nn::ViTForImageClassification model(s.cfg);
   for (auto& [name, shape] : model.parameter_shapes()) s.names.push_back(name);
   std::sort(s.names.begin(), s.names.end());
@@ -1000,7 +1001,7 @@ TEST(Jit, OpsOnCapturedConstantsRunOnceAtCompileTime) {
 // pass keeps it) and runs GELU on its own. The two differ by that rounding.
 TEST(Jit, Bf16InferenceFusesTheMlpActivationIntoItsGemm) {
   const std::string dir = std::string(KILN_FIXTURES_DIR) + "/vit_golden/";
-  const nn::ViTConfig cfg = io::load_vit_config(dir + "config.json");
+  const nn::ViTConfig cfg = io::load_config<nn::ViTConfig>(dir + "config.json");
   ASSERT_EQ(cfg.hidden_act, nn::Activation::Gelu);
   const nn::ViTForImageClassification model(cfg);
   const Params params = io::load_safetensors(dir + "model.safetensors").tensors;

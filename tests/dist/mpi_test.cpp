@@ -63,7 +63,7 @@ class Dist : public ::testing::Test {
     c.image_size = 16, c.patch_size = 8, c.hidden_size = 16, c.num_attention_heads = 2;
     c.intermediate_size = 32, c.num_hidden_layers = 2, c.num_labels = 5;
     config_ = path("config.json");
-    io::save_vit_config(config_, c);
+    io::save_config(config_, c);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

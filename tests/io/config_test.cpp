@@ -27,7 +27,7 @@ class ConfigFile {
   std::string path() const { return (dir_ / "config.json").string(); }
   nn::ViTConfig load(const std::string& json) const {
     std::ofstream(path()) << json;
-    return io::load_vit_config(path());
+    return io::load_config<nn::ViTConfig>(path());
   }
   // The error load() raises, or "no error".
   std::string error(const std::string& json) const {
@@ -47,7 +47,8 @@ class ConfigFile {
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 TEST(Config, ReadsTransformersConfig) {
-  auto c = io::load_vit_config(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
+  auto c =
+      io::load_config<nn::ViTConfig>(std::string(KILN_FIXTURES_DIR) + "/vit_golden/config.json");
   EXPECT_EQ(c.hidden_size, 32);
   EXPECT_EQ(c.num_hidden_layers, 2);
   EXPECT_EQ(c.num_attention_heads, 4);
@@ -121,8 +122,8 @@ TEST(Config, LabelNamesAreKeptAndSaved) {
   EXPECT_EQ(c.label_name(2), "tench");
   // Without id2label, transformers' names.
   EXPECT_EQ(f.load(R"({"num_labels": 3})").label_name(1), "LABEL_1");
-  io::save_vit_config(f.path(), c);
-  EXPECT_EQ(io::load_vit_config(f.path()).id2label, c.id2label);
+  io::save_config(f.path(), c);
+  EXPECT_EQ(io::load_config<nn::ViTConfig>(f.path()).id2label, c.id2label);
   std::ifstream saved(f.path());
   std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
   EXPECT_HAS(text, "\"tench\": 2");  // label2id
@@ -254,8 +255,8 @@ TEST(Config, RoundTripsThroughSave) {
   c.patch_size = {8, 6};
   c.problem_type = nn::ProblemType::MultiLabel;
   c.pruned_heads = {{0, {1, 2}}, {11, {5}}};
-  io::save_vit_config(f.path(), c);
-  auto back = io::load_vit_config(f.path());
+  io::save_config(f.path(), c);
+  auto back = io::load_config<nn::ViTConfig>(f.path());
   EXPECT_EQ(back.hidden_size, 384);
   EXPECT_EQ(back.num_labels, 7);
   EXPECT_EQ(back.hidden_act, nn::Activation::GeluNew);
@@ -267,8 +268,8 @@ TEST(Config, RoundTripsThroughSave) {
 
   c = nn::ViTConfig::preset("vit-tiny");
   c.num_labels = 0;
-  io::save_vit_config(f.path(), c);
-  back = io::load_vit_config(f.path());
+  io::save_config(f.path(), c);
+  back = io::load_config<nn::ViTConfig>(f.path());
   EXPECT_EQ(back.num_labels, 0);
   EXPECT_EQ(back.image_size, nn::Size2d(224));
   EXPECT_EQ(back.problem_type, nn::ProblemType::Unset);

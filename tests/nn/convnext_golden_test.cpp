@@ -28,7 +28,7 @@ double relative_error(const Array& a, const Array& b) {
 }
 
 struct Golden {
-  nn::ConvNextConfig cfg = io::load_convnext_config(kDir + "config.json");
+  nn::ConvNextConfig cfg = io::load_config<nn::ConvNextConfig>(kDir + "config.json");
   nn::ConvNextForImageClassification model{cfg};
   Params weights = io::load_safetensors(kDir + "model.safetensors").tensors;
   Params batch = io::load_safetensors(kDir + "batch.safetensors").tensors;
@@ -120,7 +120,7 @@ TEST(ConvNext, PresetsAreFacebooksArchitecturesAndConfigErrorsNameTheField) {
     n += numel(shape);
   EXPECT_EQ(n, 28589128);  // facebook/convnext-tiny-224
   try {
-    io::parse_convnext_config(R"({"model_type": "convnext", "num_stages": 3})", "c.json");
+    nn::ConvNextConfig::from_json(R"({"model_type": "convnext", "num_stages": 3})", "c.json");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),

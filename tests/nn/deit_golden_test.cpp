@@ -31,7 +31,7 @@ class DeiTGolden : public ::testing::TestWithParam<Param> {};
 TEST_P(DeiTGolden, LogitsLossAndGradientsMatchTransformers) {
   const auto& [name, layout] = GetParam();
   const std::string dir = kDir + name + "/";
-  const nn::ViTConfig cfg = io::load_deit_config(dir + "config.json");
+  const nn::ViTConfig cfg = io::load_config<nn::ViTConfig>(dir + "config.json", "deit");
   const nn::ViTForImageClassification model(
       cfg, name == "deit" ? nn::ViTVariant::DeiT : nn::ViTVariant::DeiTWithTeacher);
   const Params weights = io::load_safetensors(dir + "model.safetensors").tensors;
@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
 // DeiT's names and initialization: a distillation token beside [CLS], both
 // and the position embeddings starting at zero; the teacher model's two heads.
 TEST(DeiT, NamesAndInitAreTransformers) {
-  const nn::ViTConfig cfg = io::load_deit_config(kDir + "deit/config.json");
+  const nn::ViTConfig cfg = io::load_config<nn::ViTConfig>(kDir + "deit/config.json", "deit");
   const nn::ViTForImageClassification deit(cfg, nn::ViTVariant::DeiT);
   const Params p = deit.init(random::Key(0));
   EXPECT_EQ(p.at("deit.embeddings.position_embeddings").shape(), (Shape{1, 16 + 2, 32}));
@@ -98,7 +98,7 @@ TEST(DeiT, NamesAndInitAreTransformers) {
     heads += n == "cls_classifier.weight" || n == "distillation_classifier.weight";
   EXPECT_EQ(heads, 2);
   try {
-    io::parse_deit_config(R"({"model_type": "vit"})", "c.json");
+    nn::ViTConfig::from_json(R"({"model_type": "vit"})", "c.json", "deit");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "[config] c.json: field 'model_type' is \"vit\", expected \"deit\"");

@@ -31,7 +31,7 @@ double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
 struct Golden {
   explicit Golden(const std::string& name)
       : dir(std::string(KILN_FIXTURES_DIR) + "/" + name + "/"),
-        cfg(io::load_resnet_config(dir + "config.json")),
+        cfg(io::load_config<nn::ResNetConfig>(dir + "config.json")),
         model(cfg) {
     Params all = io::load_safetensors(dir + "model.safetensors").tensors;
     for (auto& [n, shape] : model.state_shapes()) {
@@ -186,7 +186,7 @@ TEST(ResNet, PresetsAreMicrosoftsArchitecturesAndInitIsTransformers) {
 TEST(ResNet, ConfigErrorsNameTheFileAndTheField) {
   auto error_of = [](const std::string& text) {
     try {
-      io::parse_resnet_config(text, "c.json");
+      nn::ResNetConfig::from_json(text, "c.json");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -202,7 +202,7 @@ TEST(ResNet, ConfigErrorsNameTheFileAndTheField) {
   EXPECT_EQ(error_of(R"({"hidden_sizes": "64"})"),
             "[config] c.json: field 'hidden_sizes' is \"64\", expected a list of integers, one per "
             "stage");
-  const nn::ResNetConfig c = io::parse_resnet_config(
+  const nn::ResNetConfig c = nn::ResNetConfig::from_json(
       R"({"model_type": "resnet", "layer_type": "basic", "num_labels": 3})", "c.json");
   EXPECT_FALSE(c.bottleneck);
   EXPECT_EQ(c.num_labels, 3);

@@ -34,7 +34,7 @@ double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
 struct Case {
   explicit Case(const std::string& name)
       : dir(std::string(KILN_FIXTURES_DIR) + "/vit_configs/" + name + "/"),
-        cfg(io::load_vit_config(dir + "config.json")),
+        cfg(io::load_config<nn::ViTConfig>(dir + "config.json")),
         weights(io::load_safetensors(dir + "model.safetensors").tensors),
         golden(io::load_safetensors(dir + "golden.safetensors").tensors) {}
   std::string dir;

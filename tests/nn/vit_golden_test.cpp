@@ -28,7 +28,7 @@ double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
 }
 
 struct Golden {
-  nn::ViTConfig cfg = io::load_vit_config(kDir + "config.json");
+  nn::ViTConfig cfg = io::load_config<nn::ViTConfig>(kDir + "config.json");
   Params weights = io::load_safetensors(kDir + "model.safetensors").tensors;
   Params batch = io::load_safetensors(kDir + "batch.safetensors").tensors;
   Params expected = io::load_safetensors(kDir + "expected.safetensors").tensors;

@@ -220,7 +220,7 @@ TEST(Checkpoint, HasTransformersNamesAndConfig) {
   auto state = io::load_safetensors(dir + "/training_state.safetensors").tensors;
   EXPECT_TRUE(state.count("exp_avg/classifier.weight"));
   EXPECT_TRUE(state.count("exp_avg_sq/vit.layernorm.bias"));
-  nn::ViTConfig back = io::load_vit_config(dir + "/config.json");
+  nn::ViTConfig back = io::load_config<nn::ViTConfig>(dir + "/config.json");
   EXPECT_EQ(back.hidden_size, 16);
   EXPECT_EQ(back.num_labels, 5);
   fs::remove_all(dir);
