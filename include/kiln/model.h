@@ -70,6 +70,11 @@ class Model {
   virtual std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const = 0;
   // The parameters of the classifier (those whose shapes follow num_labels).
   std::set<std::string> head_parameters() const;
+  // The classifier's parameters drawn afresh (a head swap of pretrained
+  // weights, io::adapt_classifier): those of init(key) by default; a family
+  // may draw them as its checkpoints always have (a ViT: transformers' ViT
+  // init of the classifier from `key` itself).
+  virtual Params init_head(const random::Key& key) const;
 
   // The images it takes: channels, and the size its config names.
   virtual int64_t num_channels() const = 0;
@@ -79,10 +84,18 @@ class Model {
   virtual bool fixed_image_size() const { return false; }
   // For a model of fixed_image_size(): the same model made for images of
   // `size` (a new ViT's config; fresh weights only: a pretrained one's
-  // position embeddings are resampled by io::set_image_size). An invalid
+  // position embeddings are resampled by resized, io::set_image_size's). An invalid
   // size, or a model that takes any size, is an error naming `origin`.
   virtual std::shared_ptr<const Model> with_image_size(Size2d size,
                                                        const std::string& origin) const;
+  // For a model of fixed_image_size() with trained `params`: the model for
+  // images of `size` and its parameters made for it (a ViT's or DeiT's
+  // position embeddings resampled to the new grid of patches as
+  // transformers' interpolate_pos_encoding does), what was done appended to
+  // `notes` (nothing at the same size). By default with_image_size, the
+  // parameters unchanged.
+  virtual std::shared_ptr<const Model> resized(Params& params, Size2d size,
+                                               std::vector<std::string>& notes) const;
   // Whether training draws random numbers (dropout or drop path on).
   virtual bool stochastic() const = 0;
   // The same model with stochastic depth rising linearly over its blocks to
@@ -95,6 +108,10 @@ class Model {
   virtual double train_flops_per_example(Size2d image) const = 0;
   // config.json as transformers' save_pretrained writes it.
   virtual std::string config_json() const = 0;
+  // The config's fields that its parameters' shapes follow, for errors
+  // about weights of other shapes (a ViT: "hidden_size 768, image_size 224,
+  // patch_size 16, 1000 labels, 12 layers"); by default its architecture.
+  virtual std::string config_summary() const { return architecture(); }
 
   // Layer-wise learning-rate decay (BEiT's, as timm's
   // param_groups_layer_decay groups a model): the group of a parameter,
@@ -122,9 +139,12 @@ struct ModelFamily {
 // model_type registered twice is an error.
 bool register_model_family(ModelFamily family);
 
-// The model of a config.json by its model_type; an unknown or missing
-// model_type is an error naming the types kiln has.
-std::shared_ptr<const Model> model_from_config(std::string_view json, const std::string& origin);
+// The model of a config.json by its model_type; an unknown model_type is an
+// error naming the types kiln has, and so is a missing one unless
+// `missing_type` names the family to read it as (kiln's first ViT
+// checkpoints wrote none).
+std::shared_ptr<const Model> model_from_config(std::string_view json, const std::string& origin,
+                                               const std::string& missing_type = "");
 // A preset of any family ("vit-base", "resnet-50", ...); an unknown name is
 // an error naming them all.
 std::shared_ptr<const Model> model_from_preset(const std::string& name);

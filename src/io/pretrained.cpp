@@ -364,14 +364,12 @@ Pretrained load_unguarded(const std::string& src) {
     m.model = nn::model_from_config(text, config_path);
     return load_family(std::move(m), config_path, root);
   }
-  const nn::ViTConfig config = nn::ViTConfig::from_json(text, config_path);
-  m.model = nn::vit_model(config);
+  m.model = nn::model_from_config(text, config_path, "vit");
   Params raw = load_weights(m.dir, root);
 
   // What ViTForImageClassification has, classifier included when the config has labels.
   std::map<std::string, Shape> expected;
-  for (auto& [name, shape] : nn::ViTForImageClassification(config).parameter_shapes())
-    expected.emplace(name, shape);
+  for (auto& [name, shape] : m.model->parameter_shapes()) expected.emplace(name, shape);
   std::vector<std::string> pooler, unused, converted_from;
   std::set<std::string> dtypes;
   for (auto& [name, a] : raw) {
@@ -390,10 +388,8 @@ Pretrained load_unguarded(const std::string& src) {
                         ", expected floating-point weights");
     if (a.shape() != it->second)
       fail(kOrigin, m.dir + ": tensor '" + name + "' has shape " + str(a.shape()) +
-                        ", but config.json (hidden_size " + std::to_string(config.hidden_size) +
-                        ", image_size " + nn::to_string(config.image_size) + ", patch_size " +
-                        nn::to_string(config.patch_size) + ", " +
-                        std::to_string(config.num_labels) + " labels) asks for " + str(it->second));
+                        ", but config.json (" + m.model->config_summary() + ") asks for " +
+                        str(it->second));
     if (a.dtype() != DType::f32) dtypes.insert(name_of(a.dtype()));
     if (!m.params.emplace(ours, a).second)
       fail(kOrigin, m.dir + ": two tensors are '" + ours + "' (one of them '" + name + "')");
@@ -404,12 +400,12 @@ Pretrained load_unguarded(const std::string& src) {
     if (!m.params.count(name) && !starts_with(name, "classifier.")) missing.push_back(name);
   if (!missing.empty())
     fail(kOrigin, m.dir + ": the weights lack " + list(missing) + " (config.json asks for " +
-                      std::to_string(config.num_hidden_layers) + " layers)");
+                      m.model->config_summary() + ")");
   const bool weight = m.params.count("classifier.weight"), bias = m.params.count("classifier.bias");
   if (weight != bias)
     fail(kOrigin, m.dir + ": the weights have classifier." + (weight ? "weight" : "bias") +
                       " without classifier." + (weight ? "bias" : "weight"));
-  m.has_classifier = weight || config.num_labels == 0;
+  m.has_classifier = weight || m.model->num_labels() == 0;
   if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a ViTModel checkpoint)");
   note_dtypes(m, dtypes);
   if (!pooler.empty())
@@ -452,7 +448,7 @@ void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labe
   const std::set<std::string> head = m.model->head_parameters();
   for (const auto& name : head) m.params.erase(name);
   if (m.model->num_labels() > 0) {
-    const Params fresh = m.model->init(key);
+    const Params fresh = m.model->init_head(key);
     for (const auto& name : head) m.params[name] = fresh.at(name);
     eval(m.params);
   }
@@ -467,54 +463,6 @@ void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labe
 }
 
 }  // namespace
-
-// adapt_classifier for a ViT (model_type "vit"): its config's classifier,
-// drawn as transformers' ViT init does.
-void adapt_vit_classifier(Pretrained& m, const std::vector<std::string>& labels,
-                          const random::Key& key) {
-  nn::ViTConfig c = nn::as_vit(*m.model)->config();
-  std::vector<std::string> had;
-  for (int64_t i = 0; i < c.num_labels; ++i) had.push_back(c.label_name(i));
-  const bool same = labels.empty() || labels == had;
-  if (m.has_classifier && same) return;
-  // transformers' made-up names (LABEL_0 ...) name nothing: a classifier of
-  // the data's size is kept, under the data's names.
-  bool unnamed = true;
-  for (int64_t i = 0; i < c.num_labels; ++i) unnamed &= had[i] == "LABEL_" + std::to_string(i);
-  if (m.has_classifier && unnamed && labels.size() == had.size()) {
-    c.id2label = labels;
-    m.model = nn::vit_model(c);
-    m.notes.push_back("its classifier's labels are unnamed (" + list(had) +
-                      "): kept, as the data's " + std::to_string(labels.size()) + " labels (" +
-                      list(labels) + ")");
-    return;
-  }
-  if (!labels.empty()) {
-    c.num_labels = static_cast<int64_t>(labels.size());
-    c.id2label = labels;
-  }
-  m.params.erase("classifier.weight");
-  m.params.erase("classifier.bias");
-  if (c.num_labels > 0) {
-    const double std = c.initializer_range;
-    m.params["classifier.weight"] =
-        random::truncated_normal(key, {c.num_labels, c.hidden_size}, -2.0 / std, 2.0 / std) * std;
-    m.params["classifier.bias"] = zeros({c.num_labels});
-    eval(m.params);
-  }
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label_name(i));
-  m.notes.push_back(std::string(m.has_classifier
-                                    ? "its classifier's " + std::to_string(had.size()) +
-                                          " labels (" + list(had) + ") are not the data's"
-                                    : "it has no classifier") +
-                    ": a new one for " + std::to_string(c.num_labels) + " labels (" + list(names) +
-                    "), drawn as transformers does with ignore_mismatched_sizes");
-  m.has_classifier = true;
-  m.model = nn::vit_model(c);
-}
-
-void set_vit_image_size(Pretrained& m, nn::Size2d image_size);
 
 namespace {
 
@@ -547,15 +495,11 @@ void resize_processor(Pretrained& m, nn::Size2d image_size) {
 
 void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
                       const random::Key& key) {
-  // A DeiT's heads (its teacher's too) are the family's: a ViT's alone is
-  // drawn by the ViT path (kiln's first checkpoints' draws).
-  const nn::ViTForImageClassification* vit = nn::as_vit(*m.model);
-  if (!vit || vit->variant() != nn::ViTVariant::ViT) return adapt_family_classifier(m, labels, key);
-  adapt_vit_classifier(m, labels, key);
+  adapt_family_classifier(m, labels, key);
 }
 
 void set_image_size(Pretrained& m, nn::Size2d image_size) {
-  if (!nn::as_vit(*m.model)) {
+  if (!m.model->fixed_image_size()) {
     // A convolutional model takes any size: only its images change.
     if (image_size.height <= 0 || image_size.width <= 0)
       fail("image size " + nn::to_string(image_size), "expected a positive height and width");
@@ -564,37 +508,14 @@ void set_image_size(Pretrained& m, nn::Size2d image_size) {
                       m.model->architecture() + " takes any size)");
     return;
   }
-  set_vit_image_size(m, image_size);
-}
-
-// A ViT's or DeiT's: the position embeddings resampled to the new grid, and
-// the model of the new config (of the same variant).
-void set_vit_image_size(Pretrained& m, nn::Size2d image_size) {
-  const nn::ViTForImageClassification& vit = *nn::as_vit(*m.model);
-  const nn::ViTConfig was = vit.config();
-  const nn::ViTVariant variant = vit.variant();
-  nn::ViTConfig c = was;
-  c.image_size = image_size;
-  c.validate("image size " + nn::to_string(image_size));
-  if (image_size == was.image_size) return;
-  const nn::Size2d from = was.grid(), to = c.grid();
-  const std::string what =
-      "image size " + nn::to_string(was.image_size) + " -> " + nn::to_string(image_size) + ": ";
-  if (from != to) {
-    const bool deit = variant != nn::ViTVariant::ViT;
-    Array& pos = m.params.at(deit ? "deit.embeddings.position_embeddings"
-                                  : "vit.embeddings.position_embeddings");
-    pos = nn::resample_position_embeddings(pos, from, to, deit ? 2 : 1);
-    m.notes.push_back(what + "position embeddings resampled from " + nn::to_string(from) + " to " +
-                      nn::to_string(to) +
-                      " patches (bicubic, as transformers' interpolate_pos_encoding)");
-  } else {
-    m.notes.push_back(what + "the same grid of " + nn::to_string(to) + " patches");
-  }
-  m.model = nn::vit_model(c, variant);
+  // A ViT's or DeiT's: its parameters made for the new size by the family
+  // (the position embeddings resampled to the new grid), then its images.
+  const nn::Size2d was = m.model->image_size();
+  m.model = m.model->resized(m.params, image_size, m.notes);
+  if (image_size == was) return;
   resize_processor(m, image_size);
   const data::ImageProcessor& p = m.processor;
-  if (c.num_channels == 3)  // grey models take no ViTImageProcessor
+  if (m.model->num_channels() == 3)  // grey models take no ViTImageProcessor
     m.notes.back() += std::string("; images processed to ") + nn::to_string(image_size) +
                       " (preprocessor_config.json's " + (p.do_center_crop ? "crop_size)" : "size)");
 }

@@ -74,6 +74,18 @@ std::shared_ptr<const Model> Model::with_drop_path(double /*rate*/) const {
        architecture() + " has no stochastic depth (drop path) to set; ViT, DeiT and ConvNeXt have");
 }
 
+Params Model::init_head(const random::Key& key) const {
+  const Params all = init(key);
+  Params head;
+  for (const auto& name : head_parameters()) head.emplace(name, all.at(name));
+  return head;
+}
+
+std::shared_ptr<const Model> Model::resized(Params& /*params*/, Size2d size,
+                                            std::vector<std::string>& /*notes*/) const {
+  return with_image_size(size, "image size " + to_string(size));
+}
+
 std::set<std::string> Model::head_parameters() const {
   // The parameters whose shapes change with one label more.
   std::vector<std::string> names = label_names();
@@ -124,7 +136,8 @@ std::vector<std::string> model_presets() {
   return names;
 }
 
-std::shared_ptr<const Model> model_from_config(std::string_view text, const std::string& origin) {
+std::shared_ptr<const Model> model_from_config(std::string_view text, const std::string& origin,
+                                               const std::string& missing_type) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -133,13 +146,14 @@ std::shared_ptr<const Model> model_from_config(std::string_view text, const std:
   }
   if (!j.is_object()) fail("config", origin + ": expected a JSON object");
   const std::string known = quoted_list(model_types());
-  if (!j.contains("model_type"))
+  if (!j.contains("model_type") && missing_type.empty())
     fail("config",
          origin + ": no field 'model_type', expected one of kiln's model types: " + known);
-  if (!j["model_type"].is_string())
+  if (j.contains("model_type") && !j["model_type"].is_string())
     fail("config", origin + ": field 'model_type' is " + j["model_type"].dump() +
                        ", expected one of kiln's model types: " + known);
-  const std::string type = j["model_type"].get<std::string>();
+  const std::string type =
+      j.contains("model_type") ? j["model_type"].get<std::string>() : missing_type;
   ModelFamily family;
   {
     Registry& r = registry();

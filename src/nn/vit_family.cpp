@@ -156,6 +156,42 @@ class ViTModel final : public Model {
     c.validate(origin);
     return vit_model(std::move(c), net_.variant());
   }
+  std::shared_ptr<const Model> resized(Params& params, Size2d size,
+                                       std::vector<std::string>& notes) const override {
+    const ViTConfig& was = cfg();
+    ViTConfig c = was;
+    c.image_size = size;
+    c.validate("image size " + to_string(size));
+    if (size == was.image_size) return vit_model(std::move(c), net_.variant());
+    const Size2d from = was.grid(), to = c.grid();
+    const std::string what =
+        "image size " + to_string(was.image_size) + " -> " + to_string(size) + ": ";
+    if (from != to) {
+      const bool deit = net_.variant() != ViTVariant::ViT;
+      Array& pos = params.at(deit ? "deit.embeddings.position_embeddings"
+                                  : "vit.embeddings.position_embeddings");
+      pos = resample_position_embeddings(pos, from, to, deit ? 2 : 1);
+      notes.push_back(what + "position embeddings resampled from " + to_string(from) + " to " +
+                      to_string(to) +
+                      " patches (bicubic, as transformers' interpolate_pos_encoding)");
+    } else {
+      notes.push_back(what + "the same grid of " + to_string(to) + " patches");
+    }
+    return vit_model(std::move(c), net_.variant());
+  }
+  // A ViT's classifier as kiln's ViT checkpoints have always drawn it
+  // (transformers' ViT init: truncated normal of initializer_range from the
+  // key itself, zero bias); a DeiT's heads as the family's init draws them.
+  Params init_head(const random::Key& key) const override {
+    if (net_.variant() != ViTVariant::ViT || cfg().num_labels <= 0) return Model::init_head(key);
+    const double std = cfg().initializer_range;
+    Params head;
+    head["classifier.weight"] = random::truncated_normal(key, {cfg().num_labels, cfg().hidden_size},
+                                                         -2.0 / std, 2.0 / std) *
+                                std;
+    head["classifier.bias"] = zeros({cfg().num_labels});
+    return head;
+  }
   std::shared_ptr<const Model> with_drop_path(double rate) const override {
     ViTConfig c = cfg();
     c.drop_path_rate = rate;
@@ -172,6 +208,12 @@ class ViTModel final : public Model {
     return flops;
   }
   std::string config_json() const override { return cfg().to_json(net_.variant()); }
+  std::string config_summary() const override {
+    return "hidden_size " + std::to_string(cfg().hidden_size) + ", image_size " +
+           to_string(cfg().image_size) + ", patch_size " + to_string(cfg().patch_size) + ", " +
+           std::to_string(cfg().num_labels) + " labels, " +
+           std::to_string(cfg().num_hidden_layers) + " layers";
+  }
   // timm's ViT groups: the embeddings, one per encoder layer (the final
   // LayerNorm with the last), the classifiers.
   int64_t num_layer_groups() const override { return cfg().num_hidden_layers + 2; }

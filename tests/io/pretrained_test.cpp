@@ -353,9 +353,10 @@ TEST(Pretrained, BadFoldersGetAnErrorNamingTheFileOrTensor) {
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   write(dir + "/config.json", replaced(text, "\"image_size\": 16", "\"image_size\": 32"));
-  EXPECT_HAS(error_of([&] { io::load_pretrained(dir); }),
-             "tensor 'vit.embeddings.position_embeddings' has shape (1,17,16), but config.json "
-             "(hidden_size 16, image_size 32, patch_size 4, 3 labels) asks for (1,65,16)");
+  EXPECT_HAS(
+      error_of([&] { io::load_pretrained(dir); }),
+      "tensor 'vit.embeddings.position_embeddings' has shape (1,17,16), but config.json "
+      "(hidden_size 16, image_size 32, patch_size 4, 3 labels, 2 layers) asks for (1,65,16)");
   write(dir + "/config.json",
         replaced(text, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"));
   EXPECT_HAS(error_of([&] { io::load_pretrained(dir); }),
