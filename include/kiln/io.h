@@ -134,10 +134,10 @@ void write_file_atomic(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path, const std::string& origin);
 
 // A family's config.json read into its config type by C::from_json(text,
-// path, extra...) (e.g. load_config<nn::ResNetConfig>(path), or a DeiT's as
-// load_config<nn::ViTConfig>(path, "deit")): every field that changes what
-// the model computes, errors naming the file and the field (the family's
-// from_json says what it reads).
+// path, extra...) (e.g. load_config<nn::ResNetConfig>(path); the ViT
+// family's from_json takes the model_type, "deit" for a DeiT, after the
+// path): every field that changes what the model computes, errors naming the
+// file and the field (the family's from_json says what it reads).
 template <class C, class... Extra>
 C load_config(const std::string& path, const Extra&... extra) {
   return C::from_json(read_file(path, "config"), path, extra...);

@@ -112,6 +112,26 @@ TEST(Layers, LowerNeverIncludesHigher) {
   EXPECT_GT(checked, 100);  // the scan found the includes
 }
 
+// Families are plug-ins (issue 43): outside the ViT family's own files (its
+// header kiln/nn.h, src/nn/vit*.cpp) and its Python bindings, the library
+// and the command line take an nn::Model and never name ViTConfig.
+TEST(Layers, OnlyTheVitFamilyNamesViTConfig) {
+  std::vector<fs::path> files;
+  for (const auto& [file, layer] : library_files()) files.push_back(file);
+  for (const auto& e : fs::directory_iterator(kRoot / "tools" / "kiln"))
+    if (is_source(e.path())) files.push_back(e.path());
+  int scanned = 0;
+  for (const fs::path& file : files) {
+    const std::string name = file.filename().string();
+    if (name == "nn.h" || name.rfind("vit", 0) == 0) continue;
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++scanned;
+    EXPECT_EQ(text.find("ViTConfig"), std::string::npos) << file << " names ViTConfig";
+  }
+  EXPECT_GT(scanned, 100);
+}
+
 TEST(Layers, TheCommandLineUsesPublicHeadersOnly) {
   for (const auto& e : fs::directory_iterator(kRoot / "tools" / "kiln")) {
     if (!is_source(e.path())) continue;
