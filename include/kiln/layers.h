@@ -155,6 +155,10 @@ struct Conv2d {
   Init weight_init = Init::normal(0.02);
   Init bias_init = Init::zeros();
   bool patch_matmul = false;
+  // Mixed precision (a bf16 matmul_dtype): the result kept in bf16, as
+  // PyTorch's autocast keeps a convolution's, rather than widened to f32
+  // (for a BatchNorm that reads bf16; no bias).
+  bool bf16_result = false;
   void declare(Decls& d) const;
   Array operator()(Scope& s, const Array& x, Layout in_layout, Layout out_layout) const;
   Array operator()(Scope& s, const Array& x, Layout layout) const {
@@ -179,6 +183,8 @@ struct LayerNorm {
 // update "running_mean", "running_var" (unbiased, by momentum) and
 // "num_batches_tracked" in the scope's state; in evaluation the running
 // statistics normalize.
+// A bf16 input is normalized in f32 (its statistics too) and the result
+// rounded back to bf16, as PyTorch's mixed BatchNorm computes.
 struct BatchNorm {
   std::string name;
   int64_t dim = 0;

@@ -161,7 +161,8 @@ Array Conv2d::operator()(Scope& s, const Array& x, Layout in_layout, Layout out_
   } else {
     // Mixed precision: bf16 operands, the f32-accumulated result widened
     // back to f32 for the bias, the normalization and the residual sums.
-    y = astype(conv2d(astype(x, s.matmul_dtype()), astype(w, s.matmul_dtype()), o), DType::f32);
+    y = conv2d(astype(x, s.matmul_dtype()), astype(w, s.matmul_dtype()), o);
+    if (!bf16_result || bias) y = astype(y, DType::f32);
   }
   if (bias) {
     const Array& bv = s.param(join_name(name, "bias"));
@@ -203,9 +204,10 @@ void BatchNorm::declare_state(Decls& d) const {
 Array BatchNorm::operator()(Scope& s, const Array& x, Layout layout) const {
   const std::string mean_name = join_name(name, "running_mean"),
                     var_name = join_name(name, "running_var");
+  const bool narrow = x.dtype() == DType::bf16;
   const BatchNormResult r =
-      batch_norm(x, s.param(join_name(name, "weight")), s.param(join_name(name, "bias")),
-                 s.state(mean_name), s.state(var_name),
+      batch_norm(narrow ? astype(x, DType::f32) : x, s.param(join_name(name, "weight")),
+                 s.param(join_name(name, "bias")), s.state(mean_name), s.state(var_name),
                  {.training = s.train(),
                   .momentum = momentum,
                   .eps = eps,
@@ -217,7 +219,7 @@ Array BatchNorm::operator()(Scope& s, const Array& x, Layout layout) const {
     const Array& n = s.state(n_name);
     s.update(n_name, n + scalar_like(n, 1.0));
   }
-  return r.y;
+  return narrow ? astype(r.y, DType::bf16) : r.y;
 }
 
 void Embedding::declare(Decls& d) const {

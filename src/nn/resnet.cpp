@@ -77,7 +77,8 @@ Conv2d conv_of(const ConvSpec& c) {
           .stride = c.stride,
           .padding = Conv2d::pad(c.kernel / 2),
           .bias = false,
-          .weight_init = Init::kaiming_normal_fan_out(c.out * c.kernel * c.kernel)};
+          .weight_init = Init::kaiming_normal_fan_out(c.out * c.kernel * c.kernel),
+          .bf16_result = true};
 }
 BatchNorm norm_of(const ConvSpec& c) {
   return {c.name + ".normalization", c.out};
@@ -265,7 +266,9 @@ ResNetOutput ResNetForImageClassification::apply(const Params& params, const Par
     for (const ConvSpec& c : b.layer) y = conv_bn(c, y);
     h = activate(cfg_.hidden_act, y + (b.shortcut ? conv_bn(*b.shortcut, h) : h));
   }
-  const Array pooled = mean(h, {1, 2});  // [B, C]
+  // (In bf16 mixed precision the activations are bf16 from the first
+  // convolution on, as autocast keeps them; pooled in f32.)
+  const Array pooled = mean(astype(h, DType::f32), {1, 2});  // [B, C]
   ResNetOutput out;
   out.logits = cfg_.num_labels > 0 ? classifier_of(cfg_)(s, pooled) : pooled;
   out.state = s.take_state();
