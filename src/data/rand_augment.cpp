@@ -6,6 +6,7 @@
 // color_jitter.cpp, compiled with -ffp-contract=off (CMakeLists.txt): Pillow's
 // baseline x86-64 build rounds every product.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -369,10 +370,14 @@ RandAugmentOptions RandAugmentOptions::parse(const std::string& config, const st
           "inc<0|1>");
     const bool integral = key == "m" || key == "n" || key == "mmax" || key == "inc";
     char* end = nullptr;
-    const double v = integral ? static_cast<double>(std::strtoll(val.c_str(), &end, 10))
+    errno = 0;
+    // Integers past a million are out of every range below (and stay exact).
+    const double v = integral ? static_cast<double>(std::clamp<long long>(
+                                    std::strtoll(val.c_str(), &end, 10), -1000000, 1000000))
                               : std::strtod(val.c_str(), &end);
-    if (end != val.c_str() + val.size() || !std::isfinite(v))
-      bad("section '" + s + "': '" + val + "' is not " + (integral ? "an integer" : "a number"));
+    if (end != val.c_str() + val.size() || !std::isfinite(v) || errno == ERANGE)
+      bad("section '" + s + "': '" + val + "' is not " +
+          (integral ? "an integer" : "a number") + " in range");
     if (key == "m") o.magnitude = v;
     if (key == "n") o.num_layers = static_cast<int64_t>(v);
     if (key == "p") o.prob = v;

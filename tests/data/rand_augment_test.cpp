@@ -155,6 +155,9 @@ TEST(RandAugment, BadConfigsNameTheFlagAndSection) {
   EXPECT_NE(err("rand-m9-x4").find("section 'x4'"), std::string::npos);
   EXPECT_NE(err("augmix-m5").find("\"rand\""), std::string::npos);
   EXPECT_NE(err("rand-m9.5").find("not an integer"), std::string::npos);
+  EXPECT_NE(err("rand-n99999999999999999999").find("not an integer in range"), std::string::npos);
+  EXPECT_NE(err("rand-n9999999").find("n 1000000: expected 0 to 100"), std::string::npos);
+  EXPECT_NE(err("rand-mstd1e999").find("not a number in range"), std::string::npos);
   EXPECT_NE(err("rand-tweights").find("not supported"), std::string::npos);
   EXPECT_NE(err("rand-p2").find("p 2"), std::string::npos);
   EXPECT_NE(err("rand-inc2").find("inc0 or inc1"), std::string::npos);
