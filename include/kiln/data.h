@@ -212,7 +212,7 @@ enum class AugmentOp {
   TranslateXRel,
   TranslateYRel,
 };
-constexpr int kAugmentOps = 15;
+inline constexpr int kAugmentOps = 15;
 const char* augment_op_name(AugmentOp op);  // timm's name, e.g. "TranslateXRel"
 
 struct RandAugmentOptions {
