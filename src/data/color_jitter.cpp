@@ -1,5 +1,5 @@
 // kiln data: torchvision's ColorJitter on Pillow images, byte for byte, and
-// the ImageEnhance adjustments it shares with RandAugment (data/enhance.h).
+// the ImageEnhance adjustments it shares with RandAugment (data/pillow.h).
 // Pillow's arithmetic is reproduced with its own types: Image.blend in
 // float32 with truncation, the HSV conversions in float and double as its
 // Convert.c writes them. This file is compiled with -ffp-contract=off
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "data/enhance.h"
+#include "data/pillow.h"
 
 namespace kiln::data {
 namespace {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string_view>
 
+#include "data/pillow.h"
 #include "kiln/data.h"
 
 namespace kiln::data {
@@ -90,30 +91,6 @@ std::optional<int> xmp_orientation(std::string_view x) {
     if (v < x.size() && x[v] >= '0' && x[v] <= '9') return x[v] - '0';
   }
   return std::nullopt;
-}
-
-// The image as ImageOps.exif_transpose leaves it: orientation 2-8 flips
-// and/or rotates (Pillow's Transpose methods); anything else changes nothing.
-Image orient(Image in, int orientation) {
-  if (orientation < 2 || orientation > 8) return in;
-  const int64_t W = in.width, H = in.height, C = in.channels;
-  const bool swap = orientation >= 5;
-  Image out{swap ? H : W, swap ? W : H, C, std::vector<uint8_t>(in.pixels.size())};
-  for (int64_t y = 0; y < out.height; ++y)
-    for (int64_t x = 0; x < out.width; ++x) {
-      int64_t sx = x, sy = y;  // the source pixel (column, row)
-      switch (orientation) {
-        case 2: sx = W - 1 - x; break;                  // FLIP_LEFT_RIGHT
-        case 3: sx = W - 1 - x, sy = H - 1 - y; break;  // ROTATE_180
-        case 4: sy = H - 1 - y; break;                  // FLIP_TOP_BOTTOM
-        case 5: sx = y, sy = x; break;                  // TRANSPOSE
-        case 6: sx = y, sy = H - 1 - x; break;          // ROTATE_270 (a quarter clockwise)
-        case 7: sx = W - 1 - y, sy = H - 1 - x; break;  // TRANSVERSE
-        case 8: sx = W - 1 - y, sy = x; break;          // ROTATE_90
-      }
-      std::memcpy(&out.pixels[(y * out.width + x) * C], &in.pixels[(sy * W + sx) * C], C);
-    }
-  return out;
 }
 
 // ---- colour conversions, as Pillow's Convert.c ----
@@ -239,7 +216,7 @@ Image decode_jpeg(const std::vector<uint8_t>& b, int64_t channels, const std::st
       img.pixels.resize(n);
     }
   }
-  return orient(std::move(img), orientation);
+  return pillow::transpose(std::move(img), orientation);
 }
 
 // ---- PNG: libpng's progressive-free low-level reader, samples as stored ----
@@ -397,7 +374,7 @@ Image decode_png(const std::vector<uint8_t>& b, int64_t channels, const std::str
       }
     }
   }
-  return orient(std::move(img), png_orientation(p.png, p.info, p.end));
+  return pillow::transpose(std::move(img), png_orientation(p.png, p.info, p.end));
 }
 
 Image decode(const std::vector<uint8_t>& b, int64_t channels, const std::string& origin,
@@ -431,6 +408,30 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
   if (f.bad()) fail(path, std::string("cannot read: ") + std::strerror(errno));
   return bytes;
+}
+
+// The image as ImageOps.exif_transpose leaves it: orientation 2-8 flips
+// and/or rotates (Pillow's Transpose methods); anything else changes nothing.
+Image pillow::transpose(Image in, int orientation) {
+  if (orientation < 2 || orientation > 8) return in;
+  const int64_t W = in.width, H = in.height, C = in.channels;
+  const bool swap = orientation >= 5;
+  Image out{swap ? H : W, swap ? W : H, C, std::vector<uint8_t>(in.pixels.size())};
+  for (int64_t y = 0; y < out.height; ++y)
+    for (int64_t x = 0; x < out.width; ++x) {
+      int64_t sx = x, sy = y;  // the source pixel (column, row)
+      switch (orientation) {
+        case 2: sx = W - 1 - x; break;                  // FLIP_LEFT_RIGHT
+        case 3: sx = W - 1 - x, sy = H - 1 - y; break;  // ROTATE_180
+        case 4: sy = H - 1 - y; break;                  // FLIP_TOP_BOTTOM
+        case 5: sx = y, sy = x; break;                  // TRANSPOSE
+        case 6: sx = y, sy = H - 1 - x; break;          // ROTATE_270 (a quarter clockwise)
+        case 7: sx = W - 1 - y, sy = H - 1 - x; break;  // TRANSVERSE
+        case 8: sx = W - 1 - y, sy = x; break;          // ROTATE_90
+      }
+      std::memcpy(&out.pixels[(y * out.width + x) * C], &in.pixels[(sy * W + sx) * C], C);
+    }
+  return out;
 }
 
 }  // namespace kiln::data

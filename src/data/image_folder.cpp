@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/pillow.h"
 #include "kiln/data.h"
 #include "ops/draws.h"
 
@@ -227,14 +228,7 @@ void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const 
     if (opt_.rand_augment.enabled) {
       // Rotations, shears and translations do not commute with the flip: it
       // comes first, as in timm's transforms.
-      if (flip) {
-        for (int64_t y = 0; y < img.height; ++y)
-          for (int64_t x = 0, r = img.width - 1; x < r; ++x, --r)
-            std::swap_ranges(&img.pixels[(y * img.width + x) * 3],
-                             &img.pixels[(y * img.width + x) * 3 + 3],
-                             &img.pixels[(y * img.width + r) * 3]);
-        flip = false;
-      }
+      if (flip) img = pillow::transpose(std::move(img), pillow::kFlipLeftRight), flip = false;
       rand_augment(img, opt_.rand_augment, uniform);
     }
     if (opt_.random_crop) {

@@ -1,6 +1,6 @@
 // kiln data: timm's RandAugment (timm/data/auto_augment.py) on Pillow images,
 // byte for byte: the lookup-table operations of ImageOps, ImageEnhance's
-// blends (data/enhance.h), Pillow's 3x3 SMOOTH filter for Sharpness, and
+// blends (data/pillow.h), Pillow's 3x3 SMOOTH filter for Sharpness, and
 // Image.transform's affine sampling (Geometry.c's bilinear and bicubic
 // filters) for the rotations, shears and translations. Like
 // color_jitter.cpp, compiled with -ffp-contract=off (CMakeLists.txt): Pillow's
@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "data/enhance.h"
+#include "data/pillow.h"
 
 namespace kiln::data {
 namespace {
@@ -159,19 +159,13 @@ void affine(Image& img, const double a[6], const std::array<uint8_t, 3>& fill, R
         const double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
         return p1 + d * (p2 + d * (p3 + d * p4));
       };
-      // The first pass is integer arithmetic on the bytes (exact).
-      auto icubic = [](int v1, int v2, int v3, int v4, double d) {
-        const double p1 = v2;
-        const double p2 = -v1 + v3;
-        const double p3 = 2 * (v1 - v2) + v3 - v4;
-        const double p4 = -v1 + v2 - v3 + v4;
-        return p1 + d * (p2 + d * (p3 + d * p4));
-      };
       const int64_t bx = fx - 1, by = fy - 1;
       const int64_t xs[4] = {xclip(bx), xclip(bx + 1), xclip(bx + 2), xclip(bx + 3)};
       for (int c = 0; c < 3; ++c) {
         auto line = [&](int64_t yy) {
-          return icubic(px(yy, xs[0], c), px(yy, xs[1], c), px(yy, xs[2], c), px(yy, xs[3], c), dx);
+          // (Pillow's first pass is integer arithmetic on the bytes: the same
+          // values in double, exactly.)
+          return cubic(px(yy, xs[0], c), px(yy, xs[1], c), px(yy, xs[2], c), px(yy, xs[3], c), dx);
         };
         const double v1 = line(yclip(by));
         const double v2 = by + 1 >= 0 && by + 1 < h ? line(by + 1) : v1;
@@ -200,20 +194,11 @@ void rotate(Image& img, double degrees, const std::array<uint8_t, 3>& fill, Resa
   double angle = std::fmod(degrees, 360.0);
   if (angle != 0 && angle < 0) angle += 360.0;
   if (angle == 0) return;
-  if (angle == 180) {
-    std::reverse(img.pixels.begin(), img.pixels.end());  // pixels reversed, then each one's bands
-    for (size_t i = 0; i < img.pixels.size(); i += 3) std::swap(img.pixels[i], img.pixels[i + 2]);
-    return;
-  }
-  if ((angle == 90 || angle == 270) && img.width == img.height) {  // Transpose.ROTATE_90/270
-    const int64_t n = img.width;
-    std::vector<uint8_t> out(img.pixels.size());
-    for (int64_t y = 0; y < n; ++y)
-      for (int64_t x = 0; x < n; ++x) {
-        const int64_t sy = angle == 90 ? x : n - 1 - x, sx = angle == 90 ? n - 1 - y : y;
-        std::copy_n(&img.pixels[(sy * n + sx) * 3], 3, &out[(y * n + x) * 3]);
-      }
-    img.pixels = std::move(out);
+  // Image.rotate's fast paths: Transpose for 180, and for 90 and 270 of a square.
+  if (angle == 180 || ((angle == 90 || angle == 270) && img.width == img.height)) {
+    img = pillow::transpose(std::move(img), angle == 180  ? pillow::kRotate180
+                                            : angle == 90 ? pillow::kRotate90
+                                                          : pillow::kRotate270);
     return;
   }
   const double rad = -(angle * (M_PI / 180.0));

@@ -426,12 +426,9 @@ Pretrained load_pretrained(const std::string& src) {
   return guarded(src, [&] { return load_unguarded(src); });
 }
 
-namespace {
-
-// adapt_classifier for a family other than ViT: the family's own head and
-// its initialization.
-void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labels,
-                             const random::Key& key) {
+// The family's own head, drawn by its init_head.
+void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
+                      const random::Key& key) {
   const std::vector<std::string> had = m.model->label_names();
   const bool same = labels.empty() || labels == had;
   if (m.has_classifier && same) return;
@@ -462,8 +459,6 @@ void adapt_family_classifier(Pretrained& m, const std::vector<std::string>& labe
   m.has_classifier = true;
 }
 
-}  // namespace
-
 namespace {
 
 // The processor of `m` making pixel values of `image_size` (a centre crop
@@ -492,11 +487,6 @@ void resize_processor(Pretrained& m, nn::Size2d image_size) {
 }
 
 }  // namespace
-
-void adapt_classifier(Pretrained& m, const std::vector<std::string>& labels,
-                      const random::Key& key) {
-  adapt_family_classifier(m, labels, key);
-}
 
 void set_image_size(Pretrained& m, nn::Size2d image_size) {
   if (!m.model->fixed_image_size()) {

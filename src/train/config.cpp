@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <thread>
+#include <utility>
 
 #include "internal.h"
 #include "kiln/distributed.h"
@@ -115,23 +116,20 @@ void validate(const TrainConfig& cfg) {
   cfg.mixup.validate();
   cfg.erasing.validate();
   cfg.color_jitter.validate();
-  if (cfg.color_jitter.enabled() && (!cfg.augment || cfg.data.rfind("imagefolder:", 0) != 0 ||
-                                     (cfg.model && cfg.model->num_channels() != 3)))
-    fail("train",
-         "--color-jitter goes with --augment on an RGB image folder (--data imagefolder:"
-         "PATH and a model of 3 channels)");
   cfg.rand_augment.validate("--rand-augment");
-  if (cfg.rand_augment.enabled) {
-    if (!cfg.augment || cfg.data.rfind("imagefolder:", 0) != 0 ||
-        (cfg.model && cfg.model->num_channels() != 3))
-      fail("train",
-           "--rand-augment goes with --augment on an RGB image folder (--data imagefolder:"
-           "PATH and a model of 3 channels)");
-    if (cfg.color_jitter.enabled())
-      fail("train",
-           "--rand-augment and --color-jitter: pick one (timm leaves color jitter out when "
-           "RandAugment is on)");
-  }
+  // Both adjust decoded RGB images as they are augmented.
+  const bool rgb_augmented = cfg.augment && cfg.data.rfind("imagefolder:", 0) == 0 &&
+                             !(cfg.model && cfg.model->num_channels() != 3);
+  for (auto [on, flag] : {std::pair{cfg.color_jitter.enabled(), "--color-jitter"},
+                          std::pair{cfg.rand_augment.enabled, "--rand-augment"}})
+    if (on && !rgb_augmented)
+      fail("train", std::string(flag) +
+                        " goes with --augment on an RGB image folder (--data imagefolder:"
+                        "PATH and a model of 3 channels)");
+  if (cfg.rand_augment.enabled && cfg.color_jitter.enabled())
+    fail("train",
+         "--rand-augment and --color-jitter: pick one (timm leaves color jitter out when "
+         "RandAugment is on)");
   if (cfg.mixup.enabled()) {
     if (cfg.batch_size % 2 != 0)
       fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +

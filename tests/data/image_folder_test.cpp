@@ -200,19 +200,24 @@ TEST(ImageFolder, AugmentationIsAFunctionOfSeedEpochAndIndex) {
   EXPECT_GT(differs, 10);
 }
 
-// --color-jitter: torchvision's ColorJitter on the augmented (processed)
-// images, after their crop and flip, drawn from the same key; the held-out
-// images are left alone.
-TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
-  Folder f;
+// One 40x40 RGB image of many colours in a class folder, and the options
+// that augment it into 16x16 pixel values through a processor.
+data::ImageFolderOptions augmented_colours(const Folder& f) {
   std::vector<uint8_t> colours(40 * 40 * 3);
   for (size_t i = 0; i < colours.size(); ++i)
     colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
   write(f.root / "cat" / "c0.png", encode_png(colours, 40, 40));
   data::ImageProcessor proc;
   proc.size = nn::Size2d(16);
-  data::ImageFolderOptions o{
-      .root = f.root.string(), .image_size = 16, .augment = true, .seed = 3, .processor = proc};
+  return {.root = f.root.string(), .image_size = 16, .augment = true, .seed = 3, .processor = proc};
+}
+
+// --color-jitter: torchvision's ColorJitter on the augmented (processed)
+// images, after their crop and flip, drawn from the same key; the held-out
+// images are left alone.
+TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
+  Folder f;
+  data::ImageFolderOptions o = augmented_colours(f);
   data::ImageFolder plain(o);
   o.color_jitter = {.brightness = 0.4, .contrast = 0.4, .saturation = 0.4, .hue = 0.1};
   data::ImageFolder jittered(o);
@@ -239,14 +244,7 @@ TEST(ImageFolder, ColorJitterAdjustsTheAugmentedImagesAlone) {
 // no operations drawn, the image equals the plain flipped one.
 TEST(ImageFolder, RandAugmentChangesTheAugmentedImagesAlone) {
   Folder f;
-  std::vector<uint8_t> colours(40 * 40 * 3);
-  for (size_t i = 0; i < colours.size(); ++i)
-    colours[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
-  write(f.root / "cat" / "c0.png", encode_png(colours, 40, 40));
-  data::ImageProcessor proc;
-  proc.size = nn::Size2d(16);
-  data::ImageFolderOptions o{
-      .root = f.root.string(), .image_size = 16, .augment = true, .seed = 3, .processor = proc};
+  data::ImageFolderOptions o = augmented_colours(f);
   data::ImageFolder plain(o);
   o.rand_augment = data::RandAugmentOptions::parse("rand-m9-mstd0.5-p1", "--rand-augment");
   data::ImageFolder augmented(o);

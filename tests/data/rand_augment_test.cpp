@@ -147,6 +147,23 @@ TEST(RandAugment, MagnitudeNoiseAndNegation) {
   EXPECT_EQ(run(o, {rotate, 0.5, 0.1}), rotated(13.5));
 }
 
+// Image.rotate's fast paths (Transpose): 90 degrees turns a square counter-
+// clockwise (the top-right pixel to the top-left), 180 reverses it, and four
+// quarter turns or two half turns give it back.
+TEST(RandAugment, QuarterAndHalfTurnsTransposeAsPillowDoes) {
+  data::Image img{2, 2, 3, {1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}};  // [[1, 2], [3, 4]]
+  auto turned = [&](data::Image im, double degrees, int times) {
+    for (int i = 0; i < times; ++i)
+      data::augment_op(im, data::AugmentOp::Rotate, degrees, {0, 0, 0}, data::Resample::bicubic);
+    return im.pixels;
+  };
+  EXPECT_EQ(turned(img, 90, 1), (std::vector<uint8_t>{2, 2, 2, 4, 4, 4, 1, 1, 1, 3, 3, 3}));
+  EXPECT_EQ(turned(img, -90, 1), (std::vector<uint8_t>{3, 3, 3, 1, 1, 1, 4, 4, 4, 2, 2, 2}));
+  EXPECT_EQ(turned(img, 180, 1), (std::vector<uint8_t>{4, 4, 4, 3, 3, 3, 2, 2, 2, 1, 1, 1}));
+  EXPECT_EQ(turned(img, 90, 4), img.pixels);
+  EXPECT_EQ(turned(img, 180, 2), img.pixels);
+}
+
 TEST(RandAugment, BadConfigsNameTheFlagAndSection) {
   auto err = [](const std::string& config) {
     return test_util::error_of([&] { data::RandAugmentOptions::parse(config, "--rand-augment"); });
