@@ -334,6 +334,31 @@ void BM_channel_sums(benchmark::State& state, DType x_dtype) {
   state.SetBytesProcessed(state.iterations() * (x.nbytes() + dy.nbytes()));
 }
 
+// A BatchNorm's fused elementwise passes over a channels-last activation
+// [32, hw, hw, c] of x_dtype (ResNet-50's shapes), compiled: the forward
+// normalization (x - mean) * scale + shift, and the backward's input
+// gradient (dy - mean(dy) - (x - mean) * k) * scale with per-channel f32
+// statistics. Bytes: the activations read and written.
+void BM_bn_fused(benchmark::State& state, DType x_dtype, bool backward) {
+  const int64_t c = state.range(0), hw = state.range(1);
+  Array x = astype(random::normal(random::Key(1), {32, hw, hw, c}), x_dtype);
+  Array dy = astype(random::normal(random::Key(2), {32, hw, hw, c}), x_dtype);
+  std::vector<Array> rows;
+  for (int k = 0; k < 4; ++k) rows.push_back(random::normal(random::Key(3 + k), {1, 1, 1, c}));
+  Jitted f(
+      [backward, x_dtype](const std::vector<Array>& v) {
+        Array xf = astype(v[0], DType::f32);
+        if (!backward) return std::vector<Array>{astype((xf - v[2]) * v[3] + v[4], x_dtype)};
+        Array g = astype(v[1], DType::f32);
+        return std::vector<Array>{astype((g - v[5] - (xf - v[2]) * v[4]) * v[3], x_dtype)};
+      },
+      {});
+  std::vector<Array> args{x, dy, rows[0], rows[1], rows[2], rows[3]};
+  f(args);
+  for (auto _ : state) benchmark::DoNotOptimize(f(args)[0].raw());
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * (backward ? 3 : 2));
+}
+
 // ---- dispatch: one eager op on one element ----
 void BM_dispatch_add_1elem(benchmark::State& state) {
   Array a = ones({1}), b = ones({1});
@@ -465,6 +490,22 @@ BENCHMARK_CAPTURE(BM_channel_sums, f32, DType::f32)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_channel_sums, bf16, DType::bf16)
+    ->Args({256, 56})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_bn_fused, forward_f32, DType::f32, false)
+    ->Args({256, 56})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_bn_fused, forward_bf16, DType::bf16, false)
+    ->Args({256, 56})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_bn_fused, backward_f32, DType::f32, true)
+    ->Args({256, 56})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_bn_fused, backward_bf16, DType::bf16, true)
     ->Args({256, 56})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

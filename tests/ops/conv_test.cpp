@@ -121,6 +121,39 @@ TEST(Conv, Bf16MatchesF64OnTheRoundedOperands) {
   }
 }
 
+// f32 convolutions against f64 on shapes where oneDNN picks its Winograd
+// kernels on an AVX-512 CPU (ResNet's 3x3 stride-1 convolutions: forward and
+// backward data at a batch of 16 and 64 channels, backward weights at 256
+// channels), and the direct kernels elsewhere: within f32's rounding of
+// such sums, forward and both gradients, NHWC and NCHW.
+TEST(Conv, F32MatchesF64WhereOneDnnPicksWinograd) {
+  struct Case {
+    int64_t n, hw, c;
+    bool channels_last;
+  };
+  for (const auto& [n, hw, c, channels_last] :
+       {Case{16, 14, 64, true}, Case{1, 14, 256, true}, Case{1, 14, 256, false}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(c) + (channels_last ? " NHWC" : " NCHW"));
+    const Array x =
+        random::normal(random::Key(1), channels_last ? Shape{n, hw, hw, c} : Shape{n, c, hw, hw});
+    const Array w = random::normal(random::Key(2), {c, c, 3, 3});
+    const Array dy = random::normal(random::Key(3), x.shape());
+    const ConvOptions opt{.padding = {{1, 1}}, .channels_last = channels_last};
+    auto conv_dot = [&](const Array& dy_) {
+      return [&, dy_](const std::vector<Array>& p) {
+        return std::vector<Array>{sum(conv2d(p[0], p[1], opt) * dy_)};
+      };
+    };
+    const Array x64 = astype(x, DType::f64), w64 = astype(w, DType::f64);
+    const Array y = conv2d(x, w, opt), y64 = conv2d(x64, w64, opt);
+    EXPECT_LE(max_abs(astype(y, DType::f64) - y64), 1e-5 * max_abs(y64));
+    auto [out, g] = vjp(conv_dot(dy), {x, w}, {ones({}, DType::f32)});
+    auto [out64, g64] = vjp(conv_dot(astype(dy, DType::f64)), {x64, w64}, {ones({}, DType::f64)});
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_LE(max_abs(astype(g[i], DType::f64) - g64[i]), 1e-5 * max_abs(g64[i])) << i;
+  }
+}
+
 // Channels-last pooling (its own cpu kernel: windows over an image's
 // contiguous channels) equals NCHW pooling (a plane at a time) bit for bit,
 // forward and backward, max (with ties and NaNs) and average (padding
