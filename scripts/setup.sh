@@ -2,7 +2,7 @@
 # Installs what kiln needs to build and test on Debian 12 (root, or sudo),
 # and any further Debian packages named as arguments (scripts/fuzz.sh's clang).
 set -euo pipefail
-# ocl-icd-opencl-dev: libdnnl-dev's CMake config requires OpenCL; libjpeg62-turbo-dev:
+# libxbyak-dev: fused elementwise programs compiled to AVX-512 code; ocl-icd-opencl-dev: libdnnl-dev's CMake config requires OpenCL; libjpeg62-turbo-dev:
 # libturbojpeg0-dev's CMake config names libjpeg.so; python3-pip and ca-certificates:
 # scripts/fetch-mkl.sh downloads oneMKL with pip; openmpi-bin and libopenmpi-dev: data-parallel
 # training (mpirun -np N kiln train); iproute2: the test that runs two ranks in two network
@@ -10,7 +10,7 @@ set -euo pipefail
 # (libcurl) and their SHA-256 checks (OpenSSL's libcrypto); python3-venv and python3-dev: the
 # Python package's virtual environment and its module's build; ccache: rebuilds (another clone,
 # a later CI run) take unchanged objects from its cache.
-packages=(g++ cmake ninja-build ccache libdnnl-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
+packages=(g++ cmake ninja-build ccache libdnnl-dev libxbyak-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
           iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev "$@")

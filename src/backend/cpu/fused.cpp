@@ -4,12 +4,15 @@
 // intermediate register stays in L1.
 #include <algorithm>
 
+#include "backend/cpu/fused_jit.h"
 #include "backend/cpu/kernels.h"
 
 namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kChunk = 256;
+// Positions a thread's job when a program runs as machine code.
+constexpr int64_t kJitChunk = 4096;
 // Whole inputs are prefetched this many chunks ahead (the column sums of a
 // channels-last activation stalled on their loads without it).
 constexpr int64_t kPrefetch = 2;
@@ -77,10 +80,15 @@ struct BodyEval {
   std::vector<int64_t> row;
   int ni, nregs;
   int given = -1;  // an input register whose chunk the caller passes to run()
+  // The program as machine code (fused_jit.h), or null: the interpreter.
+  FusedFn jit = nullptr;
+  bool jit_bf16_out = false;
   // The inputs are in[first, first + count); with given >= 0 that register
-  // takes no array (count is one short of the body's inputs).
+  // takes no array (count is one short of the body's inputs). `bf16_out`:
+  // the caller stores bf16 (run() with last_dst then writes bf16 bits there
+  // when the program runs as machine code; see narrowed()).
   BodyEval(const FusedAttrs& b, const std::vector<Array>& in, size_t first, size_t count,
-           int given_reg = -1)
+           int given_reg = -1, bool bf16_out = false)
       : body(b),
         ni(static_cast<int>(b.reads.size())),
         nregs(ni + static_cast<int>(b.program.size())),
@@ -103,12 +111,56 @@ struct BodyEval {
       src16.push_back(narrow ? static_cast<const uint16_t*>(a.raw()) : nullptr);
       row.push_back(a.size());
     }
+    // The caller's chunk of the given register is read as a whole input.
+    bool whole_given = given < 0 || body.reads[given] == FusedRead::Whole;
+    std::vector<bool> bf16_in;
+    for (int k = 0; k < ni; ++k) bf16_in.push_back(src16[k] != nullptr);
+    if (whole_given) jit = fused_jit(body, bf16_in, bf16_out);
+    jit_bf16_out = jit && bf16_out;
   }
-  BodyEval(const FusedAttrs& b, const std::vector<Array>& in) : BodyEval(b, in, 0, in.size()) {}
+  BodyEval(const FusedAttrs& b, const std::vector<Array>& in, bool bf16_out = false)
+      : BodyEval(b, in, 0, in.size(), -1, bf16_out) {}
+  // Whether run(..., last_dst) writes bf16 bits to last_dst.
+  bool narrowed() const { return jit_bf16_out; }
+  // The machine-code program over positions [base, base + n) into out (f32,
+  // or bf16 with jit_bf16_out), in runs within which every Row input is
+  // contiguous.
+  void run_jit(int64_t base, int64_t n, void* out, const float* chunk) const {
+    const void* ptrs[32];
+    for (int64_t i = 0; i < n;) {
+      int64_t m = n - i;
+      for (int k = 0; k < ni; ++k) {
+        const void* p = nullptr;
+        if (k == given) {
+          p = chunk + i;
+        } else if (body.reads[k] == FusedRead::Scalar) {
+          p = src16[k] ? static_cast<const void*>(src16[k]) : src[k];
+        } else {
+          int64_t at = base + i;
+          if (body.reads[k] == FusedRead::Row) {
+            at %= row[k];
+            m = std::min(m, row[k] - at);
+          }
+          p = src16[k] ? static_cast<const void*>(src16[k] + at) : src[k] + at;
+        }
+        ptrs[k] = p;
+      }
+      jit(ptrs,
+          jit_bf16_out ? static_cast<void*>(static_cast<uint16_t*>(out) + i)
+                       : static_cast<float*>(out) + i,
+          m);
+      i += m;
+    }
+  }
   // Returns a pointer to the n values: in `last_dst` when given, else in
   // scratch. `chunk` holds the given register's n values.
   const float* run(int64_t base, int64_t n, float* scratch, std::vector<const float*>& reg,
                    float* last_dst = nullptr, const float* chunk = nullptr) const {
+    if (jit) {
+      float* dst = last_dst ? last_dst : scratch;
+      run_jit(base, n, dst, chunk);
+      return dst;
+    }
     for (int k = 0; k < ni; ++k) {
       float* buf = scratch + k * kChunk;
       if (k != given && body.reads[k] == FusedRead::Whole) {
@@ -169,14 +221,23 @@ struct BodyEval {
 
 // The program computes in f32; a bf16 output rounds its last register as it
 // is stored (what a Cast after the unfused ops would give).
-void fused_kernel(const KernelContext&, const Primitive& p,
-                  const std::vector<Array>& in, ArrayNode& out) {
-  BodyEval body(p.attrs<FusedAttrs>(), in);
-  const int64_t total = numel(out.shape);
+void fused_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                  ArrayNode& out) {
   if (out.dtype != DType::f32 && out.dtype != DType::bf16)
     fail("FusedElementwise", std::string("writes f32 or bf16, not ") + name_of(out.dtype));
   const bool narrow = out.dtype == DType::bf16;
+  BodyEval body(p.attrs<FusedAttrs>(), in, narrow);
+  const int64_t total = numel(out.shape);
   void* y = alloc_output(out);
+  if (body.jit) {  // straight into the output, no scratch
+    const size_t elt = narrow ? 2 : 4;
+    parallel_for((total + kJitChunk - 1) / kJitChunk, kJitChunk * body.nregs,
+                 [&](int64_t c0, int64_t c1) {
+                   const int64_t base = c0 * kJitChunk, n = std::min(c1 * kJitChunk, total) - base;
+                   body.run_jit(base, n, static_cast<char*>(y) + base * elt, nullptr);
+                 });
+    return;
+  }
   parallel_for((total + kChunk - 1) / kChunk, kChunk * body.nregs, [&](int64_t c0, int64_t c1) {
     std::vector<float> scratch(static_cast<size_t>(body.nregs) * kChunk);
     std::vector<const float*> reg(body.nregs);
