@@ -83,12 +83,13 @@ struct BodyEval {
   // The program as machine code (fused_jit.h), or null: the interpreter.
   FusedFn jit = nullptr;
   bool jit_bf16_out = false;
+  FusedSumFn jit_sum = nullptr;  // its column sums as machine code (FusedReduce's body)
   // The inputs are in[first, first + count); with given >= 0 that register
   // takes no array (count is one short of the body's inputs). `bf16_out`:
   // the caller stores bf16 (run() with last_dst then writes bf16 bits there
   // when the program runs as machine code; see narrowed()).
   BodyEval(const FusedAttrs& b, const std::vector<Array>& in, size_t first, size_t count,
-           int given_reg = -1, bool bf16_out = false)
+           int given_reg = -1, bool bf16_out = false, bool sums = false)
       : body(b),
         ni(static_cast<int>(b.reads.size())),
         nregs(ni + static_cast<int>(b.program.size())),
@@ -117,38 +118,64 @@ struct BodyEval {
     for (int k = 0; k < ni; ++k) bf16_in.push_back(src16[k] != nullptr);
     if (whole_given) jit = fused_jit(body, bf16_in, bf16_out);
     jit_bf16_out = jit && bf16_out;
+    if (sums && given < 0) jit_sum = fused_jit_sum(body, bf16_in);
+  }
+  // The column sums of `rows` rows from position base, `stride` apart, over
+  // their first n columns, added into acc as machine code (fused_jit_sum);
+  // false (nothing done) where there is none or a Row input is not one value
+  // per column.
+  bool sum_jit(int64_t base, int64_t n, int64_t rows, int64_t stride, float* acc) const {
+    if (!jit_sum) return false;
+    const void* ptrs[32];
+    for (int k = 0; k < ni; ++k) {
+      if (body.reads[k] == FusedRead::Scalar) {
+        ptrs[k] = src16[k] ? static_cast<const void*>(src16[k]) : src[k];
+        continue;
+      }
+      int64_t at = base;
+      if (body.reads[k] == FusedRead::Row) {
+        at = base % row[k];
+        if (stride % row[k] != 0 || at + n > row[k]) return false;
+      }
+      ptrs[k] = src16[k] ? static_cast<const void*>(src16[k] + at) : src[k] + at;
+    }
+    jit_sum(ptrs, acc, n, rows, stride);
+    return true;
   }
   BodyEval(const FusedAttrs& b, const std::vector<Array>& in, bool bf16_out = false)
       : BodyEval(b, in, 0, in.size(), -1, bf16_out) {}
   // Whether run(..., last_dst) writes bf16 bits to last_dst.
   bool narrowed() const { return jit_bf16_out; }
   // The machine-code program over positions [base, base + n) into out (f32,
-  // or bf16 with jit_bf16_out), in runs within which every Row input is
-  // contiguous.
+  // or bf16 with jit_bf16_out), in runs within which each Row input is
+  // contiguous (its row, 1-8 KiB in a ResNet, stays in L1; a copy repeated
+  // to span longer runs did not).
   void run_jit(int64_t base, int64_t n, void* out, const float* chunk) const {
     const void* ptrs[32];
+    int64_t at[32];  // a Row input's position in its row
+    for (int k = 0; k < ni; ++k)
+      if (k != given && body.reads[k] == FusedRead::Row) at[k] = base % row[k];
     for (int64_t i = 0; i < n;) {
       int64_t m = n - i;
       for (int k = 0; k < ni; ++k) {
-        const void* p = nullptr;
         if (k == given) {
-          p = chunk + i;
+          ptrs[k] = chunk + i;
         } else if (body.reads[k] == FusedRead::Scalar) {
-          p = src16[k] ? static_cast<const void*>(src16[k]) : src[k];
+          ptrs[k] = src16[k] ? static_cast<const void*>(src16[k]) : src[k];
+        } else if (body.reads[k] == FusedRead::Whole) {
+          ptrs[k] = src16[k] ? static_cast<const void*>(src16[k] + base + i) : src[k] + base + i;
         } else {
-          int64_t at = base + i;
-          if (body.reads[k] == FusedRead::Row) {
-            at %= row[k];
-            m = std::min(m, row[k] - at);
-          }
-          p = src16[k] ? static_cast<const void*>(src16[k] + at) : src[k] + at;
+          m = std::min(m, row[k] - at[k]);
+          ptrs[k] = src16[k] ? static_cast<const void*>(src16[k] + at[k]) : src[k] + at[k];
         }
-        ptrs[k] = p;
       }
       jit(ptrs,
           jit_bf16_out ? static_cast<void*>(static_cast<uint16_t*>(out) + i)
                        : static_cast<float*>(out) + i,
           m);
+      for (int k = 0; k < ni; ++k)  // m reaches no further than a row's end
+        if (k != given && body.reads[k] == FusedRead::Row)
+          at[k] = at[k] + m == row[k] ? 0 : at[k] + m;
       i += m;
     }
   }
@@ -279,6 +306,7 @@ std::vector<float> segment_sums(const BodyEval& body, size_t scratch_regs, RowSe
       float* acc = partial.data() + s * inner;
       std::fill_n(acc, inner, 0.0f);
       const int64_t r0 = s * seg.rows, r1 = std::min(reduced, r0 + seg.rows);
+      if (body.sum_jit(r0 * inner, inner, r1 - r0, inner, acc)) continue;
       if (inner <= kChunk) {
         const int64_t q = kChunk / inner;  // rows a run
         for (int64_t r = r0; r < r1; r += q) {
@@ -315,7 +343,7 @@ void fused_reduce_kernel(const KernelContext&, const Primitive& p,
   for (size_t i = 1; i < axes.size(); ++i)
     if (axes[i] != axes[i - 1] + 1) fail("FusedReduce", "the summed axes must be contiguous");
   const size_t nbody = attrs.body.reads.size();
-  BodyEval body(attrs.body, in, 0, nbody);
+  BodyEval body(attrs.body, in, 0, nbody, -1, false, true);
   const bool has_epilogue = !attrs.epilogue.program.empty();
   if (has_epilogue && (attrs.epilogue_sum < 0 ||
                        attrs.epilogue_sum >= static_cast<int>(attrs.epilogue.reads.size())))
@@ -393,14 +421,15 @@ void fused_reduce_kernel(const KernelContext&, const Primitive& p,
     for (int64_t job = b; job < e; ++job) {
       int64_t o = job / blocks, i0 = (job % blocks) * width, n = std::min(width, inner - i0);
       std::fill_n(acc.begin(), n, 0.0f);
-      for (int64_t r = 0; r < reduced; ++r)
-        for (int64_t c = 0; c < n; c += kChunk) {
-          const int64_t m = std::min(kChunk, n - c);
-          const float* v = body.run((o * reduced + r) * inner + i0 + c, m, scratch.data(), reg);
-          float* a = acc.data() + c;
+      if (!body.sum_jit((o * reduced) * inner + i0, n, reduced, inner, acc.data()))
+        for (int64_t r = 0; r < reduced; ++r)
+          for (int64_t c = 0; c < n; c += kChunk) {
+            const int64_t m = std::min(kChunk, n - c);
+            const float* v = body.run((o * reduced + r) * inner + i0 + c, m, scratch.data(), reg);
+            float* a = acc.data() + c;
 #pragma omp simd
-          for (int64_t i = 0; i < m; ++i) a[i] += v[i];
-        }
+            for (int64_t i = 0; i < m; ++i) a[i] += v[i];
+          }
       for (int64_t c = 0; c < n; c += kChunk)
         store(o * inner + i0 + c, std::min(kChunk, n - c), acc.data() + c, scratch.data(), reg);
     }

@@ -61,10 +61,17 @@ bool has_code(Op op) {
 
 class ProgramCode : public Xbyak::CodeGenerator {
  public:
-  ProgramCode(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out)
-      : Xbyak::CodeGenerator(16384), body_(body), bf16_in_(bf16_in), bf16_out_(bf16_out) {
+  ProgramCode(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out,
+              bool accumulate)
+      : Xbyak::CodeGenerator(16384),
+        body_(body),
+        bf16_in_(bf16_in),
+        bf16_out_(bf16_out),
+        accumulate_(accumulate) {
     using namespace Xbyak;
-    // System V: rdi = ptrs, rsi = out, rdx = n; rcx counts positions.
+    // System V: rdi = ptrs, rsi = out, rdx = n; accumulating, rcx = rows and
+    // r8 = the Whole inputs' stride between rows (kept in r9 and r8). rcx
+    // counts positions; r10 is a Whole input's row offset, r11 its position.
     vpxord(kZero, kZero, kZero);
     broadcast(kSign, 0x80000000u);
     broadcast(kOne, 1u);
@@ -82,7 +89,14 @@ class ProgramCode : public Xbyak::CodeGenerator {
         vbroadcastss(Zmm(static_cast<int>(k)), dword[rax]);
       }
     }
-    Label full, tail, done;
+    Label row, full, tail, next, done;
+    if (accumulate_) mov(r9, rcx);
+    xor_(r10d, r10d);
+    L(row);
+    if (accumulate_) {
+      test(r9, r9);
+      jz(done, T_NEAR);
+    }
     xor_(ecx, ecx);
     L(full);
     mov(rax, rdx);
@@ -94,17 +108,22 @@ class ProgramCode : public Xbyak::CodeGenerator {
     jmp(full, T_NEAR);
     L(tail);
     test(rax, rax);
-    jz(done, T_NEAR);
-    mov(r8d, 0xffff);
-    bzhi(r8d, r8d, eax);
-    kmovw(k1, r8d);
+    jz(next, T_NEAR);
+    mov(r11d, 0xffff);
+    bzhi(r11d, r11d, eax);
+    kmovw(k1, r11d);
     iteration(true);
+    L(next);
+    if (accumulate_) {
+      add(r10, r8);
+      dec(r9);
+      jmp(row, T_NEAR);
+    }
     L(done);
     vzeroupper();
     ret();
     ready();
   }
-  FusedFn fn() const { return getCode<FusedFn>(); }
 
  private:
   const Xbyak::Zmm kZero{31}, kSign{30}, kOne{29}, kHalf{28}, kHigh{27}, kQuiet{26}, kT0{25},
@@ -134,20 +153,24 @@ class ProgramCode : public Xbyak::CodeGenerator {
   void iteration(bool masked) {
     using namespace Xbyak;
     const int ni = static_cast<int>(body_.reads.size());
+    if (accumulate_) lea(r11, ptr[r10 + rcx]);
     for (int k = 0; k < ni; ++k) {
       if (body_.reads[k] == FusedRead::Scalar) continue;
       const Zmm z(k);
+      // Accumulating, a Whole input moves on by the stride each row; a Row
+      // input (one value per column) does not.
+      const Reg64& at = accumulate_ && body_.reads[k] == FusedRead::Whole ? r11 : rcx;
       mov(rax, ptr[rdi + 8 * k]);
       if (bf16_in_[k]) {
         if (masked)
-          vpmovzxwd(z | k1 | T_z, ptr[rax + rcx * 2]);
+          vpmovzxwd(z | k1 | T_z, ptr[rax + at * 2]);
         else
-          vpmovzxwd(z, ptr[rax + rcx * 2]);
+          vpmovzxwd(z, ptr[rax + at * 2]);
         vpslld(z, z, 16);
       } else if (masked) {
-        vmovups(z | k1 | T_z, ptr[rax + rcx * 4]);
+        vmovups(z | k1 | T_z, ptr[rax + at * 4]);
       } else {
-        vmovups(z, ptr[rax + rcx * 4]);
+        vmovups(z, ptr[rax + at * 4]);
       }
     }
     for (size_t i = 0; i < body_.program.size(); ++i) {
@@ -175,7 +198,17 @@ class ProgramCode : public Xbyak::CodeGenerator {
       if (ins.round_bf16) round_bf16(d);
     }
     const Zmm last(ni + static_cast<int>(body_.program.size()) - 1);
-    if (bf16_out_) {
+    if (accumulate_) {  // out[i] = out[i] + value, as the C++ sums add
+      if (masked) {
+        vmovups(kT1 | k1 | T_z, ptr[rsi + rcx * 4]);
+        vaddps(kT1, kT1, last);
+        vmovups(ptr[rsi + rcx * 4] | k1, kT1);
+      } else {
+        vmovups(kT1, ptr[rsi + rcx * 4]);
+        vaddps(kT1, kT1, last);
+        vmovups(ptr[rsi + rcx * 4], kT1);
+      }
+    } else if (bf16_out_) {
       vmovaps(kT1, last);
       round_bf16(kT1);
       vpsrld(kT1, kT1, 16);
@@ -192,7 +225,7 @@ class ProgramCode : public Xbyak::CodeGenerator {
 
   FusedAttrs body_;
   std::vector<bool> bf16_in_;
-  bool bf16_out_;
+  bool bf16_out_, accumulate_;
 };
 
 bool cpu_ok() {
@@ -214,12 +247,16 @@ void set_fused_jit_enabled(bool on) {
   enabled_flag().store(on);
 }
 
-FusedFn fused_jit(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out) {
+namespace {
+
+// The cached code of one program, output and mode (null: none).
+const void* compiled(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out,
+                     bool accumulate) {
 #if KILN_FUSED_JIT
   if (!fused_jit_enabled() || !cpu_ok() || bf16_in.size() != body.reads.size()) return nullptr;
   const size_t nregs = body.reads.size() + body.program.size();
   if (nregs == 0 || nregs > static_cast<size_t>(kMaxRegisters)) return nullptr;
-  std::string key = bf16_out ? "h:" : "f:";
+  std::string key = accumulate ? "a:" : bf16_out ? "h:" : "f:";
   for (size_t k = 0; k < body.reads.size(); ++k)
     key += std::to_string(static_cast<int>(body.reads[k])) + (bf16_in[k] ? "h," : "f,");
   for (const FusedInstr& ins : body.program) {
@@ -234,18 +271,29 @@ FusedFn fused_jit(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool
   if (it == cache.end()) {
     std::unique_ptr<ProgramCode> code;
     try {
-      code = std::make_unique<ProgramCode>(body, bf16_in, bf16_out);
+      code = std::make_unique<ProgramCode>(body, bf16_in, bf16_out, accumulate);
     } catch (const Xbyak::Error&) {  // cannot emit it (no executable memory): interpret
     }
     it = cache.emplace(key, std::move(code)).first;
   }
-  return it->second ? it->second->fn() : nullptr;
+  return it->second ? it->second->getCode() : nullptr;
 #else
   (void)body;
   (void)bf16_in;
   (void)bf16_out;
+  (void)accumulate;
   return nullptr;
 #endif
+}
+
+}  // namespace
+
+FusedFn fused_jit(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out) {
+  return reinterpret_cast<FusedFn>(compiled(body, bf16_in, bf16_out, false));
+}
+
+FusedSumFn fused_jit_sum(const FusedAttrs& body, const std::vector<bool>& bf16_in) {
+  return reinterpret_cast<FusedSumFn>(compiled(body, bf16_in, false, true));
 }
 
 }  // namespace kiln::cpu

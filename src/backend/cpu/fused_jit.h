@@ -27,6 +27,15 @@ using FusedFn = void (*)(const void* const* ptrs, void* out, int64_t n);
 // `bf16_in[k]`: input k is bf16 (else f32).
 FusedFn fused_jit(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out);
 
+// acc[c] += the program's value at column c of each of `rows` rows, for c <
+// n, the rows in order: Whole inputs at ptrs[k] for row 0 and `stride`
+// positions further each row; Row inputs (one value per column) and
+// Scalars the same for every row. The column sums of FusedReduce, added in
+// the order its C++ loops add them.
+using FusedSumFn = void (*)(const void* const* ptrs, float* acc, int64_t n, int64_t rows,
+                            int64_t stride);
+FusedSumFn fused_jit_sum(const FusedAttrs& body, const std::vector<bool>& bf16_in);
+
 // Whether fused_jit compiles programs (tests compare it with the interpreter).
 bool fused_jit_enabled();
 void set_fused_jit_enabled(bool on);
