@@ -2,6 +2,7 @@
 // precision's casts between f32 ops and bf16 GEMM operands cost a pass over
 // memory each unless the producer writes bf16 or the consumer reads it.
 #include <algorithm>
+#include <optional>
 
 #include "compiler/fusion.h"
 #include "compiler/passes.h"
@@ -139,6 +140,109 @@ Graph fuse_casts(const Graph& g) {
     rw.map(i, rw.add(f.prim, std::move(ins), node.shape, narrowed[i] ? DType::bf16 : node.dtype));
   });
   return dead_code_elimination(out);  // the casts no one reads now
+}
+
+namespace {
+
+// A bf16 program: a FusedElementwise writing bf16, or a fusable bf16 op of
+// bf16 operands as a one-instruction program (its result rounded).
+struct Bf16Program {
+  FusedAttrs attrs;
+  std::vector<int> inputs;  // old ids, by input register
+};
+
+std::optional<Bf16Program> bf16_program(const Graph& g, int i) {
+  const Node& node = g.nodes[i];
+  if (node.is_input() || node.dtype != DType::bf16) return std::nullopt;
+  if (node.prim->op() == Op::FusedElementwise)
+    return Bf16Program{node.prim->attrs<FusedAttrs>(), node.inputs};
+  if (!backend_fuses(node)) return std::nullopt;
+  Bf16Program p{{}, program_inputs(g, i)};
+  for (int k : p.inputs) {
+    FusedRead mode;
+    if (g.nodes[k].dtype != DType::bf16 || !read_mode(g.nodes[k].shape, node.shape, mode))
+      return std::nullopt;
+    p.attrs.reads.push_back(mode);
+  }
+  const int b = node.inputs.size() < 2 ? -1 : node.inputs[1] == node.inputs[0] ? 0 : 1;
+  p.attrs.program.push_back({node.prim->op(), 0, b, true});
+  return p;
+}
+
+// c with its input register r replaced by producer p's program: p's inputs,
+// then c's others; p's instructions, its last rounded to bf16 as p stored it;
+// then c's.
+Bf16Program absorb(const Bf16Program& c, int r, const Bf16Program& p) {
+  const int np = static_cast<int>(p.attrs.reads.size()),
+            nc = static_cast<int>(c.attrs.reads.size());
+  const int ni = np + nc - 1, ip = static_cast<int>(p.attrs.program.size());
+  Bf16Program m;
+  m.attrs.reads = p.attrs.reads;
+  m.inputs = p.inputs;
+  for (int j = 0; j < nc; ++j)
+    if (j != r) {
+      m.attrs.reads.push_back(c.attrs.reads[j]);
+      m.inputs.push_back(c.inputs[j]);
+    }
+  for (FusedInstr ins : p.attrs.program) {
+    auto to = [&](int x) { return x < np ? x : x - np + ni; };
+    ins.a = to(ins.a);
+    if (ins.b >= 0) ins.b = to(ins.b);
+    m.attrs.program.push_back(ins);
+  }
+  m.attrs.program.back().round_bf16 = true;
+  const int p_out = ni + ip - 1;
+  for (FusedInstr ins : c.attrs.program) {
+    auto to = [&](int x) {
+      if (x == r) return p_out;
+      if (x < nc) return x < r ? np + x : np + x - 1;
+      return x - nc + ni + ip;
+    };
+    ins.a = to(ins.a);
+    if (ins.b >= 0) ins.b = to(ins.b);
+    m.attrs.program.push_back(ins);
+  }
+  return m;
+}
+
+}  // namespace
+
+Graph fuse_bf16_programs(const Graph& g) {
+  const Uses uses(g);
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<std::optional<Bf16Program>> prog(n);
+  std::vector<bool> absorbed(n, false), grown(n, false);
+  for (int i = 0; i < n; ++i) {
+    prog[i] = bf16_program(g, i);
+    if (!prog[i]) continue;
+    const Node& node = g.nodes[i];
+    for (size_t r = 0; r < prog[i]->inputs.size();) {
+      const int k = prog[i]->inputs[r];
+      if (!prog[k] || prog[i]->attrs.reads[r] != FusedRead::Whole ||
+          g.nodes[k].shape != node.shape || uses.sole_reader(k) != i || uses.is_output[k] ||
+          std::count(prog[i]->inputs.begin(), prog[i]->inputs.end(), k) != 1) {
+        ++r;
+        continue;
+      }
+      Bf16Program m = absorb(*prog[i], static_cast<int>(r), *prog[k]);
+      std::vector<DType> dtypes;
+      for (int x : m.inputs) dtypes.push_back(g.nodes[x].dtype);
+      if (!backend_supports(node.device, Primitive(Op::FusedElementwise, m.attrs), dtypes,
+                            DType::bf16)) {
+        ++r;
+        continue;
+      }
+      prog[i] = std::move(m);  // its inputs now begin with k's: look at them again
+      absorbed[k] = grown[i] = true;
+      r = 0;
+    }
+  }
+  return rewrite_ops(g, [&](int i) -> Emit {
+    if (absorbed[i]) return {Emit::Drop};
+    if (!grown[i]) return {};
+    return {Emit::Replace, std::make_shared<Primitive>(Op::FusedElementwise, prog[i]->attrs),
+            prog[i]->inputs};
+  });
 }
 
 }  // namespace kiln::compiler

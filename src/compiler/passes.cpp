@@ -39,6 +39,7 @@ Graph optimize(const Graph& g, const PassOptions& opt) {
   if (opt.fuse) step("fuse", fuse_elementwise);
   if (opt.fuse && opt.reduce) step("fuse_reductions", fuse_reductions);
   if (opt.fuse && opt.cast) step("fuse_casts", fuse_casts);
+  if (opt.fuse && opt.cast) step("fuse_bf16_programs", fuse_bf16_programs);
   return out;
 }
 

@@ -66,6 +66,14 @@ Graph fuse_reductions(const Graph& g);
 // round once to bf16 as they store, so no value changes. Run after the fusing passes.
 Graph fuse_casts(const Graph& g);
 
+// bf16 programs joined after fuse_casts: a bf16 program or elementwise op
+// (a BatchNorm's normalization in bf16 mixed precision, its cast folded in)
+// read whole by one bf16 elementwise op or program alone (the ReLU after
+// it, the residual add and ReLU) becomes part of that program, its result
+// rounded to bf16 in a register as it was when stored, so no value changes
+// and a pass over the activation goes. Where the backend runs the result.
+Graph fuse_bf16_programs(const Graph& g);
+
 // Folds the residual stream's gradient into LayerNorm's backward: an f32
 // Add(r, LayerNormGrad(...)) (either order, same shapes) whose LayerNormGrad
 // is read by that Add only becomes one LayerNormGrad{residual} that adds r

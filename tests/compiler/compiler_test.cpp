@@ -328,6 +328,40 @@ TEST(Passes, Bf16ChainsFuseRoundingEachOp) {
   EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::GeluGrad), 1);
 }
 
+// A bf16 program joins the bf16 ops that alone read it (fuse_bf16_programs):
+// bf16 mixed precision's BatchNorm normalization (f32 math, its cast to bf16
+// folded in) with the ReLU after it, and with a residual add and ReLU, one
+// kernel each, the program rounding the normalization to bf16 in a register
+// as it was stored (and a chain of them, each read once, one kernel). A
+// normalization also read by another op stays apart.
+// jit equals eager bit for bit on the cpu and ref backends.
+TEST(Passes, Bf16ProgramsJoinTheirSoleReaders) {
+  auto f = [](const std::vector<Array>& x) {
+    auto norm = [&](const Array& v) {
+      return astype((astype(v, DType::f32) - x[2]) * x[3] + x[4], DType::bf16);
+    };
+    Array a = astype(x[0], DType::bf16), b = astype(x[1], DType::bf16);
+    Array h = relu(norm(a));        // BatchNorm, ReLU
+    Array res = relu(norm(h) + b);  // BatchNorm, residual add, ReLU
+    Array shared = norm(b);         // read twice: stays apart
+    return std::vector<Array>{res, relu(shared), astype(shared, DType::f32) * x[2]};
+  };
+  const std::vector<Shape> shapes{{2, 3, 3, 16}, {2, 3, 3, 16}, {16}, {16}, {16}};
+  Graph traced_graph = trace(f, shapes);
+  Graph g = compiler::optimize(traced_graph, {});
+  EXPECT_EQ(count_ops(g, Op::Relu), 1);  // relu(shared) alone
+  int bf16_programs = 0;
+  for (const auto& n : g.nodes)
+    bf16_programs +=
+        !n.is_input() && n.prim->op() == Op::FusedElementwise && n.dtype == DType::bf16;
+  // res's whole chain (h is read by the second normalization alone), and shared.
+  EXPECT_EQ(bf16_programs, 2);
+  expect_jit_equals_eager_on_cpu_and_ref(f, shapes, 41);
+  compiler::PassOptions off;
+  off.cast = false;
+  EXPECT_EQ(count_ops(compiler::optimize(traced_graph, off), Op::Relu), 2);
+}
+
 // The same through reshapes, into GEMMs (a MatmulEpilogue's and a Matmul's
 // result rounded as stored) and into LayerNorm's backward (dy read as bf16).
 TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
