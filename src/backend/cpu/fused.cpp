@@ -1,7 +1,9 @@
 // kiln cpu backend: FusedElementwise — a chain of elementwise ops run as one
 // pass over memory, in f32 (an instruction of bf16 values rounds its
-// result). The output is processed in chunks small enough that every
-// intermediate register stays in L1.
+// result) — and FusedReduce, sums of such a program. A program of
+// arithmetic ops runs as AVX-512 machine code where the CPU has it
+// (fused_jit.h); otherwise it is interpreted here, the output processed in
+// chunks small enough that every intermediate register stays in L1.
 #include <algorithm>
 
 #include "backend/cpu/fused_jit.h"
@@ -86,8 +88,9 @@ struct BodyEval {
   FusedSumFn jit_sum = nullptr;  // its column sums as machine code (FusedReduce's body)
   // The inputs are in[first, first + count); with given >= 0 that register
   // takes no array (count is one short of the body's inputs). `bf16_out`:
-  // the caller stores bf16 (run() with last_dst then writes bf16 bits there
-  // when the program runs as machine code; see narrowed()).
+  // the kernel stores bf16, which the machine code then writes itself
+  // (run_jit; run() is for f32 values). `sums`: FusedReduce's body, whose
+  // column sums may run as machine code too (sum_jit).
   BodyEval(const FusedAttrs& b, const std::vector<Array>& in, size_t first, size_t count,
            int given_reg = -1, bool bf16_out = false, bool sums = false)
       : body(b),
@@ -113,7 +116,7 @@ struct BodyEval {
       row.push_back(a.size());
     }
     // The caller's chunk of the given register is read as a whole input.
-    bool whole_given = given < 0 || body.reads[given] == FusedRead::Whole;
+    const bool whole_given = given < 0 || body.reads[given] == FusedRead::Whole;
     std::vector<bool> bf16_in;
     for (int k = 0; k < ni; ++k) bf16_in.push_back(src16[k] != nullptr);
     if (whole_given) jit = fused_jit(body, bf16_in, bf16_out);
@@ -144,8 +147,6 @@ struct BodyEval {
   }
   BodyEval(const FusedAttrs& b, const std::vector<Array>& in, bool bf16_out = false)
       : BodyEval(b, in, 0, in.size(), -1, bf16_out) {}
-  // Whether run(..., last_dst) writes bf16 bits to last_dst.
-  bool narrowed() const { return jit_bf16_out; }
   // The machine-code program over positions [base, base + n) into out (f32,
   // or bf16 with jit_bf16_out), in runs within which each Row input is
   // contiguous (its row, 1-8 KiB in a ResNet, stays in L1; a copy repeated

@@ -4,7 +4,9 @@
 // (bf16 zero-extended and shifted into f32), each instruction one or a few
 // vector instructions on the zmm registers of its operands, a bf16-rounded
 // instruction rounded in its register, the last register stored (rounded to
-// bf16 bits for a bf16 output) — and a masked iteration for the tail.
+// bf16 bits for a bf16 output) — and a masked iteration for the tail. The
+// sums' variant loops over rows too and adds each value into its column's
+// sum instead of storing it.
 #include "backend/cpu/fused_jit.h"
 
 #include <atomic>
@@ -250,7 +252,7 @@ void set_fused_jit_enabled(bool on) {
 namespace {
 
 // The cached code of one program, output and mode (null: none).
-const void* compiled(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out,
+void* compiled(const FusedAttrs& body, const std::vector<bool>& bf16_in, bool bf16_out,
                      bool accumulate) {
 #if KILN_FUSED_JIT
   if (!fused_jit_enabled() || !cpu_ok() || bf16_in.size() != body.reads.size()) return nullptr;
@@ -276,7 +278,7 @@ const void* compiled(const FusedAttrs& body, const std::vector<bool>& bf16_in, b
     }
     it = cache.emplace(key, std::move(code)).first;
   }
-  return it->second ? it->second->getCode() : nullptr;
+  return it->second ? const_cast<uint8_t*>(it->second->getCode()) : nullptr;
 #else
   (void)body;
   (void)bf16_in;
