@@ -442,5 +442,93 @@ TEST(CudaEmulator, NcclSumsOverTwoDevicesInOneProcess) {
   EXPECT_EQ(got[0], got[1]);
 }
 
+// cuDNN's convolution as the emulator runs it: a 3x3 NHWC convolution with
+// a KRSC filter computes its sums; the flaws kiln's conv_cudnn.cpp could
+// have are each refused with what is wrong: too little workspace for the
+// algorithm, an output descriptor of the wrong extent, a filter in another
+// layout than the tensors, and an input never written (initcheck).
+TEST(CudaEmulator, CudnnConvolvesAndRefusesWhatCudnnRefuses) {
+  namespace dyn = cuda::dyn;
+  cuda::use_device(0);
+  auto s = static_cast<cudaStream_t>(device_stream(kGpu));
+  cudnnHandle_t h;
+  ASSERT_EQ(dyn::cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnSetStream(h, s), CUDNN_STATUS_SUCCESS);
+  cudnnTensorDescriptor_t xd, yd, bad_y;
+  cudnnFilterDescriptor_t wd, nchw_w;
+  cudnnConvolutionDescriptor_t cd;
+  for (auto* d : {&xd, &yd, &bad_y})
+    ASSERT_EQ(dyn::cudnnCreateTensorDescriptor(d), CUDNN_STATUS_SUCCESS);
+  for (auto* d : {&wd, &nchw_w})
+    ASSERT_EQ(dyn::cudnnCreateFilterDescriptor(d), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnCreateConvolutionDescriptor(&cd), CUDNN_STATUS_SUCCESS);
+  // x [1, 4, 4, 2] NHWC, w [1, 3, 3, 2] KRSC, padding 1: y [1, 4, 4, 1].
+  ASSERT_EQ(dyn::cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 2, 4, 4),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 1, 4, 4),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnSetTensor4dDescriptor(bad_y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 1, 3, 4),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 1, 2, 3, 3),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(
+      dyn::cudnnSetFilter4dDescriptor(nchw_w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 1, 2, 3, 3),
+      CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(dyn::cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                 CUDNN_DATA_FLOAT),
+            CUDNN_STATUS_SUCCESS);
+  std::vector<float> xv(32), wv(18);
+  for (int i = 0; i < 32; ++i) xv[i] = static_cast<float>(i % 7) - 3.0f;
+  for (int i = 0; i < 18; ++i) wv[i] = static_cast<float>(i % 5) - 2.0f;
+  Array x = on_gpu(xv), w = on_gpu(wv);
+  Array y = Array::empty({16}, DType::f32, kGpu), unwritten = Array::empty({32}, DType::f32, kGpu);
+  cudnnConvolutionFwdAlgoPerf_t perf[4];
+  int found = 0;
+  ASSERT_EQ(dyn::cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, 4, &found, perf),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_GE(found, 1);
+  const size_t need = perf[0].memory;
+  ASSERT_GT(need, 0u);
+  Array ws = Array::empty({static_cast<int64_t>(need)}, DType::bool_, kGpu);
+  const float one = 1.0f, zero = 0.0f;
+  auto forward = [&](cudnnFilterDescriptor_t f, cudnnTensorDescriptor_t yy, const void* in,
+                     size_t ws_bytes) {
+    return dyn::cudnnConvolutionForward(h, &one, xd, in, f, w.raw(), cd, perf[0].algo,
+                                        ws.data<bool>(), ws_bytes, &zero, yy, y.data<float>());
+  };
+  ASSERT_EQ(forward(wd, yd, x.raw(), need), CUDNN_STATUS_SUCCESS);
+  const std::vector<float> got = y.to_vector<float>();
+  for (int oy = 0; oy < 4; ++oy)
+    for (int ox = 0; ox < 4; ++ox) {
+      double want = 0;
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) {
+          const int r = oy - 1 + i, c = ox - 1 + j;
+          if (r < 0 || r > 3 || c < 0 || c > 3) continue;
+          for (int ch = 0; ch < 2; ++ch)
+            want += xv[(r * 4 + c) * 2 + ch] * wv[(i * 3 + j) * 2 + ch];
+        }
+      EXPECT_EQ(got[oy * 4 + ox], static_cast<float>(want)) << oy << "," << ox;
+    }
+  auto message = [&](cudnnStatus_t st) { return std::string(dyn::cudnnGetErrorString(st)); };
+  cudnnStatus_t st = forward(wd, yd, x.raw(), need - 1);
+  EXPECT_EQ(st, CUDNN_STATUS_BAD_PARAM);
+  EXPECT_NE(message(st).find("bytes of workspace, given " + std::to_string(need - 1)),
+            std::string::npos)
+      << message(st);
+  st = forward(wd, bad_y, x.raw(), need);
+  EXPECT_EQ(st, CUDNN_STATUS_BAD_PARAM);
+  EXPECT_NE(message(st).find("y is 1x1x3x4, the convolution's output 1x1x4x4"), std::string::npos)
+      << message(st);
+  st = forward(nchw_w, yd, x.raw(), need);
+  EXPECT_EQ(st, CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(message(st).find("different layouts"), std::string::npos) << message(st);
+  st = forward(wd, yd, unwritten.raw(), need);
+  EXPECT_EQ(st, CUDNN_STATUS_EXECUTION_FAILED);
+  EXPECT_NE(message(st).find("cudnnConvolutionForward's first operand"), std::string::npos)
+      << message(st);
+  cudaGetLastError();  // the failed work's error, cleared
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,12 +1,14 @@
 // Convolution, pooling and channel normalization beyond the op table
 // (tests/ops/op_table_test.cpp checks their values and gradients on every
 // backend): the errors that name what does not fit, bf16 on the cpu's
-// oneDNN path against f64, and BatchNorm's running statistics as PyTorch
-// updates them.
+// oneDNN path against f64, the CUDA backend's cuDNN path and its direct
+// kernels, and BatchNorm's running statistics as PyTorch updates them.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
+#include "../gpu_device.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -152,6 +154,130 @@ TEST(Conv, F32MatchesF64WhereOneDnnPicksWinograd) {
     for (size_t i = 0; i < 2; ++i)
       EXPECT_LE(max_abs(astype(g[i], DType::f64) - g64[i]), 1e-5 * max_abs(g64[i])) << i;
   }
+}
+
+// ---- The CUDA backend's convolutions: cuDNN wherever its legacy API
+// expresses the convolution (symmetric padding, or padding after that adds
+// no output), the direct kernels elsewhere, each forward and both gradients
+// against the cpu in f64, f32 and bf16. KILN_CUDA_CONV=cudnn makes a
+// convolution cuDNN does not run an error: the proof that cuDNN ran the
+// others in f32 and bf16 (on a GPU, cuDNN itself; here, the emulator's).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) {
+      saved_ = v;
+      had_ = true;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, saved_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
+
+TEST(Conv, GpuRunsOnCudnnWhereItsApiExpressesTheConvolution) {
+  KILN_REQUIRE_GPU();
+  if (gpu_tests_on_ref()) GTEST_SKIP() << "cuDNN is the cuda backend's";
+  struct Case {
+    const char* name;
+    Shape x, w;
+    ConvOptions opt;
+    bool cudnn;
+  };
+  const std::vector<Case> cases = {
+      // ResNet's strided 3x3, channels-last: the filter goes to cuDNN as KRSC.
+      {"3x3 stride 2 NHWC",
+       {2, 9, 9, 8},
+       {6, 8, 3, 3},
+       {.stride = {2}, .padding = {{1, 1}}, .channels_last = true},
+       true},
+      {"1x1 NCHW", {2, 8, 5, 5}, {4, 8, 1, 1}, {}, true},
+      {"depthwise 7x7 same NHWC",
+       {2, 8, 9, 8},
+       {8, 1, 7, 7},
+       {.same = true, .groups = 8, .channels_last = true},
+       true},
+      {"grouped dilated NCHW",
+       {1, 4, 9, 8},
+       {6, 2, 3, 3},
+       {.dilation = {2}, .padding = {{2, 2}}, .groups = 2},
+       true},
+      {"grouped 3x2 NHWC",
+       {2, 6, 7, 6},
+       {6, 3, 3, 2},
+       {.stride = {1, 2}, .padding = {{1, 1}, {0, 0}}, .groups = 2, .channels_last = true},
+       true},
+      // Patches with leftovers: no padding after is needed for the outputs.
+      {"4x4 patches", {2, 3, 9, 8}, {5, 3, 4, 4}, {.stride = {4}}, true},
+      // Padding that differs before and after and changes the output count.
+      {"asymmetric padding",
+       {1, 2, 7, 8},
+       {3, 2, 3, 3},
+       {.stride = {2, 1}, .dilation = {1, 2}, .padding = {{1, 0}, {2, 1}}},
+       false},
+      {"2x2 same NHWC", {1, 5, 6, 4}, {4, 4, 2, 2}, {.same = true, .channels_last = true}, false},
+  };
+  for (const Case& c : cases) {
+    for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(c.name) + ", " + name_of(dt));
+      const Array x = astype(random::normal(random::Key(3), c.x, DType::f64), dt);
+      const Array w = astype(random::normal(random::Key(4), c.w, DType::f64), dt);
+      const Array y0 = conv2d(astype(x, DType::f64), astype(w, DType::f64), c.opt);
+      const Array dy = astype(random::normal(random::Key(5), y0.shape(), DType::f64), dt);
+      auto run = [&](Device d) {
+        auto [out, g] = vjp(
+            [&](const std::vector<Array>& p) {
+              return std::vector<Array>{conv2d(p[0], p[1], c.opt)};
+            },
+            {x.to(d), w.to(d)}, {dy.to(d)});
+        return std::vector<Array>{astype(out[0].to(Device::cpu()), DType::f64),
+                                  astype(g[0].to(Device::cpu()), DType::f64),
+                                  astype(g[1].to(Device::cpu()), DType::f64)};
+      };
+      // The cpu in f64 on the same (rounded) operands is the reference.
+      auto [ref_out, ref_g] = vjp(
+          [&](const std::vector<Array>& p) {
+            return std::vector<Array>{conv2d(p[0], p[1], c.opt)};
+          },
+          {astype(x, DType::f64), astype(w, DType::f64)}, {astype(dy, DType::f64)});
+      const std::vector<Array> ref = {ref_out[0], ref_g[0], ref_g[1]};
+      const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 1e-5 : 1e-2;
+      // f32 and bf16 (what training runs) must run on cuDNN; f64 may not
+      // (cuDNN's double kernels cover fewer layouts).
+      const bool strict = c.cudnn && dt != DType::f64;
+      for (const char* kernels : {strict ? "cudnn" : "auto", "direct"}) {
+        SCOPED_TRACE(std::string("KILN_CUDA_CONV=") + kernels);
+        ScopedEnv env("KILN_CUDA_CONV", kernels);
+        const std::vector<Array> got = run(test_gpu());
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_LE(max_abs(got[i] - ref[i]), tol * max_abs(ref[i])) << (i == 0   ? "y"
+                                                                         : i == 1 ? "dx"
+                                                                                  : "dw");
+      }
+      if (!c.cudnn) {
+        ScopedEnv env("KILN_CUDA_CONV", "cudnn");
+        EXPECT_NE(error_of([&] { run(test_gpu()); })
+                      .find("KILN_CUDA_CONV=cudnn, but cuDNN does not run this convolution: "
+                            "padding ("),
+                  std::string::npos);
+      }
+    }
+  }
+  ScopedEnv env("KILN_CUDA_CONV", "sideways");
+  EXPECT_EQ(error_of([&] {
+              conv2d(zeros({1, 2, 4, 4}).to(test_gpu()), zeros({1, 2, 1, 1}).to(test_gpu()))
+                  .to(Device::cpu());
+            }),
+            "[Conv] KILN_CUDA_CONV is 'sideways', expected auto, cudnn or direct");
 }
 
 // Channels-last pooling (its own cpu kernel: windows over an image's

@@ -1,12 +1,19 @@
-// kiln cuda backend: Conv, ConvGradInput and ConvGradWeight as direct
-// kernels, one thread per element of the result summing its window (f32
-// accumulation for f32 and bf16, f64 for f64): correct on every geometry
-// (strides, dilation, asymmetric padding, groups, NCHW and NHWC), not fast.
-// cuDNN's convolutions are to replace them where a GPU can measure both.
+// kiln cuda backend: Conv, ConvGradInput and ConvGradWeight on cuDNN
+// (conv_cudnn.cpp) wherever its legacy API expresses the convolution, else
+// as direct kernels here, one thread per element of the result summing its
+// window (f32 accumulation for f32 and bf16, f64 for f64): correct on every
+// geometry (strides, dilation, asymmetric padding, groups, NCHW and NHWC),
+// not fast. KILN_CUDA_CONV=direct keeps every convolution on the direct
+// kernels; =cudnn makes one that cuDNN does not run an error (the tests'
+// proof that cuDNN ran). Channels-last convolutions hand cuDNN the filter as
+// KRSC, transposed here on the way in (and the weight gradient on the way
+// out) where the layouts differ.
 // Pool and PoolGrad alike: a thread per output, and per input element
 // gathering the windows that cover it (no atomics).
+#include <cstdlib>
 #include <string>
 
+#include "backend/cuda/conv_cudnn.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device_common.cuh"
 #include "ops/conv_geometry.h"
@@ -121,6 +128,23 @@ __global__ void conv_grad_weight(ConvGeometry q, const T* x, const T* dy, T* dw,
   }
 }
 
+// A filter between kiln's OIHW [o, cg, khw] and cuDNN's KRSC [o, khw, cg]
+// (i indexes the destination).
+template <typename T>
+__global__ void filter_to_krsc(const T* w, T* r, int64_t cg, int64_t khw, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    const int64_t ic = i % cg, t = i / cg % khw, oc = i / (cg * khw);
+    r[i] = w[(oc * cg + ic) * khw + t];
+  }
+}
+template <typename T>
+__global__ void filter_from_krsc(const T* r, T* w, int64_t cg, int64_t khw, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    const int64_t t = i % khw, ic = i / khw % cg, oc = i / (khw * cg);
+    w[i] = r[(oc * khw + t) * cg + ic];
+  }
+}
+
 // Pooling window (b, c, oy, ox): max (the first largest tap, NaN over any
 // number; *arg its input index) or the average over the window's count.
 template <typename T>
@@ -223,6 +247,45 @@ void pool_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
   });
 }
 
+enum class ConvKernels { Auto, Cudnn, Direct };
+
+// KILN_CUDA_CONV, read at each call (tests switch it).
+ConvKernels conv_kernels(const char* who) {
+  const char* e = std::getenv("KILN_CUDA_CONV");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return ConvKernels::Auto;
+  if (v == "cudnn") return ConvKernels::Cudnn;
+  if (v == "direct") return ConvKernels::Direct;
+  fail(who, "KILN_CUDA_CONV is '" + v + "', expected auto, cudnn or direct");
+}
+
+// The pass on cuDNN, with the filter transposed to KRSC and back where the
+// plan takes it so; false where cuDNN does not run it (*why says why).
+template <typename T>
+bool conv_on_cudnn(const KernelContext& ctx, cudaStream_t s, ConvPass pass, const ConvGeometry& q,
+                   DType dt, const T* a, const T* b, T* y, const char* who, std::string* why) {
+  const CudnnConv* plan = cudnn_conv_plan(ctx.device.index, pass, q, dt, why);
+  if (!plan) return false;
+  if (!cudnn_filter_krsc(q)) {
+    cudnn_conv_run(*plan, ctx, s, a, b, y, who);
+    return true;
+  }
+  const int64_t nw = q.o * q.cg * q.kh * q.kw;
+  const size_t bytes = static_cast<size_t>(nw) * sizeof(T);
+  T* r = static_cast<T*>(ctx.scratch->allocate(bytes));
+  if (pass == ConvPass::GradWeight) {
+    cudnn_conv_run(*plan, ctx, s, a, b, r, who);
+    KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_from_krsc<T>)(r, y, q.cg, q.kh * q.kw, nw);
+    check_launch(who);
+  } else {
+    KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_to_krsc<T>)(b, r, q.cg, q.kh * q.kw, nw);
+    check_launch(who);
+    cudnn_conv_run(*plan, ctx, s, a, r, y, who);
+  }
+  ctx.scratch->release(r, bytes);
+  return true;
+}
+
 void conv_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
   cudaStream_t s = begin(ctx);
@@ -231,25 +294,37 @@ void conv_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
       p.op() == Op::Conv            ? conv_geometry(a, in[0].shape(), in[1].shape(), p.name())
       : p.op() == Op::ConvGradInput ? conv_geometry(a, a.input, in[1].shape(), p.name())
                                     : conv_geometry(a, in[0].shape(), a.weight, p.name());
+  const ConvPass pass = p.op() == Op::Conv            ? ConvPass::Forward
+                        : p.op() == Op::ConvGradInput ? ConvPass::GradInput
+                                                      : ConvPass::GradWeight;
   const int64_t n = numel(out.shape);
   const DType dt = in[0].dtype();
   if (dt != DType::f32 && dt != DType::f64 && dt != DType::bf16)
     fail(p.name(), std::string("no cuda kernel for dtype ") + name_of(dt));
+  const ConvKernels kernels = conv_kernels(p.name());
   visit_dtype(dt, p.name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
                   std::is_same_v<T, __nv_bfloat16>) {
       T* y = out_ptr<T>(out);
       if (n == 0) return;
-      if (p.op() == Op::Conv)
+      if (kernels != ConvKernels::Direct) {
+        std::string why;
+        if (conv_on_cudnn(ctx, s, pass, q, dt, ptr<T>(in[0]), ptr<T>(in[1]), y, p.name(), &why))
+          return;
+        if (kernels == ConvKernels::Cudnn)
+          fail(p.name(), "KILN_CUDA_CONV=cudnn, but cuDNN does not run this convolution: " + why);
+      }
+      if (pass == ConvPass::Forward) {
         KILN_LAUNCH(blocks_for(n), 256, 0, s, conv_forward<T>)
         (q, ptr<T>(in[0]), ptr<T>(in[1]), y, n);
-      else if (p.op() == Op::ConvGradInput)
+      } else if (pass == ConvPass::GradInput) {
         KILN_LAUNCH(blocks_for(n), 256, 0, s, conv_grad_input<T>)
         (q, ptr<T>(in[0]), ptr<T>(in[1]), y, n);
-      else
+      } else {
         KILN_LAUNCH(blocks_for(n), 256, 0, s, conv_grad_weight<T>)
         (q, ptr<T>(in[0]), ptr<T>(in[1]), y, n);
+      }
       check_launch(p.name());
     }
   });

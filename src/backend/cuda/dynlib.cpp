@@ -1,4 +1,4 @@
-// kiln cuda backend: loading cuBLASLt, NVRTC and NCCL on first use (dynlib.h).
+// kiln cuda backend: loading cuBLASLt, cuDNN, NVRTC and NCCL on first use (dynlib.h).
 #include "backend/cuda/dynlib.h"
 
 #include <dlfcn.h>
@@ -25,7 +25,7 @@ namespace {
 #define KILN_STR(x) KILN_STR2(x)
 
 // Each library's soname (cuBLASLt's and NVRTC's carry the CUDA toolkit's
-// major version, NCCL's its own) and what it is, in the order of Lib.
+// major version, NCCL's and cuDNN's their own) and what it is, in the order of Lib.
 struct Library {
   const char* file;
   const char* what;
@@ -35,6 +35,8 @@ constexpr Library kLibraries[] = {
     {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
     {"libnccl.so." KILN_STR(NCCL_MAJOR), "NCCL, the collectives of a run of several ranks on GPUs"},
     {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
+    {"libcudnn.so." KILN_STR(CUDNN_MAJOR),
+     "cuDNN " KILN_STR(CUDNN_MAJOR) ", the convolutions on GPUs"},
 };
 const Library& library(Lib lib) {
   return kLibraries[static_cast<int>(lib)];
@@ -61,6 +63,7 @@ void* symbol(Lib lib, const char* name) {
   if (lib != Lib::nvrtc_gpu) {
     void* f = lib == Lib::cublaslt ? emu::cublaslt_symbol(name)
               : lib == Lib::nvrtc  ? emu::nvrtc_symbol(name)
+              : lib == Lib::cudnn  ? emu::cudnn_symbol(name)
                                    : emu::nccl_symbol(name);
     if (!f) fail("cuda", std::string("the CUDA emulator has no ") + name);
     return f;

@@ -1,4 +1,4 @@
-// kiln cuda backend: cuBLASLt, NVRTC and NCCL, loaded when first called
+// kiln cuda backend: cuBLASLt, cuDNN, NVRTC and NCCL, loaded when first called
 // (dlopen) rather than linked: libkiln then starts as fast with the CUDA
 // backend as without it (cuBLASLt alone is half a gigabyte), and runs where
 // the driver is present but a library is not until that library is needed
@@ -10,6 +10,7 @@
 // checks of the generated kernels).
 #pragma once
 #include <cublasLt.h>
+#include <cudnn.h>
 #include <nccl.h>
 #include <nvrtc.h>
 
@@ -17,7 +18,7 @@
 
 namespace kiln::cuda::dyn {
 
-enum class Lib { cublaslt, nvrtc, nccl, nvrtc_gpu };
+enum class Lib { cublaslt, nvrtc, nccl, nvrtc_gpu, cudnn };
 // The address of `name` in `lib` (loading the library on first use).
 void* symbol(Lib lib, const char* name);
 
@@ -47,15 +48,33 @@ struct Lazy {
   X(nvrtcCompileProgram) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcGetCUBIN)           \
   X(nvrtcGetCUBINSize) X(nvrtcGetErrorString) X(nvrtcGetProgramLog) X(nvrtcGetProgramLogSize)    \
   X(nvrtcVersion)
+// cuDNN's convolutions (conv_cudnn.cpp), through its legacy API.
+#define KILN_CUDNN_FUNCTIONS(X)                                                                  \
+  X(cudnnCreate)                                                                                 \
+  X(cudnnSetStream) X(cudnnGetErrorString) X(cudnnCreateTensorDescriptor)                        \
+      X(cudnnSetTensor4dDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnSetFilter4dDescriptor) \
+          X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolution2dDescriptor)                 \
+              X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType)                    \
+                  X(cudnnGetConvolution2dForwardOutputDim)                                       \
+                      X(cudnnGetConvolutionForwardAlgorithm_v7)                                  \
+                          X(cudnnGetConvolutionForwardWorkspaceSize) X(cudnnConvolutionForward)  \
+                              X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                     \
+                                  X(cudnnGetConvolutionBackwardDataWorkspaceSize)                \
+                                      X(cudnnConvolutionBackwardData)                            \
+                                          X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)       \
+                                              X(cudnnGetConvolutionBackwardFilterWorkspaceSize)  \
+                                                  X(cudnnConvolutionBackwardFilter)
 #define KILN_NCCL_FUNCTIONS(X)                                                                   \
   X(ncclAllReduce) X(ncclCommInitRank) X(ncclGetErrorString) X(ncclGetUniqueId)
 
 #define KILN_LAZY_CUBLASLT(name) inline const Lazy<decltype(::name)> name{Lib::cublaslt, #name};
 #define KILN_LAZY_NVRTC(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc, #name};
 #define KILN_LAZY_NCCL(name) inline const Lazy<decltype(::name)> name{Lib::nccl, #name};
+#define KILN_LAZY_CUDNN(name) inline const Lazy<decltype(::name)> name{Lib::cudnn, #name};
 KILN_CUBLASLT_FUNCTIONS(KILN_LAZY_CUBLASLT)
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC)
 KILN_NCCL_FUNCTIONS(KILN_LAZY_NCCL)
+KILN_CUDNN_FUNCTIONS(KILN_LAZY_CUDNN)
 namespace gpu {
 #define KILN_LAZY_NVRTC_GPU(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc_gpu, #name};
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC_GPU)
@@ -64,5 +83,6 @@ KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC_GPU)
 #undef KILN_LAZY_CUBLASLT
 #undef KILN_LAZY_NVRTC
 #undef KILN_LAZY_NCCL
+#undef KILN_LAZY_CUDNN
 
 }  // namespace kiln::cuda::dyn

@@ -1,6 +1,6 @@
-// kiln's CUDA emulator: its cuBLASLt, NVRTC and NCCL, which dynlib.h's calls
-// reach in an emulation build instead of the libraries (cublaslt.cpp,
-// nvrtc.cpp, nccl.cpp). Each has the library's signatures.
+// kiln's CUDA emulator: its cuBLASLt, cuDNN, NVRTC and NCCL, which dynlib.h's
+// calls reach in an emulation build instead of the libraries (cublaslt.cpp,
+// cudnn.cpp, nvrtc.cpp, nccl.cpp). Each has the library's signatures.
 #pragma once
 
 namespace kiln::emu {
@@ -10,5 +10,6 @@ namespace kiln::emu {
 void* cublaslt_symbol(const char* name);
 void* nvrtc_symbol(const char* name);
 void* nccl_symbol(const char* name);
+void* cudnn_symbol(const char* name);
 
 }  // namespace kiln::emu
