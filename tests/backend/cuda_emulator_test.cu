@@ -530,5 +530,33 @@ TEST(CudaEmulator, CudnnConvolvesAndRefusesWhatCudnnRefuses) {
   cudaGetLastError();  // the failed work's error, cleared
 }
 
+// A convolution cuDNN refuses as it runs (a NOT_SUPPORTED status for a
+// shape its heuristics offered) runs on kiln's direct kernels instead, with
+// the right values, and is not offered to cuDNN again: KILN_CUDA_CONV=cudnn
+// then says why.
+TEST(CudaEmulator, AConvolutionCudnnRefusesAsItRunsFallsBackToTheDirectKernels) {
+  const Array x = random::normal(random::Key(7), {2, 3, 6, 6}, DType::f64);
+  const Array w = random::normal(random::Key(8), {13, 3, 3, 3}, DType::f64);
+  const ConvOptions opt{.padding = {{1, 1}}};
+  const std::vector<double> want = conv2d(x, w, opt).to_vector<double>();
+  setenv("KILN_CUDA_EMULATOR_CUDNN_REFUSE", "13", 1);
+  const std::vector<double> got = conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+  unsetenv("KILN_CUDA_EMULATOR_CUDNN_REFUSE");
+  setenv("KILN_CUDA_CONV", "cudnn", 1);
+  try {
+    conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuDNN does not run this convolution: cuDNN refused it "
+                                         "as it ran: cudnnConvolutionForward: "
+                                         "CUDNN_STATUS_NOT_SUPPORTED_SHAPE"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("KILN_CUDA_CONV");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -266,24 +266,35 @@ bool conv_on_cudnn(const KernelContext& ctx, cudaStream_t s, ConvPass pass, cons
                    DType dt, const T* a, const T* b, T* y, const char* who, std::string* why) {
   const CudnnConv* plan = cudnn_conv_plan(ctx.device.index, pass, q, dt, why);
   if (!plan) return false;
+  bool ran;
   if (!cudnn_filter_krsc(q)) {
-    cudnn_conv_run(*plan, ctx, s, a, b, y, who);
-    return true;
-  }
-  const int64_t nw = q.o * q.cg * q.kh * q.kw;
-  const size_t bytes = static_cast<size_t>(nw) * sizeof(T);
-  T* r = static_cast<T*>(ctx.scratch->allocate(bytes));
-  if (pass == ConvPass::GradWeight) {
-    cudnn_conv_run(*plan, ctx, s, a, b, r, who);
-    KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_from_krsc<T>)(r, y, q.cg, q.kh * q.kw, nw);
-    check_launch(who);
+    ran = cudnn_conv_run(*plan, ctx, s, a, b, y, who);
   } else {
-    KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_to_krsc<T>)(b, r, q.cg, q.kh * q.kw, nw);
-    check_launch(who);
-    cudnn_conv_run(*plan, ctx, s, a, r, y, who);
+    const int64_t nw = q.o * q.cg * q.kh * q.kw;
+    const size_t bytes = static_cast<size_t>(nw) * sizeof(T);
+    T* r = static_cast<T*>(ctx.scratch->allocate(bytes));
+    // Released once the work on it is queued (stream-ordered), or on a failure.
+    struct Release {
+      Allocator* alloc;
+      void* mem;
+      size_t bytes;
+      ~Release() { alloc->release(mem, bytes); }
+    } release{ctx.scratch, r, bytes};
+    if (pass == ConvPass::GradWeight) {
+      ran = cudnn_conv_run(*plan, ctx, s, a, b, r, who);
+      if (ran) {
+        KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_from_krsc<T>)(r, y, q.cg, q.kh * q.kw, nw);
+        check_launch(who);
+      }
+    } else {
+      KILN_LAUNCH(blocks_for(nw), 256, 0, s, filter_to_krsc<T>)(b, r, q.cg, q.kh * q.kw, nw);
+      check_launch(who);
+      ran = cudnn_conv_run(*plan, ctx, s, a, r, y, who);
+    }
   }
-  ctx.scratch->release(r, bytes);
-  return true;
+  // A refusal as it ran: the plan now says why (and is not offered again).
+  if (!ran) cudnn_conv_plan(ctx.device.index, pass, q, dt, why);
+  return ran;
 }
 
 void conv_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,

@@ -17,12 +17,16 @@
 // padded element is zero either way), so a convolution runs here whenever
 // that count is the same with the padding before on both sides: every
 // symmetric padding, and "valid" windows whose leftovers are dropped.
+//
+// Where cuDNN is absent (a build without its headers, a machine without
+// libcudnn) or refuses a shape when it runs (a NOT_SUPPORTED status: its
+// heuristics rank what may still be refused), the plan says so and conv.cu
+// runs its direct kernels.
 #include "backend/cuda/conv_cudnn.h"
-
-#include <cudnn.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <memory>
 #include <mutex>
@@ -32,6 +36,8 @@
 #include "backend/cuda/dynlib.h"
 
 namespace kiln::cuda {
+
+#if KILN_HAVE_CUDNN
 
 struct CudnnConv {
   bool ok = false;
@@ -44,6 +50,11 @@ struct CudnnConv {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   size_t workspace = 0;
+  // Set when cuDNN refused the planned algorithm as it ran (NOT_SUPPORTED):
+  // the shape runs on the direct kernels from then on. `refusal` (what cuDNN
+  // said) is written once, under the device's handle lock, before `refused`.
+  mutable std::atomic<bool> refused{false};
+  mutable std::string refusal;
 };
 
 namespace {
@@ -51,6 +62,21 @@ namespace {
 constexpr int kMaxDevices = 64;
 // The most workspace an algorithm may ask for.
 constexpr size_t kMaxWorkspace = size_t{256} << 20;
+
+bool transform_algorithm(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_algorithm(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_algorithm(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
 
 std::string status_text(cudnnStatus_t st) {
   return dyn::cudnnGetErrorString(st);
@@ -93,19 +119,26 @@ Key key_of(int device, ConvPass pass, const ConvGeometry& q, DType dt) {
            q.pw, q.ph_after, q.pw_after, q.channels_last ? 1 : 0}};
 }
 
-// Picks the algorithm of a pass from cuDNN's ranked heuristics: the first
-// that runs within kMaxWorkspace (deterministic ones first; for f32 none
-// that needs tensor-core math).
+// The algorithms of a pass that kiln takes, in the order it tries them:
+// cuDNN's ranking, the deterministic ones first; those that finish with
+// status SUCCESS within kMaxWorkspace; for f32 none that needs tensor-core
+// math, and for f32 and f64 none of the FFT and non-fused Winograd
+// transforms (their error is above the plain sums' rounding, which the
+// tests hold f32 and f64 to).
 template <typename Perf>
-const Perf* choose(const Perf* r, int count, bool f32) {
+std::vector<const Perf*> candidates(const Perf* r, int count, DType dt) {
+  std::vector<const Perf*> out;
   for (bool deterministic : {true, false})
     for (int i = 0; i < count; ++i) {
       if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > kMaxWorkspace) continue;
-      if (deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-      if (f32 && r[i].mathType != CUDNN_FMA_MATH && r[i].mathType != CUDNN_DEFAULT_MATH) continue;
-      return &r[i];
+      if ((r[i].determinism == CUDNN_DETERMINISTIC) != deterministic) continue;
+      if (dt == DType::f32 && r[i].mathType != CUDNN_FMA_MATH &&
+          r[i].mathType != CUDNN_DEFAULT_MATH)
+        continue;
+      if (dt != DType::bf16 && transform_algorithm(r[i].algo)) continue;
+      out.push_back(&r[i]);
     }
-  return nullptr;
+  return out;
 }
 
 // Fills p for the pass, or says why cuDNN does not run it.
@@ -170,17 +203,21 @@ std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt) 
     return "cuDNN's output " + std::to_string(n) + "x" + std::to_string(c) + "x" +
            std::to_string(h) + "x" + std::to_string(w) + " differs from kiln's";
 
+  // The first candidate whose workspace (as the size query gives it too)
+  // stays within kMaxWorkspace.
   auto pick = [&](auto* results, int found, auto workspace_of) -> std::string {
-    const auto* r = choose(results, found, dt == DType::f32);
-    if (!r) return "no algorithm of cuDNN's for it";
-    p.algo = static_cast<int>(r->algo);
-    if (dt == DType::bf16 &&
-        !ok(dyn::cudnnSetConvolutionMathType(p.conv, r->mathType), "cudnnSetConvolutionMathType"))
-      return error;
-    size_t bytes = 0;
-    if (!ok(workspace_of(r->algo, &bytes), "the workspace size")) return error;
-    p.workspace = std::max(bytes, r->memory);
-    return {};
+    for (const auto* r : candidates(results, found, dt)) {
+      if (dt == DType::bf16 &&
+          !ok(dyn::cudnnSetConvolutionMathType(p.conv, r->mathType), "cudnnSetConvolutionMathType"))
+        return error;
+      size_t bytes = 0;
+      if (!ok(workspace_of(r->algo, &bytes), "the workspace size")) return error;
+      if (bytes > kMaxWorkspace) continue;
+      p.algo = static_cast<int>(r->algo);
+      p.workspace = std::max(bytes, r->memory);
+      return {};
+    }
+    return "no algorithm of cuDNN's for it";
   };
   constexpr int kAsk = 16;
   int found = 0;
@@ -223,12 +260,24 @@ std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt) 
 
 }  // namespace
 
-bool cudnn_filter_krsc(const ConvGeometry& q) {
-  return q.channels_last && q.cg > 1 && q.kh * q.kw > 1;
+// Whether libcudnn loads (tried once per process); *why: why not.
+bool cudnn_loadable(std::string* why) {
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      dyn::cudnnGetErrorString(CUDNN_STATUS_SUCCESS);
+    } catch (const Error& e) {
+      error = std::string("cuDNN is not available: ") + e.what();
+    }
+  });
+  if (!error.empty() && why) *why = error;
+  return error.empty();
 }
 
 const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& q, DType dt,
                                  std::string* why) {
+  if (!cudnn_loadable(why)) return nullptr;
   // Plans are never destroyed (convolutions may run during exit).
   static std::mutex mu;
   static auto* plans = new std::unordered_map<Key, std::unique_ptr<CudnnConv>, KeyHash>();
@@ -246,14 +295,14 @@ const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& 
       p = plans->emplace(k, std::move(made)).first->second.get();
     }
   }
-  if (!p->ok) {
-    if (why) *why = p->why;
+  if (!p->ok || p->refused.load(std::memory_order_acquire)) {
+    if (why) *why = p->ok ? "cuDNN refused it as it ran: " + p->refusal : p->why;
     return nullptr;
   }
   return p;
 }
 
-void cudnn_conv_run(const CudnnConv& p, const KernelContext& ctx, cudaStream_t s, const void* a,
+bool cudnn_conv_run(const CudnnConv& p, const KernelContext& ctx, cudaStream_t s, const void* a,
                     const void* b, void* out, const char* who) {
   void* ws = p.workspace ? ctx.scratch->allocate(p.workspace) : nullptr;
   const float one_f = 1.0f, zero_f = 0.0f;
@@ -291,7 +340,37 @@ void cudnn_conv_run(const CudnnConv& p, const KernelContext& ctx, cudaStream_t s
     }
   }
   if (ws) ctx.scratch->release(ws, p.workspace);
-  if (st != CUDNN_STATUS_SUCCESS) fail(who, std::string(what) + ": " + status_text(st));
+  if (st == CUDNN_STATUS_SUCCESS) return true;
+  const std::string message = std::string(what) + ": " + status_text(st);
+  if (st / 1000 != CUDNN_STATUS_NOT_SUPPORTED / 1000) fail(who, message);
+  {
+    std::lock_guard<std::mutex> lock(handle(p.device).mu);
+    if (!p.refused.load(std::memory_order_relaxed)) {
+      p.refusal = message;
+      p.refused.store(true, std::memory_order_release);
+    }
+  }
+  return false;
+}
+
+#else  // !KILN_HAVE_CUDNN
+
+struct CudnnConv {};
+
+const CudnnConv* cudnn_conv_plan(int, ConvPass, const ConvGeometry&, DType, std::string* why) {
+  if (why) *why = "kiln was built without cuDNN's headers";
+  return nullptr;
+}
+
+bool cudnn_conv_run(const CudnnConv&, const KernelContext&, cudaStream_t, const void*, const void*,
+                    void*, const char* who) {
+  fail(who, "kiln was built without cuDNN's headers");
+}
+
+#endif  // KILN_HAVE_CUDNN
+
+bool cudnn_filter_krsc(const ConvGeometry& q) {
+  return q.channels_last && q.cg > 1 && q.kh * q.kw > 1;
 }
 
 }  // namespace kiln::cuda

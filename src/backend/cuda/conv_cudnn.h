@@ -23,7 +23,8 @@ struct CudnnConv;
 // cuda device `device`, or null where cuDNN does not run it, with the reason
 // in *why: padding that differs before and after in a way that changes the
 // output's size (the legacy API pads both sides alike), extents past int32,
-// or no algorithm of cuDNN's for it.
+// no algorithm of cuDNN's for it, a refusal when it ran, or no cuDNN (a
+// build without its headers, a machine without libcudnn).
 const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& q, DType dt,
                                  std::string* why);
 
@@ -36,8 +37,10 @@ bool cudnn_filter_krsc(const ConvGeometry& q);
 // Queues the planned pass on stream s: Forward (x, w) -> y, GradInput
 // (dy, w) -> dx, GradWeight (x, dy) -> dw, with the filter (w, dw) in the
 // layout cudnn_filter_krsc says. Workspace comes from ctx's scratch
-// allocator. Fails (a kiln Error naming `who`) where cuDNN refuses.
-void cudnn_conv_run(const CudnnConv& plan, const KernelContext& ctx, cudaStream_t s, const void* a,
+// allocator. False where cuDNN refuses the shape as it runs (a NOT_SUPPORTED
+// status; the plan is not offered again); fails (a kiln Error naming `who`)
+// on any other error.
+bool cudnn_conv_run(const CudnnConv& plan, const KernelContext& ctx, cudaStream_t s, const void* a,
                     const void* b, void* out, const char* who);
 
 }  // namespace kiln::cuda

@@ -35,8 +35,12 @@ constexpr Library kLibraries[] = {
     {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
     {"libnccl.so." KILN_STR(NCCL_MAJOR), "NCCL, the collectives of a run of several ranks on GPUs"},
     {"libnvrtc.so." KILN_STR(KILN_CUDA_MAJOR), "CUDA " KILN_STR(KILN_CUDA_MAJOR) "'s NVRTC"},
+#if KILN_HAVE_CUDNN
     {"libcudnn.so." KILN_STR(CUDNN_MAJOR),
      "cuDNN " KILN_STR(CUDNN_MAJOR) ", the convolutions on GPUs"},
+#else
+    {"libcudnn.so", "cuDNN, absent from this build"},
+#endif
 };
 const Library& library(Lib lib) {
   return kLibraries[static_cast<int>(lib)];

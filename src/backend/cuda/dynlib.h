@@ -10,8 +10,16 @@
 // checks of the generated kernels).
 #pragma once
 #include <cublasLt.h>
-#include <cudnn.h>
 #include <nccl.h>
+// cuDNN is a download of its own beside the CUDA toolkit: without its
+// headers kiln builds without it (KILN_HAVE_CUDNN 0; every convolution on
+// the direct kernels).
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+#define KILN_HAVE_CUDNN 1
+#else
+#define KILN_HAVE_CUDNN 0
+#endif
 #include <nvrtc.h>
 
 #include <atomic>
@@ -74,7 +82,9 @@ struct Lazy {
 KILN_CUBLASLT_FUNCTIONS(KILN_LAZY_CUBLASLT)
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC)
 KILN_NCCL_FUNCTIONS(KILN_LAZY_NCCL)
+#if KILN_HAVE_CUDNN
 KILN_CUDNN_FUNCTIONS(KILN_LAZY_CUDNN)
+#endif
 namespace gpu {
 #define KILN_LAZY_NVRTC_GPU(name) inline const Lazy<decltype(::name)> name{Lib::nvrtc_gpu, #name};
 KILN_NVRTC_FUNCTIONS(KILN_LAZY_NVRTC_GPU)

@@ -11,7 +11,8 @@
 // once: at least as exact as the library, whose order of summation is its
 // own. Every operand is checked as the GPU would find it: live memory of the
 // stream's device (and, read, written before). A matmul is work on its
-// stream like a kernel: recorded into a capture.
+// stream like a kernel: recorded into a capture, and its operands checked
+// against other streams' work on them as a kernel's are.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -190,6 +191,9 @@ cudaError_t run(const Run& r, int device, std::string& message, Accesses& touche
     message = e;
     return cudaErrorIllegalAddress;
   }
+  // What the matmul reads and writes, for the streams' order checks.
+  for (const Operand& o : reads) allocation_ids(o.p, o.bytes, touched.reads);
+  allocation_ids(r.pd, span_of(r.dl, r.s.batch), touched.writes);
   const bool fast_tf32 = r.d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   const int64_t m = r.s.m, n = r.s.n, k = r.s.k;
   // op(A) row by row and op(B) column by column, each contiguous.

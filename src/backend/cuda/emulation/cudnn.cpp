@@ -15,9 +15,11 @@
 // operand is checked as the GPU would find it (live memory of the stream's
 // device, inputs written before, the workspace as large as the algorithm's),
 // and a call is work on the handle's stream like a kernel.
+// KILN_CUDA_EMULATOR_CUDNN_REFUSE=N makes the convolutions of N output
+// channels refused as they run (NOT_SUPPORTED_SHAPE), for kiln's fallback.
 #include <cuda_bf16.h>
-#include <cudnn.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -28,6 +30,7 @@
 #include "backend/cuda/emulation/libraries.h"
 #include "backend/cuda/emulation/memory.h"
 
+#if KILN_HAVE_CUDNN
 namespace kiln::emu::cudnn {
 namespace {
 
@@ -348,6 +351,11 @@ cudnnStatus_t submit_run(cudnnHandle_t handle, Run r, const void* alpha, const v
                                             std::to_string(r.workspace ? r.workspace_bytes : 0));
   if (!r.a || !r.b || !r.out)
     return fail(CUDNN_STATUS_BAD_PARAM, std::string(r.who) + ": a null data pointer");
+  // KILN_CUDA_EMULATOR_CUDNN_REFUSE=N: refuse convolutions of N output
+  // channels as they run, as cuDNN refuses a shape its heuristics offered.
+  if (const char* e = std::getenv("KILN_CUDA_EMULATOR_CUDNN_REFUSE"); e && std::atoll(e) == r.g.k)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED_SHAPE,
+                std::string(r.who) + ": refused (KILN_CUDA_EMULATOR_CUDNN_REFUSE)");
   cudaStream_t stream = as<Handle>(handle)->stream;
   const int device = stream_device(stream);
   if (submit(stream, r.who, [r, device](std::string& message, Accesses& touched) {
@@ -377,6 +385,7 @@ const char* cudnnGetErrorString(cudnnStatus_t st) {
     case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
     case CUDNN_STATUS_BAD_PARAM: text = "CUDNN_STATUS_BAD_PARAM"; break;
     case CUDNN_STATUS_NOT_SUPPORTED: text = "CUDNN_STATUS_NOT_SUPPORTED"; break;
+    case CUDNN_STATUS_NOT_SUPPORTED_SHAPE: text = "CUDNN_STATUS_NOT_SUPPORTED_SHAPE"; break;
     case CUDNN_STATUS_EXECUTION_FAILED: text = "CUDNN_STATUS_EXECUTION_FAILED"; break;
     default: text = "CUDNN_STATUS_INTERNAL_ERROR"; break;
   }
@@ -595,15 +604,19 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
 
 }  // namespace kiln::emu::cudnn
 
+#endif  // KILN_HAVE_CUDNN
+
 namespace kiln::emu {
 
 void* cudnn_symbol(const char* name) {
+#if KILN_HAVE_CUDNN
   using namespace cudnn;
 #define KILN_EMU_SYMBOL(fn)        \
   if (std::strcmp(name, #fn) == 0) \
     return reinterpret_cast<void*>(static_cast<decltype(&::fn)>(&fn));
   KILN_CUDNN_FUNCTIONS(KILN_EMU_SYMBOL)
 #undef KILN_EMU_SYMBOL
+#endif
   return nullptr;
 }
 
