@@ -26,6 +26,9 @@
 #      kiln eager, lazy and jit, PyTorch eager, torch.compile, JAX jit)
 #      (180 / 260, 110 a program), when 60 s are left;
 #   6. kiln's kernel time per primitive on the tf32 step (15 / 60);
+#   6b. ResNet-50 in bf16 (its convolutions on cuDNN), kiln jit beside
+#      PyTorch eager channels_last under autocast, when 100 s are left
+#      (25 + 15 / 60 + 40);
 #   7. compute-sanitizer memcheck and racecheck on the riskiest kernels, where
 #      the machine has a working one (gVisor has none) (60 / 2 x 45);
 #   8. the reference script as written (pytorch and jax modes; its own
@@ -117,6 +120,7 @@ section() {  # section TITLE FILE: FILE's text under a heading, or why it is mis
 }
 last_loss() { grep -h '"loss"' "$work/kiln-$1.jsonl" 2>/dev/null | tail -1 | grep -o '"loss": *[-0-9.eE+na]*' | cut -d: -f2 | tr -d ' ' | grep . || echo "n/a"; }
 median_of() { grep -h -o '^median [0-9.]* m*s' "$work/kiln-$1.txt" 2>/dev/null | tail -1 | grep . || echo "n/a"; }
+torch_median() { grep -h -o '"median": *[0-9.eE+-]*' "$work/$1.log" 2>/dev/null | tail -1 | awk '{printf "median %.1f ms\n", $2 * 1000}' | grep . || echo "n/a"; }
 step_status() { awk -F'\t' -v s="$1" '$1 == s {v = $2} END {print v}' "$work/steps.tsv"; }
 write_summary() {
   {
@@ -147,7 +151,9 @@ write_summary() {
     local name
     echo
     echo "The bf16 attention on tensor cores (the default) against the SIMT kernels (KILN_CUDA_BF16_ATTENTION=simt), step and last step's loss: $(median_of jit-bf16), $(last_loss jit-bf16) vs $(median_of jit-bf16-simt), $(last_loss jit-bf16-simt)."
-    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-bf16-simt jit-tf32-nccl jit-tf32-profile; do
+    echo
+    echo "ResNet-50 in bf16 (convolutions on cuDNN), kiln jit against PyTorch eager channels_last under autocast, step: $(median_of jit-resnet-bf16) vs $(torch_median torch-resnet-bf16)."
+    for name in jit-tf32-cold jit-tf32-warm jit-bf16 jit-bf16-simt jit-tf32-nccl jit-tf32-profile jit-resnet-bf16; do
       echo
       echo "### kiln $name: $(cat "$work/kiln-$name.status" 2>/dev/null || echo 'not run')"
       if [ -s "$work/kiln-$name.txt" ]; then
@@ -521,6 +527,21 @@ compare tf32 60 260
 # Kernel time per primitive of the jitted tf32 step (the profiler waits for
 # each kernel, so the step runs op by op, not replayed as a graph).
 KILN_PROFILE=1 KILN_REPLAY=0 STEPS=$((warmup + 4)) train jit-tf32-profile 60 --mode jit "${tf32[@]}"
+# ResNet-50 in bf16 (its convolutions on cuDNN), batch 32, 224x224, beside
+# PyTorch eager channels_last under autocast, when 100 s are left;
+# rehearsing, kiln's ResNet-18 and PyTorch's ResNet-50 at 32x32.
+if [ "$(left)" -lt 100 ]; then
+  skip "kiln jit-resnet-bf16" "$(left) s left"
+  skip "PyTorch ResNet bf16" "$(left) s left"
+else
+  cnn=$([ "$device" = cuda ] && echo resnet-50 || echo resnet-18)
+  cnn_size=$([ "$device" = cuda ] && echo 224 || echo 32)
+  model=$cnn STEPS=$((warmup + 6)) train jit-resnet-bf16 60 --mode jit --precision bf16 --image-size "$cnn_size"
+  step "PyTorch ResNet bf16"
+  s=$(run_capped "$(cap 40)" "$work/torch-resnet-bf16.log" "$py" bench/peers/torch_cnn.py --model resnet-50 \
+    --device "$device" --precision bf16 --channels-last --image-size "$cnn_size" --steps $((warmup + 6)) --warmup "$warmup")
+  record "$(because "$s" "$work/torch-resnet-bf16.log")"
+fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ "$device" != cuda ]; then
   skip "compute-sanitizer" "device $device"

@@ -98,12 +98,13 @@ SH
 
 sections=("## Steps" "## Issue #16's targets" "## GPU tests" "## kiln runs" "### kiln jit-tf32-cold"
           "### kiln jit-tf32-warm" "### kiln jit-bf16" "### kiln jit-bf16-simt" "### kiln jit-tf32-nccl"
-          "### kiln jit-tf32-profile"
+          "### kiln jit-tf32-profile" "### kiln jit-resnet-bf16"
           "## The reference experiment in tf32 beside the peers" "## The reference experiment in bf16 beside the peers"
           "## compute-sanitizer" "## The reference script as written")
 steps=("the machine" "GPU tests" "kiln jit-tf32-cold" "kiln jit-tf32-warm" "kiln jit-bf16" "kiln jit-bf16-simt"
        "kiln jit-tf32-nccl"
-       "matmul rates" "comparison, tf32" "kiln jit-tf32-profile" "compute-sanitizer" "the reference script"
+       "matmul rates" "comparison, tf32" "kiln jit-tf32-profile" "kiln jit-resnet-bf16"
+       "PyTorch ResNet bf16" "compute-sanitizer" "the reference script"
        "comparison, bf16")
 targets=("kiln jit step ≤ 0.7× the fastest peer's (tf32)" "kiln jit bf16 MFU ≥ 50% of the measured bf16 matmul rate"
          "time to first step < 2 s, kernel cache warm (cold reported)" "peak device memory ≤ the peers' (tf32)"
