@@ -130,7 +130,10 @@ Array sum_to(const Array& a, const Shape& shape);
 // jit's signature includes it, so a jitted function called after the setting
 // changed is traced again (as JAX's default precision does). The
 // CPU has no TF32 and computes tf32 matmuls in full f32; bf16 and f64 matmuls
-// are unaffected.
+// are unaffected. Convolutions (conv1d, conv2d and their gradients) follow
+// the same setting, as PyTorch's torch.backends.cudnn.allow_tf32 and JAX's
+// default precision let them: cuDNN's tensor-op math in tf32, its FMA math
+// in fp32.
 enum class MatmulPrecision { fp32, tf32 };
 void set_matmul_precision(MatmulPrecision p);
 MatmulPrecision matmul_precision();

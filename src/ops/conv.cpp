@@ -76,7 +76,8 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& opt) {
       opt.channels_last ? "[batch, height, width, channels]" : "[batch, channels, height, width]");
   const Shape& s = x.shape();
   const Shape size = opt.channels_last ? Shape{s[1], s[2]} : Shape{s[2], s[3]};
-  const ConvAttrs a = attrs_for(opt, size, {w.shape()[2], w.shape()[3]}, "conv2d");
+  ConvAttrs a = attrs_for(opt, size, {w.shape()[2], w.shape()[3]}, "conv2d");
+  a.tf32 = x.dtype() == DType::f32 && matmul_precision() == MatmulPrecision::tf32;
   return apply(Primitive(Op::Conv, a), {x, w});
 }
 
@@ -88,6 +89,7 @@ Array conv1d(const Array& x, const Array& w, const ConvOptions& opt) {
   const Shape& s = x.shape();
   const int64_t length = opt.channels_last ? s[1] : s[2];
   ConvAttrs a = attrs_for(opt, {length}, {w.shape()[2]}, "conv1d");
+  a.tf32 = x.dtype() == DType::f32 && matmul_precision() == MatmulPrecision::tf32;
   a.stride.insert(a.stride.begin(), 1);
   a.dilation.insert(a.dilation.begin(), 1);
   a.pad_lo.insert(a.pad_lo.begin(), 0);

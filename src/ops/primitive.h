@@ -203,12 +203,15 @@ struct AttentionAttrs {
 // HO = (H + pad_lo + pad_hi - dilation (KH - 1) - 1) / stride + 1.
 // ConvGradInput(dy, w) -> dx of shape `input`; ConvGradWeight(x, dy) -> dw of
 // shape `weight` (the shapes the forward's operands had; empty for Conv).
+// tf32: f32 operands may be rounded to TF32 on a GPU's tensor cores (the
+// matmul precision when the op was built; the CPU computes in full f32).
 struct ConvAttrs {
   Shape stride, dilation, pad_lo, pad_hi;  // two entries each: height, width
   int64_t groups = 1;
   bool channels_last = false;
   Shape input, weight;
-  KILN_FIELDS(stride, dilation, pad_lo, pad_hi, groups, channels_last, input, weight)
+  bool tf32 = false;
+  KILN_FIELDS(stride, dilation, pad_lo, pad_hi, groups, channels_last, input, weight, tf32)
   bool operator==(const ConvAttrs&) const = default;
 };
 // Max or average pooling over windows of x [N, C, H, W] (channels_last:

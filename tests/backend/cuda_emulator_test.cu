@@ -558,5 +558,53 @@ TEST(CudaEmulator, AConvolutionCudnnRefusesAsItRunsFallsBackToTheDirectKernels) 
   unsetenv("KILN_CUDA_CONV");
 }
 
+// With the matmul precision tf32 an f32 convolution and its gradients run
+// on cuDNN's tensor-op math, which the emulator computes from operands
+// rounded to TF32 (as Ampere and later GPUs do): further from the f64 values
+// than f32 rounding, within TF32's; in fp32 they are on FMA math, within f32
+// rounding.
+TEST(CudaEmulator, Tf32ConvolutionsRunOnCudnnsTensorOpMath) {
+  const Array x = random::normal(random::Key(11), {2, 8, 6, 6}, DType::f32);
+  const Array w = random::normal(random::Key(12), {4, 8, 3, 3}, DType::f32);
+  const Array r = random::normal(random::Key(13), {2, 4, 6, 6}, DType::f32);
+  const ConvOptions opt{.padding = {{1, 1}}};
+  // The convolution and the gradient of sum(conv(x, w) * r) to x and w.
+  auto run = [&](const Array& xs, const Array& ws, const Array& rs) {
+    auto [y, g] = value_and_grad_vector(
+        [&](const std::vector<Array>& p) { return sum(conv2d(p[0], p[1], opt) * rs); }, {xs, ws});
+    return std::vector<Array>{conv2d(xs, ws, opt), g[0], g[1]};
+  };
+  const std::vector<Array> want =
+      run(astype(x, DType::f64), astype(w, DType::f64), astype(r, DType::f64));
+  auto errors = [&](MatmulPrecision p) {
+    struct Restore {
+      ~Restore() { set_matmul_precision(MatmulPrecision::fp32); }
+    } restore;
+    set_matmul_precision(p);
+    const std::vector<Array> got = run(x.to(kGpu), w.to(kGpu), r.to(kGpu));
+    std::vector<double> rel;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::vector<double> a = astype(got[i].to(Device::cpu()), DType::f64)
+                                        .to_vector<double>(),
+                                b = want[i].to_vector<double>();
+      double err = 0, scale = 0;
+      for (size_t j = 0; j < a.size(); ++j) {
+        err = std::max(err, std::abs(a[j] - b[j]));
+        scale = std::max(scale, std::abs(b[j]));
+      }
+      rel.push_back(err / scale);
+    }
+    return rel;
+  };
+  const std::vector<double> fp32 = errors(MatmulPrecision::fp32),
+                            tf32 = errors(MatmulPrecision::tf32);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i == 0 ? "forward" : i == 1 ? "gradient to x" : "gradient to w");
+    EXPECT_LT(fp32[i], 1e-6);
+    EXPECT_GT(tf32[i], 2e-5);
+    EXPECT_LT(tf32[i], 5e-3);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -263,8 +263,9 @@ ConvKernels conv_kernels(const char* who) {
 // plan takes it so; false where cuDNN does not run it (*why says why).
 template <typename T>
 bool conv_on_cudnn(const KernelContext& ctx, cudaStream_t s, ConvPass pass, const ConvGeometry& q,
-                   DType dt, const T* a, const T* b, T* y, const char* who, std::string* why) {
-  const CudnnConv* plan = cudnn_conv_plan(ctx.device.index, pass, q, dt, why);
+                   DType dt, bool tf32, const T* a, const T* b, T* y, const char* who,
+                   std::string* why) {
+  const CudnnConv* plan = cudnn_conv_plan(ctx.device.index, pass, q, dt, tf32, why);
   if (!plan) return false;
   bool ran;
   if (!cudnn_filter_krsc(q)) {
@@ -293,7 +294,7 @@ bool conv_on_cudnn(const KernelContext& ctx, cudaStream_t s, ConvPass pass, cons
     }
   }
   // A refusal as it ran: the plan now says why (and is not offered again).
-  if (!ran) cudnn_conv_plan(ctx.device.index, pass, q, dt, why);
+  if (!ran) cudnn_conv_plan(ctx.device.index, pass, q, dt, tf32, why);
   return ran;
 }
 
@@ -321,7 +322,8 @@ void conv_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
       if (n == 0) return;
       if (kernels != ConvKernels::Direct) {
         std::string why;
-        if (conv_on_cudnn(ctx, s, pass, q, dt, ptr<T>(in[0]), ptr<T>(in[1]), y, p.name(), &why))
+        if (conv_on_cudnn(ctx, s, pass, q, dt, a.tf32 && dt == DType::f32, ptr<T>(in[0]),
+                          ptr<T>(in[1]), y, p.name(), &why))
           return;
         if (kernels == ConvKernels::Cudnn)
           fail(p.name(), "KILN_CUDA_CONV=cudnn, but cuDNN does not run this convolution: " + why);

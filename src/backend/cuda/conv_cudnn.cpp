@@ -7,8 +7,9 @@
 // kMaxWorkspace, the deterministic ones first: a step's gradients are then
 // the same from run to run, as on the cpu.
 //
-// Types: f32 on FMA math (no TF32: kiln's convolutions have no tf32 flag,
-// and their f32 results match the cpu's within f32 rounding), bf16 with f32
+// Types: f32 on FMA math (no TF32: the f32 results match the cpu's within
+// f32 rounding) unless the op is tf32 (set_matmul_precision(tf32): TF32
+// tensor-op math, as PyTorch's cudnn.allow_tf32), bf16 with f32
 // accumulation on tensor cores, f64. Layouts: NCHW with kiln's OIHW filter,
 // NHWC with the KRSC filter cuDNN's NHWC kernels take (conv.cu transposes).
 //
@@ -99,22 +100,24 @@ struct Key {
   int device;
   ConvPass pass;
   DType dt;
+  bool tf32;
   std::array<int64_t, 19> g;
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = std::hash<int>()(k.device) * 31 + static_cast<size_t>(k.pass) * 7 +
-               static_cast<size_t>(k.dt);
+               static_cast<size_t>(k.dt) * 2 + (k.tf32 ? 1 : 0);
     for (int64_t v : k.g) h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h;
   }
 };
 
-Key key_of(int device, ConvPass pass, const ConvGeometry& q, DType dt) {
+Key key_of(int device, ConvPass pass, const ConvGeometry& q, DType dt, bool tf32) {
   return {device,
           pass,
           dt,
+          tf32,
           {q.n, q.c, q.h, q.w, q.o, q.kh, q.kw, q.ho, q.wo, q.groups, q.sh, q.sw, q.dh, q.dw, q.ph,
            q.pw, q.ph_after, q.pw_after, q.channels_last ? 1 : 0}};
 }
@@ -122,17 +125,17 @@ Key key_of(int device, ConvPass pass, const ConvGeometry& q, DType dt) {
 // The algorithms of a pass that kiln takes, in the order it tries them:
 // cuDNN's ranking, the deterministic ones first; those that finish with
 // status SUCCESS within kMaxWorkspace; for f32 none that needs tensor-core
-// math, and for f32 and f64 none of the FFT and non-fused Winograd
+// math unless tf32, and for f32 and f64 none of the FFT and non-fused Winograd
 // transforms (their error is above the plain sums' rounding, which the
 // tests hold f32 and f64 to).
 template <typename Perf>
-std::vector<const Perf*> candidates(const Perf* r, int count, DType dt) {
+std::vector<const Perf*> candidates(const Perf* r, int count, DType dt, bool tf32) {
   std::vector<const Perf*> out;
   for (bool deterministic : {true, false})
     for (int i = 0; i < count; ++i) {
       if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > kMaxWorkspace) continue;
       if ((r[i].determinism == CUDNN_DETERMINISTIC) != deterministic) continue;
-      if (dt == DType::f32 && r[i].mathType != CUDNN_FMA_MATH &&
+      if (dt == DType::f32 && !tf32 && r[i].mathType != CUDNN_FMA_MATH &&
           r[i].mathType != CUDNN_DEFAULT_MATH)
         continue;
       if (dt != DType::bf16 && transform_algorithm(r[i].algo)) continue;
@@ -142,7 +145,7 @@ std::vector<const Perf*> candidates(const Perf* r, int count, DType dt) {
 }
 
 // Fills p for the pass, or says why cuDNN does not run it.
-std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt) {
+std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt, bool tf32) {
   p.pass = pass;
   cudnnDataType_t type, compute;
   switch (dt) {
@@ -190,9 +193,12 @@ std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt) 
           "cudnnSetConvolution2dDescriptor") ||
       !ok(dyn::cudnnSetConvolutionGroupCount(p.conv, i(q.groups)), "cudnnSetConvolutionGroupCount"))
     return error;
-  const cudnnMathType_t math = dt == DType::f32    ? CUDNN_FMA_MATH
-                               : dt == DType::bf16 ? CUDNN_TENSOR_OP_MATH
-                                                   : CUDNN_DEFAULT_MATH;
+  // f32 on FMA math unless tf32 (TF32 tensor-op math; cuDNN's default math
+  // would allow TF32 too on Ampere and later).
+  const bool tensor_ops = dt == DType::bf16 || (dt == DType::f32 && tf32);
+  const cudnnMathType_t math = dt == DType::f32 && !tf32 ? CUDNN_FMA_MATH
+                               : tensor_ops              ? CUDNN_TENSOR_OP_MATH
+                                                         : CUDNN_DEFAULT_MATH;
   if (!ok(dyn::cudnnSetConvolutionMathType(p.conv, math), "cudnnSetConvolutionMathType"))
     return error;
   int n = 0, c = 0, h = 0, w = 0;
@@ -206,8 +212,8 @@ std::string build(CudnnConv& p, ConvPass pass, const ConvGeometry& q, DType dt) 
   // The first candidate whose workspace (as the size query gives it too)
   // stays within kMaxWorkspace.
   auto pick = [&](auto* results, int found, auto workspace_of) -> std::string {
-    for (const auto* r : candidates(results, found, dt)) {
-      if (dt == DType::bf16 &&
+    for (const auto* r : candidates(results, found, dt, tf32)) {
+      if (tensor_ops &&
           !ok(dyn::cudnnSetConvolutionMathType(p.conv, r->mathType), "cudnnSetConvolutionMathType"))
         return error;
       size_t bytes = 0;
@@ -276,12 +282,12 @@ bool cudnn_loadable(std::string* why) {
 }
 
 const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& q, DType dt,
-                                 std::string* why) {
+                                 bool tf32, std::string* why) {
   if (!cudnn_loadable(why)) return nullptr;
   // Plans are never destroyed (convolutions may run during exit).
   static std::mutex mu;
   static auto* plans = new std::unordered_map<Key, std::unique_ptr<CudnnConv>, KeyHash>();
-  const Key k = key_of(device, pass, q, dt);
+  const Key k = key_of(device, pass, q, dt, tf32);
   CudnnConv* p;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -291,7 +297,7 @@ const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& 
     } else {
       auto made = std::make_unique<CudnnConv>();
       made->device = device;
-      made->why = build(*made, pass, q, dt);
+      made->why = build(*made, pass, q, dt, tf32);
       p = plans->emplace(k, std::move(made)).first->second.get();
     }
   }
@@ -357,7 +363,8 @@ bool cudnn_conv_run(const CudnnConv& p, const KernelContext& ctx, cudaStream_t s
 
 struct CudnnConv {};
 
-const CudnnConv* cudnn_conv_plan(int, ConvPass, const ConvGeometry&, DType, std::string* why) {
+const CudnnConv* cudnn_conv_plan(int, ConvPass, const ConvGeometry&, DType, bool,
+                                 std::string* why) {
   if (why) *why = "kiln was built without cuDNN's headers";
   return nullptr;
 }

@@ -19,14 +19,13 @@ enum class ConvPass { Forward, GradInput, GradWeight };
 // descriptors, algorithm and workspace (cached for the process).
 struct CudnnConv;
 
-// The plan of `pass` of convolution q on dtype dt (f32, bf16 or f64) on
-// cuda device `device`, or null where cuDNN does not run it, with the reason
-// in *why: padding that differs before and after in a way that changes the
-// output's size (the legacy API pads both sides alike), extents past int32,
-// no algorithm of cuDNN's for it, a refusal when it ran, or no cuDNN (a
-// build without its headers, a machine without libcudnn).
+// The plan of `pass` of convolution q on dtype dt (f32, bf16 or f64; f32
+// with tf32: on TF32 tensor-op math) on cuda device `device`, or null where cuDNN does not run it,
+// with the reason in *why: padding that differs before and after in a way that changes the output's
+// size (the legacy API pads both sides alike), extents past int32, no algorithm of cuDNN's for it,
+// a refusal when it ran, or no cuDNN (a build without its headers, a machine without libcudnn).
 const CudnnConv* cudnn_conv_plan(int device, ConvPass pass, const ConvGeometry& q, DType dt,
-                                 std::string* why);
+                                 bool tf32, std::string* why);
 
 // Whether the plans of channels-last convolution q take the filter as KRSC
 // ([O, KH, KW, C / groups], cuDNN's NHWC filter) rather than kiln's OIHW:

@@ -96,15 +96,6 @@ void store(void* p, cudaDataType_t t, int64_t i, double v) {
   }
 }
 
-// f32 to the nearest tf32 (ties away from zero), as the library's fast path.
-float tf32(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
-  std::memcpy(&v, &b, 4);
-  return v;
-}
-
 // One GEMM's shapes: D is m x n; op(A) m x k, op(B) k x n.
 struct Shape {
   int64_t m, n, k, batch;
@@ -394,6 +385,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 }  // namespace kiln::emu::cublaslt
 
 namespace kiln::emu {
+
+float tf32(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
 
 void* cublaslt_symbol(const char* name) {
   using namespace cublaslt;

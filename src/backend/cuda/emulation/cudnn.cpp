@@ -6,7 +6,9 @@
 //
 //   out = alpha · op(a, b) + beta · out
 //
-// Products are summed in f64 and rounded once. The descriptors are checked
+// Products are summed in f64 and rounded once; f32 operands are first
+// rounded to TF32 where the convolution's math is tensor-op or default (as
+// on Ampere and later GPUs) and kept whole on FMA math. The descriptors are checked
 // as cuDNN checks them (BAD_PARAM for ones that do not make one
 // convolution, NOT_SUPPORTED for what the emulator does not run: mixed
 // layouts or types); the heuristics rank two algorithms per pass, the first
@@ -105,6 +107,9 @@ struct Geometry {
   int64_t ph, pw, sh, sw, dh, dw;
   bool nhwc;
   cudnnDataType_t type;
+  // f32 data on tensor-op or default math: the operands rounded to TF32 (as
+  // on the GPUs kiln targets, Ampere and later, where default math allows it).
+  bool tf32 = false;
   int64_t x_index(int64_t b, int64_t ch, int64_t y, int64_t x) const {
     return nhwc ? ((b * h + y) * w + x) * c + ch : ((b * c + ch) * h + y) * w + x;
   }
@@ -170,7 +175,8 @@ cudnnStatus_t check(const Tensor* x, const Filter* w, const Conv* cv, const Tens
        cv->dh,
        cv->dw,
        x->format == CUDNN_TENSOR_NHWC,
-       x->type};
+       x->type,
+       x->type == CUDNN_DATA_FLOAT && cv->math != CUDNN_FMA_MATH};
   if (g.ho < 1 || g.wo < 1) return bad("the window does not fit the padded input");
   if (y && (y->n != g.n || y->c != g.k || y->h != g.ho || y->w != g.wo))
     return bad("y is " + std::to_string(y->n) + "x" + std::to_string(y->c) + "x" +
@@ -287,6 +293,10 @@ cudaError_t run(const Run& r, int device, std::string& message, Accesses& touche
   allocation_ids(r.out, g.bytes(o_n), touched.writes);
 
   std::vector<double> acc(o_n, 0.0);
+  auto operand = [&g](const void* p, int64_t i) {
+    const double v = load(p, g.type, i);
+    return g.tf32 ? static_cast<double>(tf32(static_cast<float>(v))) : v;
+  };
   // Every (output element, tap) pair inside the input, split so that each
   // thread writes its own part of acc: forward by output channel (y), data
   // by batch (dx), filter by output channel (dw).
@@ -311,11 +321,11 @@ cudaError_t run(const Run& r, int device, std::string& message, Accesses& touche
                   const int64_t xi = g.x_index(b, grp * g.cg + ic, row, col);
                   const int64_t wi = g.w_index(oc, ic, i, j);
                   if (r.pass == 0)
-                    acc[yi] += load(r.a, g.type, xi) * load(r.b, g.type, wi);
+                    acc[yi] += operand(r.a, xi) * operand(r.b, wi);
                   else if (r.pass == 1)
-                    acc[xi] += load(r.a, g.type, yi) * load(r.b, g.type, wi);
+                    acc[xi] += operand(r.a, yi) * operand(r.b, wi);
                   else
-                    acc[wi] += load(r.a, g.type, xi) * load(r.b, g.type, yi);
+                    acc[wi] += operand(r.a, xi) * operand(r.b, yi);
                 }
               }
           }

@@ -12,4 +12,9 @@ void* nvrtc_symbol(const char* name);
 void* nccl_symbol(const char* name);
 void* cudnn_symbol(const char* name);
 
+// f32 to the nearest tf32 (ties away from zero): an f32 operand as the
+// tensor cores take it in TF32 math (cuBLASLt's fast-tf32 compute, cuDNN's
+// tensor-op math on f32 data).
+float tf32(float v);
+
 }  // namespace kiln::emu
