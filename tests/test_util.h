@@ -1,6 +1,6 @@
 // Helpers the tests share: the message of what a call throws, a JSON
-// fixture read whole, the largest difference of two arrays, and the kiln
-// command to run.
+// fixture read whole, the largest difference of two arrays, the kiln
+// command to run, and an environment variable set for a scope.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -53,5 +53,29 @@ inline std::string kiln_cli_path() {
   const char* e = std::getenv("KILN_CLI");
   return e && *e ? std::string(e) : std::string(KILN_CLI_PATH);
 }
+
+// Sets an environment variable for its scope; restores what it was (or
+// unsets it) when the scope ends, whatever the test did.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) {
+      saved_ = v;
+      had_ = true;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, saved_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
 
 }  // namespace kiln::test_util

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../test_util.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/dynlib.h"
@@ -539,23 +540,19 @@ TEST(CudaEmulator, AConvolutionCudnnRefusesAsItRunsFallsBackToTheDirectKernels) 
   const Array w = random::normal(random::Key(8), {13, 3, 3, 3}, DType::f64);
   const ConvOptions opt{.padding = {{1, 1}}};
   const std::vector<double> want = conv2d(x, w, opt).to_vector<double>();
-  setenv("KILN_CUDA_EMULATOR_CUDNN_REFUSE", "13", 1);
-  const std::vector<double> got = conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
-  unsetenv("KILN_CUDA_EMULATOR_CUDNN_REFUSE");
-  setenv("KILN_CUDA_CONV", "cudnn", 1);
-  try {
-    conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cuDNN does not run this convolution: cuDNN refused it "
-                                         "as it ran: cudnnConvolutionForward: "
-                                         "CUDNN_STATUS_NOT_SUPPORTED_SHAPE"),
-              std::string::npos)
-        << e.what();
+  {
+    test_util::ScopedEnv refuse("KILN_CUDA_EMULATOR_CUDNN_REFUSE", "13");
+    const std::vector<double> got = conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
   }
-  unsetenv("KILN_CUDA_CONV");
+  test_util::ScopedEnv cudnn_only("KILN_CUDA_CONV", "cudnn");
+  const std::string e =
+      test_util::error_of([&] { conv2d(x.to(kGpu), w.to(kGpu), opt).to_vector<double>(); });
+  EXPECT_NE(e.find("cuDNN does not run this convolution: cuDNN refused it as it ran: "
+                   "cudnnConvolutionForward: CUDNN_STATUS_NOT_SUPPORTED_SHAPE"),
+            std::string::npos)
+      << e;
 }
 
 // With the matmul precision tf32 an f32 convolution and its gradients run
@@ -583,17 +580,9 @@ TEST(CudaEmulator, Tf32ConvolutionsRunOnCudnnsTensorOpMath) {
     set_matmul_precision(p);
     const std::vector<Array> got = run(x.to(kGpu), w.to(kGpu), r.to(kGpu));
     std::vector<double> rel;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const std::vector<double> a = astype(got[i].to(Device::cpu()), DType::f64)
-                                        .to_vector<double>(),
-                                b = want[i].to_vector<double>();
-      double err = 0, scale = 0;
-      for (size_t j = 0; j < a.size(); ++j) {
-        err = std::max(err, std::abs(a[j] - b[j]));
-        scale = std::max(scale, std::abs(b[j]));
-      }
-      rel.push_back(err / scale);
-    }
+    for (size_t i = 0; i < got.size(); ++i)
+      rel.push_back(
+          test_util::max_relative_error(astype(got[i].to(Device::cpu()), DType::f64), want[i]));
     return rel;
   };
   const std::vector<double> fp32 = errors(MatmulPrecision::fp32),

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "../gpu_device.h"
+#include "../test_util.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -162,27 +163,7 @@ TEST(Conv, F32MatchesF64WhereOneDnnPicksWinograd) {
 // against the cpu in f64, f32 and bf16. KILN_CUDA_CONV=cudnn makes a
 // convolution cuDNN does not run an error: the proof that cuDNN ran the
 // others in f32 and bf16 (on a GPU, cuDNN itself; here, the emulator's).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* v = std::getenv(name)) {
-      saved_ = v;
-      had_ = true;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, saved_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string saved_;
-  bool had_ = false;
-};
+using test_util::ScopedEnv;
 
 TEST(Conv, GpuRunsOnCudnnWhereItsApiExpressesTheConvolution) {
   KILN_REQUIRE_GPU();
