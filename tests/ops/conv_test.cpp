@@ -160,14 +160,13 @@ TEST(Conv, F32MatchesF64WhereOneDnnPicksWinograd) {
 }
 
 // Pointwise convolutions over channels-last activations (ResNet's
-// bottleneck 1x1s) run on the cpu as GEMMs: forward and both gradients
-// against f64, in f32 and in bf16 (on the bf16 unit, or widened to f32);
-// the other shapes stay on oneDNN's convolution primitives.
+// bottleneck 1x1s and strided shortcuts) run on the cpu as GEMMs: forward
+// and both gradients against f64, in f32 and in bf16 (on the bf16 unit, or
+// widened to f32), unstrided and strided (odd sizes: pixels no window reads
+// get a zero gradient); the other shapes stay on oneDNN's primitives.
 TEST(Conv, PointwiseRunsAsGemmAndMatchesF64) {
   const Array x = random::normal(random::Key(1), {3, 7, 5, 24});
   const Array w = random::normal(random::Key(2), {40, 24, 1, 1});
-  const Array dy = random::normal(random::Key(3), {3, 7, 5, 40});
-  const ConvOptions opt{.channels_last = true};
   ConvAttrs a{.stride = {1, 1}, .dilation = {1, 1}, .pad_lo = {0, 0}, .pad_hi = {0, 0}};
   a.channels_last = true;
   auto runs_as_gemm = [&](ConvAttrs b, const Shape& xs, const Shape& ws) {
@@ -175,34 +174,43 @@ TEST(Conv, PointwiseRunsAsGemmAndMatchesF64) {
   };
   EXPECT_TRUE(runs_as_gemm(a, x.shape(), w.shape()));
   ConvAttrs strided = a, nchw = a, grouped = a, padded = a;
-  strided.stride = {2, 2};
+  strided.stride = {2, 3};
   nchw.channels_last = false;
   grouped.groups = 2;
   padded.pad_lo = padded.pad_hi = {1, 1};
-  EXPECT_FALSE(runs_as_gemm(strided, x.shape(), w.shape()));
+  EXPECT_TRUE(runs_as_gemm(strided, x.shape(), w.shape()));
   EXPECT_FALSE(runs_as_gemm(nchw, {3, 24, 7, 5}, w.shape()));
   EXPECT_FALSE(runs_as_gemm(grouped, x.shape(), {40, 12, 1, 1}));
   EXPECT_FALSE(runs_as_gemm(padded, x.shape(), w.shape()));
   EXPECT_FALSE(runs_as_gemm(a, x.shape(), {40, 24, 3, 3}));
-  auto conv_dot = [&](const Array& dy_) {
-    return [&, dy_](const std::vector<Array>& p) {
-      return std::vector<Array>{sum(astype(conv2d(p[0], p[1], opt), dy_.dtype()) * dy_)};
+  for (const Shape& stride : {Shape{1}, Shape{2}, Shape{2, 3}}) {
+    const ConvOptions opt{.stride = stride, .channels_last = true};
+    const Array dy = random::normal(random::Key(3), conv2d(x, w, opt).shape());
+    auto conv_dot = [&](const Array& dy_) {
+      return [&, dy_](const std::vector<Array>& p) {
+        return std::vector<Array>{sum(astype(conv2d(p[0], p[1], opt), dy_.dtype()) * dy_)};
+      };
     };
-  };
-  for (DType dt : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(name_of(dt));
-    const double tol = dt == DType::f32 ? 1e-5 : 1e-2;
-    const Array xd = astype(x, dt), wd = astype(w, dt);
-    const Array x64 = astype(xd, DType::f64), w64 = astype(wd, DType::f64);
-    const Array y = conv2d(xd, wd, opt), y64 = conv2d(x64, w64, opt);
-    ASSERT_EQ(y.dtype(), dt);
-    EXPECT_LE(max_abs(astype(y, DType::f64) - y64), tol * max_abs(y64));
-    const Array dyd = astype(dy, dt);
-    auto [out, g] = vjp(conv_dot(astype(dyd, DType::f32)), {xd, wd}, {ones({}, DType::f32)});
-    auto [out64, g64] = vjp(conv_dot(astype(dyd, DType::f64)), {x64, w64}, {ones({}, DType::f64)});
-    for (size_t i = 0; i < 2; ++i) {
-      ASSERT_EQ(g[i].dtype(), dt);
-      EXPECT_LE(max_abs(astype(g[i], DType::f64) - g64[i]), tol * max_abs(g64[i])) << i;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(name_of(dt)) + ", stride " + std::to_string(stride[0]) + "x" +
+                   std::to_string(stride.back()));
+      const double tol = dt == DType::f32 ? 1e-5 : 1e-2;
+      const Array xd = astype(x, dt), wd = astype(w, dt);
+      const Array x64 = astype(xd, DType::f64), w64 = astype(wd, DType::f64);
+      const Array y = conv2d(xd, wd, opt), y64 = conv2d(x64, w64, opt);
+      ASSERT_EQ(y.dtype(), dt);
+      EXPECT_LE(max_abs(astype(y, DType::f64) - y64), tol * max_abs(y64));
+      const Array dyd = astype(dy, dt);
+      auto [out, g] = vjp(conv_dot(astype(dyd, DType::f32)), {xd, wd}, {ones({}, DType::f32)});
+      auto [out64, g64] =
+          vjp(conv_dot(astype(dyd, DType::f64)), {x64, w64}, {ones({}, DType::f64)});
+      for (size_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(g[i].dtype(), dt);
+        EXPECT_LE(max_abs(astype(g[i], DType::f64) - g64[i]), tol * max_abs(g64[i])) << i;
+      }
+      if (stride.size() == 1 && stride[0] == 2) {  // rows 1, 3 and 5: in no window
+        EXPECT_EQ(max_abs(slice(g[0], {0, 1, 0, 0}, {3, 7, 5, 24}, {1, 2, 1, 1})), 0.0);
+      }
     }
   }
 }

@@ -232,18 +232,52 @@ void run_onednn(const Primitive& p, const ConvGeometry& q, DType dt, const void*
 }
 
 // A pointwise convolution over channels-last activations as one GEMM of
-// the activations' [N*H*W, C] rows (operands as the primitive takes them:
-// x, w for Conv; dy, w for ConvGradInput; x, dy for ConvGradWeight). dt is
+// the [N*HO*WO, C] rows of the pixels its window reads (operands as the
+// primitive takes them: x, w for Conv; dy, w for ConvGradInput; x, dy for
+// ConvGradWeight). Unstrided, those rows are x itself; strided (ResNet's
+// downsampling shortcuts), a compact copy of every (sh, sw)-th pixel, and
+// ConvGradInput's product goes back to those pixels of a zeroed dx. dt is
 // f32, or bf16 where the cpu has a bf16 GEMM unit.
 void run_pointwise_gemm(Op op, const ConvGeometry& q, DType dt, const void* a, const void* b,
                         void* y) {
-  const int64_t rows = q.n * q.h * q.w;
-  if (op == Op::Conv)  // y[rows, O] = x[rows, C] · W[O, C]ᵀ
-    gemm(false, true, rows, q.o, q.c, dt, dt, a, b, y);
-  else if (op == Op::ConvGradInput)  // dx[rows, C] = dy[rows, O] · W[O, C]
+  const int64_t rows = q.n * q.ho * q.wo;
+  const bool strided = q.ho != q.h || q.wo != q.w;
+  const size_t row_bytes = q.c * size_of(dt);
+  // Calls f(row, pixel) for each output pixel and the input pixel it reads.
+  auto for_each_row = [&](auto&& f) {
+    parallel_for(rows, q.c, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b_ = r / (q.ho * q.wo), i = r / q.wo % q.ho, j = r % q.wo;
+        f(r, (b_ * q.h + i * q.sh) * q.w + j * q.sw);
+      }
+    });
+  };
+  std::optional<Buffer> picked;
+  if (strided) picked.emplace(&cpu_allocator(), rows * row_bytes, Device::cpu());
+  auto pick = [&](const void* x) -> const void* {
+    if (!strided) return x;
+    auto* dst = static_cast<char*>(picked->data());
+    const auto* src = static_cast<const char*>(x);
+    for_each_row([&](int64_t r, int64_t px) {
+      std::memcpy(dst + r * row_bytes, src + px * row_bytes, row_bytes);
+    });
+    return dst;
+  };
+  if (op == Op::Conv) {  // y[rows, O] = x[rows, C] · W[O, C]ᵀ
+    gemm(false, true, rows, q.o, q.c, dt, dt, pick(a), b, y);
+  } else if (op == Op::ConvGradWeight) {  // dW[O, C] = dy[rows, O]ᵀ · x[rows, C]
+    gemm(true, false, q.o, q.c, rows, dt, dt, b, pick(a), y);
+  } else if (!strided) {  // dx[rows, C] = dy[rows, O] · W[O, C]
     gemm(false, false, rows, q.c, q.o, dt, dt, a, b, y);
-  else  // dW[O, C] = dy[rows, O]ᵀ · x[rows, C]
-    gemm(true, false, q.o, q.c, rows, dt, dt, b, a, y);
+  } else {
+    gemm(false, false, rows, q.c, q.o, dt, dt, a, b, picked->data());
+    std::memset(y, 0, q.n * q.h * q.w * row_bytes);
+    const auto* src = static_cast<const char*>(picked->data());
+    auto* dst = static_cast<char*>(y);
+    for_each_row([&](int64_t r, int64_t px) {
+      std::memcpy(dst + px * row_bytes, src + r * row_bytes, row_bytes);
+    });
+  }
 }
 
 void run(const Primitive& p, const ConvGeometry& q, DType dt, const void* a, const void* b,
@@ -526,8 +560,7 @@ void pool_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
 
 bool conv_runs_as_gemm(const ConvGeometry& q) {
   return conv_route() == ConvRoute::automatic && q.channels_last && q.groups == 1 && q.kh == 1 &&
-         q.kw == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 && q.ph_after == 0 &&
-         q.pw_after == 0 && q.ho == q.h && q.wo == q.w;
+         q.kw == 1 && q.ph == 0 && q.pw == 0 && q.ph_after == 0 && q.pw_after == 0;
 }
 
 void register_conv(KernelTable& t) {
