@@ -260,6 +260,8 @@ std::vector<Array> all_reduce_wait(const Array& token, const std::vector<Array>&
 // ---- internal building blocks, public for the compiler and tests ----
 Array gelu_grad(const Array& x);       // d gelu / dx
 Array gelu_tanh_grad(const Array& x);  // d gelu_tanh / dx
+// relu's backward from its output: g where y > 0, else 0 (NaN y too), broadcast.
+Array relu_grad(const Array& g, const Array& y);
 Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, double eps);  // dx
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
                                  const Array& dloss);                     // dlogits

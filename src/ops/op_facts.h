@@ -102,6 +102,7 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Maximum,                   F | I | C | K, kBoth},
     {Op::Minimum,                   F | I | C | K, kBoth},
     {Op::Pow,                       F | I,        kBothOut},
+    {Op::ReluGrad,                  F | I,        kIn1},   // y
     {Op::Equal,                     S | C,        kNone},
     {Op::NotEqual,                  S | C,        kNone},
     {Op::Less,                      S,            kNone},

@@ -211,6 +211,9 @@ Array divide(const Array& a, const Array& b) {
 Array maximum(const Array& a, const Array& b) {
   return binary(Op::Maximum, a, b);
 }
+Array relu_grad(const Array& g, const Array& y) {
+  return binary(Op::ReluGrad, g, y);
+}
 Array power(const Array& a, const Array& b) {
   return binary(Op::Pow, a, b);
 }

@@ -29,7 +29,8 @@ namespace kiln {
   X(Expm1, Unary) X(Sign, Unary) X(Floor, Unary) X(Round, Unary)                         \
   /* binary elementwise with NumPy broadcasting */                                       \
   X(Add, Binary) X(Sub, Binary) X(Mul, Binary) X(Div, Binary) X(Maximum, Binary)          \
-  X(Minimum, Binary) X(Pow, Binary) X(Equal, Compare) X(NotEqual, Compare)                \
+  X(Minimum, Binary) X(Pow, Binary) X(ReluGrad, Binary) X(Equal, Compare)                 \
+  X(NotEqual, Compare)                                                                   \
   X(Less, Compare) X(LessEqual, Compare) X(Greater, Compare) X(GreaterEqual, Compare)     \
   X(Where, Select) X(Cast, Convert) X(StopGradient, Identity)                            \
   /* reductions over any axes */                                                         \

@@ -194,6 +194,8 @@ KILN_HD inline auto scalar(A x, [[maybe_unused]] A y = A()) {
   else if constexpr (op == Op::Div) return A(x / y);
   else if constexpr (op == Op::Maximum) return x > y ? x : y;
   else if constexpr (op == Op::Minimum) return x < y ? x : y;
+  else if constexpr (op == Op::ReluGrad)
+    return y > A(0) ? x : A(0);  // NaN y: 0
   else if constexpr (op == Op::Pow) {
     if constexpr (m::is_same_v<A, float> || m::is_same_v<A, double>)
       return A(m::pow(x, y));

@@ -23,8 +23,8 @@
 namespace kiln {
 namespace {
 
-constexpr Op kOps[] = {Op::Add,     Op::Sub,  Op::Mul, Op::Div, Op::Maximum,
-                       Op::Minimum, Op::Relu, Op::Neg, Op::Abs, Op::Sqrt};
+constexpr Op kOps[] = {Op::Add,  Op::Sub, Op::Mul, Op::Div,      Op::Maximum, Op::Minimum,
+                       Op::Relu, Op::Neg, Op::Abs, Op::ReluGrad, Op::Sqrt};  // Sqrt last
 
 // Random values, with the special ones mixed in unless `plain`.
 Array values(std::mt19937& rng, const Shape& shape, DType dt, bool plain = false) {

@@ -323,6 +323,8 @@ std::vector<Case> cases() {
   binary("maximum", maximum, [](double a, double b) { return std::max(a, b); }, {3, 4}, {3, 4});
   binary("minimum_broadcast", minimum, [](double a, double b) { return std::min(a, b); }, {3, 4},
          {1, 4});
+  binary("relu_grad_broadcast", relu_grad, [](double g, double y) { return y > 0 ? g : 0.0; },
+         {3, 4}, {1, 4});
   auto compare = [&](std::string name, Array (*op)(const Array&, const Array&),
                      bool (*ref)(double, double)) {
     c.push_back(
@@ -1472,6 +1474,7 @@ TEST(RefBackend, IntegerAndBf16MatchCpu) {
       {"maximum", [](auto& a, auto& b) { return maximum(a, b); }},
       {"minimum", [](auto& a, auto& b) { return minimum(a, b); }},
       {"neg_relu_abs", [](auto& a, auto& b) { return neg(a) + relu(b) * abs(a); }},
+      {"relu_grad", [](auto& a, auto& b) { return relu_grad(a, b); }},
       {"compare", [](auto& a, auto& b) { return astype(less(a, b), a.dtype()); }},
       {"where", [](auto& a, auto& b) { return where(greater_equal(a, b), a, b); }},
       {"sum", [](auto& a, auto&) { return sum(a, {0}); }},

@@ -54,6 +54,7 @@ bool has_code(Op op) {
     case Op::Maximum:
     case Op::Minimum:
     case Op::Relu:
+    case Op::ReluGrad:
     case Op::Neg:
     case Op::Abs:
     case Op::Sqrt: return true;
@@ -188,6 +189,10 @@ class ProgramCode : public Xbyak::CodeGenerator {
         case Op::Maximum: vmaxps(d, a, b); break;
         case Op::Minimum: vminps(d, a, b); break;
         case Op::Relu: vmaxps(d, a, kZero); break;  // a > 0 ? a : 0
+        case Op::ReluGrad:                          // b > 0 ? a : 0 (NaN b: 0)
+          vcmpps(k2, b, kZero, 14);                 // greater than, ordered
+          vmovaps(d | k2 | T_z, a);
+          break;
         case Op::Neg: vpxord(d, a, kSign); break;
         case Op::Abs:               // a < 0 ? -a : a (keeps -0 and NaN as they are)
           vcmpps(k2, a, kZero, 1);  // less than, ordered

@@ -46,10 +46,10 @@ void unary(OpDefs& d) {
       [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = a.g * gelu_tanh_grad(a.in[0]); });
   // From the output (relu(x) > 0 exactly where x > 0), which the next layer
   // reads anyway: the input need not be kept, and a compiled step fuses the
-  // ReLU into what computes its input (a BatchNorm's normalization).
-  def(Op::Relu, [](const VjpArgs& a, std::vector<Array>& ct) {
-    ct[0] = where(greater(a.out, zero_like_scalar(a.out)), a.g, zero_like_scalar(a.g));
-  });
+  // ReLU into what computes its input (a BatchNorm's normalization). One
+  // elementwise op (relu_grad) rather than a comparison and a select, which
+  // a compiled step fuses into the BatchNorm backward around it.
+  def(Op::Relu, [](const VjpArgs& a, std::vector<Array>& ct) { ct[0] = relu_grad(a.g, a.out); });
   def(Op::Abs, [](const VjpArgs& a, std::vector<Array>& ct) {
     ct[0] = where(greater_equal(a.in[0], zero_like_scalar(a.in[0])), a.g, neg(a.g));
   });
@@ -83,6 +83,11 @@ void binary(OpDefs& d) {
   def(Op::Div, [](const VjpArgs& a, std::vector<Array>& ct) {
     if (a.want(0)) ct[0] = sum_to(a.g / a.in[1], a.in[0].shape());
     if (a.want(1)) ct[1] = sum_to(neg(a.g * a.out) / a.in[1], a.in[1].shape());
+  });
+  // relu_grad(g, y) is linear in g and piecewise constant in y.
+  def(Op::ReluGrad, [](const VjpArgs& a, std::vector<Array>& ct) {
+    if (a.want(0)) ct[0] = sum_to(relu_grad(a.g, a.in[1]), a.in[0].shape());
+    if (a.want(1)) ct[1] = zeros_like(a.in[1]);
   });
   // Ties share the cotangent equally, as in JAX.
   auto extremum = [](const VjpArgs& a, std::vector<Array>& ct) {
