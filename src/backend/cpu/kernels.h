@@ -41,7 +41,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DType in, DType out
 // Whether the cpu runs a convolution (each of its passes) as one GEMM:
 // a 1x1 window, any stride, no padding, one group, channels-last
 // activations (ResNet's bottleneck convolutions and downsampling shortcuts:
-// bf16 backward weights at 1.9x the speed of oneDNN 2.6's convolution
+// bf16 backward weights at 2-4x the speed of oneDNN 2.6's convolution
 // kernels on AMX), unless KILN_CONV says otherwise (conv.cpp).
 bool conv_runs_as_gemm(const ConvGeometry& q);
 
