@@ -180,6 +180,28 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels);
 // backward recomputes them.
 Array attention(const Array& qkv, double scale);
 
+// Scaled dot-product attention (PyTorch's F.scaled_dot_product_attention in
+// flash attention's layout): q [B, T, H, D], k and v [B, S, H, D]; returns
+// [B, T, H, D] with, per batch and head, softmax(scale · Q Kᵀ + bias) V over
+// the keys each query may see. One fused kernel: the T×S probabilities are
+// never stored (the backward recomputes them), and a causal mask's blocks
+// are skipped, not computed and discarded. A query that sees no key (every
+// key masked) gets zeros, and no gradient, as in flash attention.
+struct AttentionOptions {
+  std::optional<double> scale;  // unset: 1 / sqrt(D)
+  // Query i sees keys j <= i + S - T: the usual causal mask when T = S, and
+  // aligned to the last key otherwise, so that T new tokens attend to a KV
+  // cache of S - T earlier ones and to themselves.
+  bool causal = false;
+  // Added to the scaled scores, broadcastable to [B, H, T, S] (-inf masks a
+  // score): ALiBi, relative positions, arbitrary masks. Differentiable.
+  std::optional<Array> bias;
+  // bool [B, S], true where a key is real: false keys are masked (padding).
+  std::optional<Array> key_padding_mask;
+};
+Array attention(const Array& q, const Array& k, const Array& v,
+                const AttentionOptions& options = {});
+
 // ---- convolution ----
 // PyTorch's Conv1d/Conv2d (cross-correlation, without bias; a bias is
 // added after): x [N, C, H, W] (channels_last: [N, H, W, C]) with a weight
@@ -266,6 +288,10 @@ Array layer_norm_grad(const Array& x, const Array& gamma, const Array& dy, doubl
 Array softmax_cross_entropy_grad(const Array& logits, const Array& labels,
                                  const Array& dloss);                     // dlogits
 Array attention_grad(const Array& qkv, const Array& dout, double scale);  // dqkv
+// attention(q, k, v)'s gradients stacked along the token axis,
+// [B, T + 2S, H, D] = dq, dk, dv; bias: f32 (f64) [B|1, H|1, T|1, S|1] or none.
+Array attention_grad(const Array& q, const Array& k, const Array& v, const Array& dout,
+                     const std::optional<Array>& bias, double scale, bool causal);
 // LayerNorm's weight and bias gradients in one pass: [2, C] holding
 // sum(dy * x̂) and sum(dy) over all rows (x̂ the normalized x).
 Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);

@@ -869,7 +869,21 @@ void bind_reductions_layout(nb::module_& m) {
       "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5, NoGil());
   m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, "logits"_a, "labels"_a, NoGil(),
         kiln_doc("softmax_cross_entropy"));
-  m.def("attention", &kiln::attention, "qkv"_a, "scale"_a, NoGil(), kiln_doc("attention"));
+  m.def("attention", static_cast<Array (*)(const Array&, double)>(&kiln::attention), "qkv"_a,
+        "scale"_a, NoGil(), kiln_doc("attention"));
+  m.def(
+      "attention",
+      [](const Array& q, const Array& k, const Array& v, std::optional<double> scale, bool causal,
+         std::optional<Array> bias, std::optional<Array> key_padding_mask) {
+        return kiln::attention(q, k, v, {scale, causal, bias, key_padding_mask});
+      },
+      "q"_a, "k"_a, "v"_a, nb::kw_only(), "scale"_a = nb::none(), "causal"_a = false,
+      "bias"_a = nb::none(), "key_padding_mask"_a = nb::none(), NoGil(),
+      "Scaled dot-product attention (PyTorch's scaled_dot_product_attention) of q [B, T, H, D] "
+      "over k and v [B, S, H, D]: causal (query i sees keys j <= i + S - T, aligned to the last "
+      "key), an additive bias broadcast to [B, H, T, S], a bool [B, S] key_padding_mask (True: "
+      "a real key); scale defaults to 1/sqrt(D). Rows that see no key are zeros. One primitive "
+      "whose backward recomputes the probabilities.");
 
   // ---- convolution, pooling, normalization over channels (kiln/__init__.py
   // takes PyTorch's forms of the arguments and passes them here normalized) ----

@@ -127,6 +127,38 @@ def test_attention_is_torchs_and_fused_equals_unfused():
                                    rtol=1e-4, atol=1e-5)
 
 
+def test_attention_over_q_k_v_is_torchs_sdpa_with_its_gradients():
+    rng = np.random.default_rng(12)
+    B, T, S, H, D = 2, 5, 7, 2, 4
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((B, T, H, D), (B, S, H, D), (B, S, H, D)))
+    bias = rng.standard_normal((1, H, T, S)).astype(np.float32)
+    keep = np.ones((B, S), bool)
+    keep[0, 5:] = False
+    w = rng.standard_normal((B, T, H, D)).astype(np.float32)
+
+    def kiln_loss(q, k, v, bias):
+        y = kiln.attention(q, k, v, causal=True, bias=bias, key_padding_mask=keep)
+        return kiln.sum(y * w)
+
+    # kiln's causal mask is aligned to the last key (query i sees keys j <= i + S - T):
+    # torch's is_causal aligns to the first, so it gets the mask spelled out.
+    allowed = np.tril(np.ones((T, S), bool), S - T)[None, None] & keep[:, None, None, :]
+    tq, tk, tv, tb = (torch.tensor(a.transpose(0, 2, 1, 3) if a.ndim == 4 and a is not bias else a,
+                                   requires_grad=True) for a in (q, k, v, bias))
+    mask = torch.where(torch.tensor(allowed), tb, torch.tensor(-np.inf))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)
+    (ty.transpose(1, 2) * torch.tensor(w)).sum().backward()
+    q, k, v, bias, w, keep = (kiln.asarray(a) for a in (q, k, v, bias, w, keep))
+    got = kiln.attention(q, k, v, causal=True, bias=bias, key_padding_mask=keep)
+    np.testing.assert_allclose(_np(got), ty.transpose(1, 2).detach().numpy(), rtol=1e-5, atol=1e-6)
+    grads = kiln.grad(kiln_loss, argnums=(0, 1, 2, 3))(q, k, v, bias)
+    for g, t in zip(grads[:3], (tq, tk, tv)):
+        np.testing.assert_allclose(_np(g), t.grad.transpose(1, 2).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(grads[3]), tb.grad.numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(kiln.KilnError, match="key_padding_mask must be bool"):
+        kiln.attention(q, k, v, key_padding_mask=kiln.astype(keep, "float32"))
+
+
 def test_mlp_and_its_activation():
     mlp = nn.MLP(4, 16, "relu", name="ffn")
     assert list(mlp.parameter_shapes()) == ["ffn.fc1.weight", "ffn.fc1.bias", "ffn.fc2.weight",

@@ -67,7 +67,7 @@ inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame,
                           K = kOneInstruction;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
-    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true};
+    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true}, kQkvBias{15, false};
 }  // namespace facts_detail
 
 // clang-format off
@@ -136,6 +136,8 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Attention,                 0,            kIn0},
     {Op::AttentionGrad,             0,            kNone},   // no VJP rule
     {Op::LayerNormParamGrad,        0,            kNone},   // no VJP rule
+    {Op::Sdpa,                      0,            kQkvBias},
+    {Op::SdpaGrad,                  0,            kNone},   // no VJP rule
     {Op::Conv,                      0,            kBoth},
     {Op::ConvGradInput,             0,            kNone},   // no VJP rule
     {Op::ConvGradWeight,            0,            kNone},   // no VJP rule

@@ -782,6 +782,59 @@ Array attention(const Array& qkv, double scale) {
   return apply(Primitive(Op::Attention, AttentionAttrs{scale}), {qkv});
 }
 
+Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& o) {
+  const char* op = "attention";
+  for (const Array* a : {&q, &k, &v}) require_float(*a, op);
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    fail(op, std::string("q, k and v must have one dtype, got ") + name_of(q.dtype()) + ", " +
+                 name_of(k.dtype()) + " and " + name_of(v.dtype()));
+  const Shape &qs = q.shape(), &ks = k.shape();
+  if (qs.size() != 4) fail(op, "q must be [batch, tokens, heads, head_dim], got " + str(qs));
+  if (ks.size() != 4 || ks[0] != qs[0] || ks[2] != qs[2] || ks[3] != qs[3])
+    fail(op, "k must be [batch, keys, heads, head_dim] with q's batch, heads and head_dim " +
+                 str(qs) + ", got " + str(ks));
+  if (v.shape() != ks) fail(op, "v must have k's shape " + str(ks) + ", got " + str(v.shape()));
+  const double scale = o.scale     ? *o.scale
+                       : qs[3] > 0 ? 1.0 / std::sqrt(static_cast<double>(qs[3]))
+                                   : 1.0;
+  if (!std::isfinite(scale)) fail(op, "scale must be finite, got " + std::to_string(scale));
+  const DType bias_type = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Shape full{qs[0], qs[2], qs[1], ks[1]};  // [B, H, T, S]
+  std::optional<Array> bias;
+  if (o.bias) {
+    require_float(*o.bias, op);
+    const Shape& bs = o.bias->shape();
+    Shape b4(4 - std::min<size_t>(4, bs.size()), 1);
+    b4.insert(b4.end(), bs.begin(), bs.end());
+    bool fits = bs.size() <= 4;
+    for (size_t i = 0; fits && i < 4; ++i) fits = b4[i] == 1 || b4[i] == full[i];
+    if (!fits)
+      fail(op,
+           "bias " + str(bs) + " does not broadcast to [batch, heads, tokens, keys] " + str(full));
+    bias = astype(reshape(*o.bias, b4), bias_type);
+  }
+  if (o.key_padding_mask) {
+    const Array& m = *o.key_padding_mask;
+    if (m.dtype() != DType::bool_ || m.shape() != Shape{qs[0], ks[1]})
+      fail(op, "key_padding_mask must be bool [batch, keys] " + str(Shape{qs[0], ks[1]}) +
+                   ", got " + std::string(name_of(m.dtype())) + " " + str(m.shape()));
+    const Array masked =
+        where(reshape(m, {qs[0], 1, 1, ks[1]}), zeros({}, bias_type, q.device()),
+              kiln::full({}, -std::numeric_limits<double>::infinity(), bias_type, q.device()));
+    bias = bias ? *bias + masked : masked;
+  }
+  std::vector<Array> in{q, k, v};
+  if (bias) in.push_back(*bias);
+  return apply(Primitive(Op::Sdpa, SdpaAttrs{scale, o.causal, bias.has_value()}), in);
+}
+
+Array attention_grad(const Array& q, const Array& k, const Array& v, const Array& dout,
+                     const std::optional<Array>& bias, double scale, bool causal) {
+  std::vector<Array> in{q, k, v, dout};
+  if (bias) in.push_back(*bias);
+  return apply(Primitive(Op::SdpaGrad, SdpaAttrs{scale, causal, bias.has_value()}), in);
+}
+
 Array attention_grad(const Array& qkv, const Array& dout, double scale) {
   return apply(Primitive(Op::AttentionGrad, AttentionAttrs{scale}), {qkv, dout});
 }

@@ -44,6 +44,7 @@ namespace kiln {
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
   X(Attention, Fused) X(AttentionGrad, Fused) X(LayerNormParamGrad, Fused)              \
+  X(Sdpa, Fused) X(SdpaGrad, Fused)                                                      \
   X(Conv, Fused) X(ConvGradInput, Fused) X(ConvGradWeight, Fused) X(Pool, Fused)         \
   X(PoolGrad, Fused)                                                                     \
   /* made by the compiler's fusion pass */                                               \
@@ -197,6 +198,20 @@ struct AttentionAttrs {
   KILN_FIELDS(scale)
   bool operator==(const AttentionAttrs&) const = default;
 };
+// Scaled dot-product attention over separate q [B, T, H, D] and k, v
+// [B, S, H, D] (see ops.h: attention(q, k, v, options)): `scale` multiplies
+// the scores; `causal` lets query i see keys j <= i + S - T (aligned to the
+// bottom right, as a KV cache needs); `bias` says an additive f32 (f64 for
+// f64 inputs) [B|1, H|1, T|1, S|1] operand follows v (SdpaGrad: follows
+// dout). SdpaGrad(q, k, v, dout[, bias]) -> [B, T + 2S, H, D]: dq, dk and dv
+// stacked along the token axis.
+struct SdpaAttrs {
+  double scale;
+  bool causal = false;
+  bool bias = false;
+  KILN_FIELDS(scale, causal, bias)
+  bool operator==(const SdpaAttrs&) const = default;
+};
 // A 2-d convolution (PyTorch's Conv2d, without bias) of x [N, C, H, W]
 // (channels_last: [N, H, W, C]) with w [O, C / groups, KH, KW] into
 // y [N, O, HO, WO] ([N, HO, WO, O]): per spatial axis the stride, the
@@ -339,7 +354,7 @@ using Attrs =
     std::variant<NoAttrs, CastAttrs, ReduceAttrs, ScanAttrs, SortAttrs, MatmulAttrs, ShapeAttrs,
                  PermAttrs, AxisAttrs, SliceAttrs, ScatterAttrs, OneHotAttrs, NormAttrs,
                  RandomAttrs, FusedAttrs, EpilogueAttrs, FusedReduceAttrs, AttentionAttrs,
-                 DeviceAttrs, FillAttrs, CollectiveAttrs, ConvAttrs, PoolAttrs>;
+                 SdpaAttrs, DeviceAttrs, FillAttrs, CollectiveAttrs, ConvAttrs, PoolAttrs>;
 
 class Primitive {
  public:

@@ -68,15 +68,20 @@ KILN_HD inline float float_from_bits(int bits) {
 }  // namespace m
 
 // ---- float math that the compiler can vectorize ----
-KILN_HD inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.5f ? 88.5f : x);
+// Results below FLT_MIN (x < ln FLT_MIN = -87.3365) are flushed to 0, so that
+// exp(-inf) is 0 (a masked softmax entry) rather than FLT_MIN; x >= 88.38
+// gives inf (2^128: a little early, exp(88.72) is FLT_MAX); NaN stays NaN.
+KILN_HD inline float exp_approx(float x0) {
+  constexpr float kLnMin = -87.33654f;
+  const float x = x0 < kLnMin ? kLnMin : (x0 > 88.5f ? 88.5f : x0);
   // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
   float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
   float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666716f +
                                                 r * (0.04166664928f + r * (0.008333335072f +
                                                                            r * 0.001388888922f)))));
-  return p * m::float_from_bits((static_cast<int>(n) + 127) << 23);
+  const float y = p * m::float_from_bits((static_cast<int>(n) + 127) << 23);
+  return x0 < kLnMin ? 0.0f : y;
 }
 
 // erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).

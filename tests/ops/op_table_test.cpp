@@ -21,6 +21,7 @@
 #include "compiler/graph.h"
 #include "ops/dispatch.h"
 #include "ops/op_defs.h"
+#include "ops/scalar_math.h"
 #include "ops/vjp.h"
 #include "reference.h"
 
@@ -114,6 +115,43 @@ Host ref_attention(const Host& qkv, double scale) {
         for (int64_t j = 0; j < T; ++j)
           for (int64_t d = 0; d < D; ++d)
             o.v[((b * T + i) * H + h) * D + d] += s[j] / total * at(b, j, 2, h, d);
+      }
+  return o;
+}
+
+// attention(q, k, v) in plain loops: q [B, T, H, D], k and v [B, S, H, D];
+// query i sees key j where the padding mask (bool [B, S]) keeps it and, if
+// causal, j <= i + S - T; bias [B|1, H|1, T|1, S|1] is added to the scaled
+// scores. A query that sees no key gets zeros.
+Host ref_sdpa(const Host& q, const Host& k, const Host& v, double scale, bool causal,
+              const Host* bias = nullptr, const Host* keep = nullptr) {
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], D = q.shape[3], S = k.shape[1];
+  Host o{q.shape, std::vector<double>(q.v.size(), 0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(S, -INFINITY);
+        double m = -INFINITY, total = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          if ((causal && j > i + S - T) || (keep && keep->v[b * S + j] == 0)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += q.v[((b * T + i) * H + h) * D + d] * k.v[((b * S + j) * H + h) * D + d];
+          s[j] = dot * scale;
+          if (bias) {
+            const Shape& bs = bias->shape;
+            s[j] += bias->v[(((bs[0] > 1 ? b : 0) * bs[1] + (bs[1] > 1 ? h : 0)) * bs[2] +
+                             (bs[2] > 1 ? i : 0)) *
+                                bs[3] +
+                            (bs[3] > 1 ? j : 0)];
+          }
+          m = std::max(m, s[j]);
+        }
+        if (m == -INFINITY) continue;
+        for (auto& x : s) total += (x = std::exp(x - m));
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            o.v[((b * T + i) * H + h) * D + d] += s[j] / total * v.v[((b * S + j) * H + h) * D + d];
       }
   return o;
 }
@@ -750,6 +788,46 @@ std::vector<Case> cases() {
                [](auto& h) { return ref_attention(h[0], 0.125); },
                1e-5});
 
+  // attention over separate q [B, T, H, D], k and v [B, S, H, D]
+  c.push_back({"sdpa_cross",
+               {F({2, 3, 2, 4}), F({2, 5, 2, 4}), F({2, 5, 2, 4})},
+               [](auto& x) { return attention(x[0], x[1], x[2]); },
+               [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.5, false); },
+               1e-5});
+  c.push_back({"sdpa_causal",
+               {F({2, 4, 2, 3}), F({2, 4, 2, 3}), F({2, 4, 2, 3})},
+               [](auto& x) { return attention(x[0], x[1], x[2], {.scale = 0.7, .causal = true}); },
+               [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.7, true); },
+               1e-5});
+  c.push_back({"sdpa_causal_kv_cache",  // 2 new tokens after 3 cached ones
+               {F({1, 2, 2, 4}), F({1, 5, 2, 4}), F({1, 5, 2, 4})},
+               [](auto& x) { return attention(x[0], x[1], x[2], {.causal = true}); },
+               [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.5, true); },
+               1e-5});
+  c.push_back({"sdpa_bias",  // broadcast over heads
+               {F({2, 3, 2, 4}), F({2, 4, 2, 4}), F({2, 4, 2, 4}), F({2, 1, 3, 4})},
+               [](auto& x) { return attention(x[0], x[1], x[2], {.bias = x[3]}); },
+               [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.5, false, &h[3]); },
+               1e-5});
+  c.push_back({"sdpa_causal_bias_2d",  // one [T, S] bias for every batch and head
+               {F({2, 4, 3, 2}), F({2, 4, 3, 2}), F({2, 4, 3, 2}), F({4, 4})},
+               [](auto& x) {
+                 return attention(x[0], x[1], x[2], {.scale = 0.9, .causal = true, .bias = x[3]});
+               },
+               [](auto& h) {
+                 Host b = h[3];
+                 b.shape = {1, 1, 4, 4};
+                 return ref_sdpa(h[0], h[1], h[2], 0.9, true, &b);
+               },
+               1e-5});
+  c.push_back({"sdpa_key_padding",  // random keeps: some queries see no key
+               {F({3, 3, 2, 4}), F({3, 3, 2, 4}), F({3, 3, 2, 4}), B({3, 3})},
+               [](auto& x) {
+                 return attention(x[0], x[1], x[2], {.causal = true, .key_padding_mask = x[3]});
+               },
+               [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.5, true, nullptr, &h[3]); },
+               1e-5});
+
   // convolutions: every geometry the kernels take apart
   c.push_back({"conv2d",
                {F({2, 3, 5, 6}), F({4, 3, 3, 2})},
@@ -1000,6 +1078,11 @@ std::vector<Case> cases() {
          [](auto& x) { return attention(x[0], 0.25); },
          [](auto& h) { return ref_attention(h[0], 0.25); },
          1e-5});
+  large({"large_sdpa_causal",
+         {F({2, 70, 3, 16}), F({2, 90, 3, 16}), F({2, 90, 3, 16})},
+         [](auto& x) { return attention(x[0], x[1], x[2], {.causal = true}); },
+         [](auto& h) { return ref_sdpa(h[0], h[1], h[2], 0.25, true); },
+         1e-5});
   large({"large_layer_norm_param_grad",
          {F({1000, 96}), F({1000, 96})},
          [](auto& x) { return layer_norm_param_grad(x[0], x[1], 1e-12); },
@@ -1193,26 +1276,14 @@ std::pair<std::set<Op>, std::set<Op>> ops_of(const Case& c) {
 // tests/dist/collectives_test.cpp checks them on cpu and ref in every mode,
 // tests/dist/mpi_test.cpp across ranks.
 TEST(OpTableCoverage, EveryPrimitiveIsChecked) {
-  const std::set<Op> no_grad_check{Op::Equal,
-                                   Op::NotEqual,
-                                   Op::Less,
-                                   Op::LessEqual,
-                                   Op::Greater,
-                                   Op::GreaterEqual,
-                                   Op::Argmax,
-                                   Op::OneHot,
-                                   Op::Argsort,
-                                   Op::Cast,
-                                   Op::StopGradient,
-                                   Op::GeluGrad,
-                                   Op::GeluTanhGrad,
-                                   Op::LayerNormGrad,
-                                   Op::LayerNormParamGrad,
-                                   Op::AttentionGrad,
-                                   Op::SoftmaxCrossEntropyGrad,
-                                   Op::ConvGradInput,
-                                   Op::ConvGradWeight,
-                                   Op::PoolGrad};
+  const std::set<Op> no_grad_check{
+      Op::Equal,         Op::NotEqual,       Op::Less,
+      Op::LessEqual,     Op::Greater,        Op::GreaterEqual,
+      Op::Argmax,        Op::OneHot,         Op::Argsort,
+      Op::Cast,          Op::StopGradient,   Op::GeluGrad,
+      Op::GeluTanhGrad,  Op::LayerNormGrad,  Op::LayerNormParamGrad,
+      Op::AttentionGrad, Op::SdpaGrad,       Op::SoftmaxCrossEntropyGrad,
+      Op::ConvGradInput, Op::ConvGradWeight, Op::PoolGrad};
   const std::set<Op> compiler_made{Op::FusedElementwise, Op::MatmulEpilogue, Op::FusedReduce};
   std::set<Op> checked, differentiated;
   for (const Case& c : cases()) {
@@ -1428,6 +1499,62 @@ TEST(Elementwise, Bf16UnaryOpsAreTheF32OpsRounded) {
       EXPECT_EQ(differ, 0);
     }
   }
+}
+
+// f32 exp (exp_approx, the scalar function every f32 kernel and generated
+// program uses, and the Exp op on each device): a few ulp from exp over the
+// normal range, 0 for results below FLT_MIN (so exp(-inf) = 0: a masked
+// softmax entry weighs nothing), inf past FLT_MAX (or from 88.38), NaN kept.
+std::vector<float> exp_inputs() {
+  std::vector<float> x;
+  for (float v = -95.0f; v <= 88.0f; v += 0.0173f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -87.3365f, -87.3366f, -87.0f, -88.0f, -104.0f, -200.0f,
+                  -std::numeric_limits<float>::infinity(), 88.3f, 88.4f, 88.7f, 88.8f, 89.0f,
+                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  return x;
+}
+
+void expect_f32_exp(const std::vector<float>& x, const std::vector<float>& y,
+                    const std::string& what) {
+  ASSERT_EQ(y.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    SCOPED_TRACE(what + " at x = " + std::to_string(x[i]));
+    const double want = std::exp(static_cast<double>(x[i]));
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y[i]));
+    } else if (want > std::numeric_limits<float>::max()) {
+      EXPECT_EQ(y[i], std::numeric_limits<float>::infinity());
+    } else if (x[i] >= 88.38f) {  // 2^128 a little early
+      EXPECT_TRUE(y[i] == std::numeric_limits<float>::infinity() ||
+                  std::fabs(y[i] - want) <= 5e-7 * want)
+          << y[i];
+    } else if (want >= std::numeric_limits<float>::min()) {
+      EXPECT_NEAR(y[i], want, 5e-7 * want);
+    } else {  // below FLT_MIN: 0, or a subnormal near exp (the AVX-512 kernels keep them)
+      EXPECT_NEAR(y[i], want, std::numeric_limits<float>::min());
+      if (x[i] <= -104.0f) {
+        EXPECT_EQ(y[i], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(Elementwise, F32ExpIsExpAndZeroAtMinusInfinity) {
+  const std::vector<float> x = exp_inputs();
+  std::vector<float> scalar(x.size());
+  for (size_t i = 0; i < x.size(); ++i) scalar[i] = exp_approx(x[i]);
+  expect_f32_exp(x, scalar, "exp_approx");
+  const Array xs = Array::from_vector(x, {static_cast<int64_t>(x.size())});
+  for (const Device& d : std::vector<Device>{Device::cpu(), Device::ref()})
+    expect_f32_exp(x, exp(xs.to(d)).to_vector<float>(), "exp on " + d.str());
+}
+
+TEST(Elementwise, GpuF32ExpIsExpAndZeroAtMinusInfinity) {
+  KILN_REQUIRE_GPU();
+  const std::vector<float> x = exp_inputs();
+  const Array xs = Array::from_vector(x, {static_cast<int64_t>(x.size())});
+  expect_f32_exp(x, exp(xs.to(test_gpu())).to_vector<float>(), "exp on the gpu");
 }
 
 // Casts between f32 and bf16 (the cpu Cast kernel, split over the threads)
@@ -1874,6 +2001,197 @@ TEST(Attention, GpuBf16KernelsMatchF64OnTheRoundedInputs) {
   } else {
     unsetenv("KILN_CUDA_BF16_ATTENTION");
   }
+}
+
+// ---- Sdpa: attention(q, k, v, options) at the lengths its kernels take
+// apart: ViT's 197 tokens, a causal 256 (whole blocks of keys skipped), a
+// KV-cache step (T < S, bottom-right aligned), odd head dims, a bias.
+struct SdpaShape {
+  int64_t b, t, s, h, d;
+  bool causal, bias;
+};
+const std::vector<SdpaShape> kSdpaShapes{{2, 197, 197, 3, 64, false, false},
+                                         {1, 256, 256, 2, 64, true, false},
+                                         {2, 5, 70, 2, 32, true, true},
+                                         {1, 67, 67, 1, 24, true, true},
+                                         {2, 1, 33, 3, 16, true, false}};
+
+// dev's kernels in dt against the ref backend's f64 loops on the same
+// (dt-rounded) inputs: forward and the gradients (dq, dk, dv), within tol of
+// the largest value.
+void expect_sdpa_matches_f64(Device dev, DType dt, double tol,
+                             const std::vector<SdpaShape>& shapes) {
+  uint32_t seed = 500;
+  for (const SdpaShape& c : shapes) {
+    SCOPED_TRACE(std::string(name_of(dt)) + " on " + dev.str() + ": B " + std::to_string(c.b) +
+                 " T " + std::to_string(c.t) + " S " + std::to_string(c.s) + " H " +
+                 std::to_string(c.h) + " D " + std::to_string(c.d) + (c.causal ? " causal" : "") +
+                 (c.bias ? " bias" : ""));
+    auto input = [&](Shape s) { return astype(random::normal(random::Key(seed++), s), dt); };
+    const Array q = input({c.b, c.t, c.h, c.d}), k = input({c.b, c.s, c.h, c.d}),
+                v = input({c.b, c.s, c.h, c.d}), dout = input({c.b, c.t, c.h, c.d});
+    std::optional<Array> bias;
+    if (c.bias) bias = random::normal(random::Key(seed++), {1, c.h, c.t, c.s});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    auto run = [&](DType t, Device d) {
+      auto at = [&](const Array& x) { return astype(x, t).to(d); };
+      std::optional<Array> b;
+      if (bias) b = astype(*bias, t == DType::f64 ? DType::f64 : DType::f32).to(d);
+      const Array y =
+          attention(at(q), at(k), at(v), {.scale = scale, .causal = c.causal, .bias = b});
+      const Array g = attention_grad(at(q), at(k), at(v), at(dout), b, scale, c.causal);
+      return std::make_pair(y, g);
+    };
+    const auto [y, g] = run(dt, dev);
+    const auto [y64, g64] = run(DType::f64, Device::ref());
+    auto compare = [&](const Array& got, const Array& want, const char* what) {
+      ASSERT_EQ(got.dtype(), dt) << what;
+      ASSERT_EQ(str(got.shape()), str(want.shape())) << what;
+      auto gv = astype(got.to(Device::cpu()), DType::f64).to_vector<double>();
+      auto wv = want.to_vector<double>();  // on ref: the host's memory
+      double top = 0;
+      for (double x : wv) top = std::max(top, std::fabs(x));
+      for (size_t i = 0; i < gv.size(); ++i)
+        ASSERT_NEAR(gv[i], wv[i], tol * std::max(1.0, top)) << what << " at flat index " << i;
+    };
+    compare(y, y64, "forward");
+    compare(g, g64, "dq, dk, dv");
+  }
+}
+
+TEST(Sdpa, F32AndBf16KernelsMatchF64) {
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    expect_sdpa_matches_f64(d, DType::f32, 2e-6, kSdpaShapes);
+    expect_sdpa_matches_f64(d, DType::bf16, 1.5e-2, kSdpaShapes);
+  }
+}
+
+TEST(Sdpa, GpuF32F64AndBf16KernelsMatchF64) {
+  KILN_REQUIRE_GPU();
+#if KILN_CUDA_EMULATION  // every CUDA thread a fiber: the shorter shapes
+  const std::vector<SdpaShape> shapes(kSdpaShapes.begin() + 2, kSdpaShapes.end());
+#else
+  const std::vector<SdpaShape>& shapes = kSdpaShapes;
+#endif
+  expect_sdpa_matches_f64(test_gpu(), DType::f32, 2e-6, shapes);
+  expect_sdpa_matches_f64(test_gpu(), DType::f64, 1e-12, shapes);
+  expect_sdpa_matches_f64(test_gpu(), DType::bf16, 1.5e-2, shapes);
+}
+
+// The causal mask is a bias of -inf above the (bottom-right) diagonal, and a
+// key_padding_mask one of -inf at padded keys: rows that see no key give
+// zeros, in the forward and in every gradient.
+TEST(Sdpa, MasksAreMinusInfinityBiasesAndEmptyRowsAreZero) {
+  const int64_t B = 2, T = 4, S = 6, H = 2, D = 8;
+  const Array q = random::normal(random::Key(1), {B, T, H, D});
+  const Array k = random::normal(random::Key(2), {B, S, H, D});
+  const Array v = random::normal(random::Key(3), {B, S, H, D});
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> causal_bias(T * S);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < S; ++j) causal_bias[i * S + j] = j <= i + S - T ? 0.0 : -inf;
+  const Array cb = astype(Array::from_vector(causal_bias, {T, S}), DType::f32);
+  for (Device d : {Device::cpu(), Device::ref()}) {
+    SCOPED_TRACE(d.str());
+    const Array a = attention(q.to(d), k.to(d), v.to(d), {.causal = true});
+    const Array b = attention(q.to(d), k.to(d), v.to(d), {.bias = cb.to(d)});
+    const auto av = a.to_vector<float>(), bv = b.to_vector<float>();
+    for (size_t i = 0; i < av.size(); ++i) ASSERT_NEAR(av[i], bv[i], 1e-6) << "at " << i;
+    // Batch 0 keeps keys 3 to 5: its query 0 sees keys 0 to 2 (causal), all
+    // padded, so its row is zero; query 1 sees key 3. Batch 1 keeps every key.
+    const Array keep = Array::from_vector(std::vector<bool>{false, false, false, true, true, true,
+                                                            true, true, true, true, true, true},
+                                          {B, S});
+    auto loss = [&](const std::vector<Array>& x) {
+      const Array y = attention(x[0], x[1], x[2], {.causal = true, .key_padding_mask = keep.to(d)});
+      return sum(y * y);
+    };
+    const Array y =
+        attention(q.to(d), k.to(d), v.to(d), {.causal = true, .key_padding_mask = keep.to(d)});
+    const auto yv = y.to_vector<float>();
+    for (int64_t x = 0; x < H * D; ++x) EXPECT_EQ(yv[x], 0.0f) << "row (0, 0) at " << x;
+    for (int64_t x = H * D; x < 2 * H * D; ++x) EXPECT_NE(yv[x], 0.0f) << "row (0, 1) at " << x;
+    const std::vector<Array> gs = grad(loss)(std::vector<Array>{q.to(d), k.to(d), v.to(d)});
+    const auto dq = gs[0].to_vector<float>(), dk = gs[1].to_vector<float>(),
+               dv = gs[2].to_vector<float>();
+    for (const float x : dq) ASSERT_TRUE(std::isfinite(x));
+    for (int64_t x = 0; x < H * D; ++x) EXPECT_EQ(dq[x], 0.0f) << "dq of row (0, 0) at " << x;
+    for (int64_t x = 0; x < 3 * H * D; ++x) {  // padded keys: no gradient
+      EXPECT_EQ(dk[x], 0.0f) << "dk of padded key at " << x;
+      EXPECT_EQ(dv[x], 0.0f) << "dv of padded key at " << x;
+    }
+  }
+}
+
+// A NaN query makes its row's output and dq NaN, and the dk and dv of its
+// (batch, head), on every backend (no backend takes a NaN row for an empty
+// one); the other rows stay finite.
+void expect_sdpa_nan_rows_propagate(Device d) {
+  const int64_t B = 2, T = 3, S = 4, H = 2, D = 4;
+  std::vector<float> qv = random::normal(random::Key(4), {B, T, H, D}).to_vector<float>();
+  for (int64_t x = 0; x < D; ++x) qv[x] = std::nanf("");  // batch 0, query 0, head 0
+  const Array q = Array::from_vector(qv, {B, T, H, D});
+  const Array k = random::normal(random::Key(5), {B, S, H, D});
+  const Array dout = random::normal(random::Key(6), {B, T, H, D});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(name_of(dt)) + " on " + d.str());
+    auto at = [&](const Array& x) { return astype(x, dt).to(d); };
+    const auto y = astype(attention(at(q), at(k), at(k)), DType::f32).to_vector<float>();
+    const auto g =
+        astype(attention_grad(at(q), at(k), at(k), at(dout), std::nullopt, 0.5, false), DType::f32)
+            .to_vector<float>();
+    auto nan_at = [&](const std::vector<float>& v, int64_t rows, int64_t b, int64_t r, int64_t h) {
+      return std::isnan(v[((b * rows + r) * H + h) * D]);
+    };
+    EXPECT_TRUE(nan_at(y, T, 0, 0, 0));
+    EXPECT_FALSE(nan_at(y, T, 0, 0, 1) || nan_at(y, T, 0, 1, 0) || nan_at(y, T, 1, 0, 0));
+    const int64_t rows = T + 2 * S;
+    EXPECT_TRUE(nan_at(g, rows, 0, 0, 0)) << "dq";
+    EXPECT_TRUE(nan_at(g, rows, 0, T, 0)) << "dk";
+    EXPECT_TRUE(nan_at(g, rows, 0, T + S, 0)) << "dv";
+    EXPECT_FALSE(nan_at(g, rows, 0, 1, 0) || nan_at(g, rows, 0, T, 1) || nan_at(g, rows, 1, T, 0));
+  }
+}
+
+TEST(Sdpa, NanRowsPropagate) {
+  expect_sdpa_nan_rows_propagate(Device::cpu());
+  expect_sdpa_nan_rows_propagate(Device::ref());
+}
+
+TEST(Sdpa, GpuNanRowsPropagate) {
+  KILN_REQUIRE_GPU();
+  expect_sdpa_nan_rows_propagate(test_gpu());
+}
+
+TEST(Sdpa, BadOperandsNameWhatWasExpected) {
+  const Array q = zeros({1, 3, 2, 4}), k = zeros({1, 5, 2, 4});
+  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one saying " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(
+      [&] {
+        attention(zeros({3, 2, 4}), k, k);
+      },
+      "q must be [batch, tokens, heads, head_dim]");
+  expect_error(
+      [&] {
+        attention(q, zeros({1, 5, 2, 8}), zeros({1, 5, 2, 8}));
+      },
+      "k must be [batch, keys, heads, head_dim]");
+  expect_error([&] { attention(q, k, zeros({1, 4, 2, 4})); }, "v must have k's shape");
+  expect_error([&] { attention(q, k, astype(k, DType::f64)); }, "q, k and v must have one dtype");
+  expect_error([&] { attention(q, k, k, {.bias = zeros({3, 4})}); }, "does not broadcast");
+  expect_error(
+      [&] {
+        attention(q, k, k, {.key_padding_mask = zeros({1, 5})});
+      },
+      "key_padding_mask must be bool [batch, keys]");
+  expect_error([&] { attention(q, k, k, {.scale = std::nan("")}); }, "scale must be finite");
 }
 
 // ---- The CUDA backend against the cpu, case by case. GPU tests: their

@@ -26,19 +26,19 @@ namespace {
 // C[m,n] = alpha · op(A)[m,k] · op(B)[k,n], row-major with leading dimensions
 // (op(X) = Xᵀ when its flag is set; then X is stored [k,m] or [n,k]).
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, "attention");
+          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, "attention");
 }
 
 // f64: the reference precision of the gradient checks.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
+          int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc, double beta = 0) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (int64_t p = 0; p < k; ++p)
         s += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
-      c[i * ldc + j] = alpha * s;
+      c[i * ldc + j] = alpha * s + (beta == 0 ? 0.0 : beta * c[i * ldc + j]);
     }
 }
 
@@ -292,8 +292,8 @@ void attention_grad_typed(const Array& qkv_a, const Array& dout_a, const Attenti
 // forward's unnormalized E) and dS are rounded to bf16 for the GEMMs that
 // take them, as flash attention and PyTorch's bf16 SDPA on the CPU do.
 void gemm16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bits* a,
-            int64_t lda, const bits* b, int64_t ldb, float* c, int64_t ldc) {
-  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, "attention");
+            int64_t lda, const bits* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
+  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, "attention");
 }
 
 // Rows [t, d] of f32 into bf16 rows `ld` apart, row i times c[i] (or 1 if c
@@ -692,11 +692,292 @@ void attention_grad_kernel(const KernelContext&, const Primitive& p,
   }
 }
 
+// ---- Sdpa: q [B, T, H, D], k and v [B, S, H, D] (rows H·D apart in each),
+// a causal mask and an additive bias. Blocks of kSdpaRows queries: a block
+// computes the scores of the keys its last row sees and no more (a causal
+// mask's upper blocks are skipped), [rows, keys] at a time in a per-thread
+// buffer; the forward's jobs are (batch, head, block), the backward's
+// (batch, head), whose dK and dV sum over the blocks.
+constexpr int64_t kSdpaRows = 64;
+
+struct SdpaDims {
+  int64_t b, t, s, h, d;
+  int64_t e() const { return h * d; }  // the row stride of q, k, v, dout, out
+  int64_t blocks() const { return (t + kSdpaRows - 1) / kSdpaRows; }
+};
+
+SdpaDims sdpa_dims(const std::vector<Array>& in) {
+  const Shape &q = in[0].shape(), &k = in[1].shape();
+  return {q[0], q[1], k[1], q[2], q[3]};
+}
+
+// What query i of batch bi, head hi sees: keys [0, visible(i)) (all S, or
+// with the causal mask those up to i + S - T), each score plus the bias
+// [B|1, H|1, T|1, S|1] (type T: f32 for f32 and bf16, f64 for f64).
+template <typename T>
+struct SdpaMask {
+  int64_t t, s;
+  bool causal;
+  const T* bias = nullptr;
+  int64_t sb = 0, sh = 0, st = 0, ss = 0;  // its strides (0 where broadcast)
+  SdpaMask(const SdpaDims& g, const SdpaAttrs& at, const std::vector<Array>& in, size_t bias_at)
+      : t(g.t), s(g.s), causal(at.causal) {
+    if (!at.bias) return;
+    const Shape& bs = in[bias_at].shape();
+    bias = in[bias_at].data<T>();
+    ss = bs[3] == 1 ? 0 : 1;
+    st = bs[2] == 1 ? 0 : bs[3];
+    sh = bs[1] == 1 ? 0 : bs[2] * bs[3];
+    sb = bs[0] == 1 ? 0 : bs[1] * bs[2] * bs[3];
+  }
+  int64_t visible(int64_t i) const { return causal ? std::clamp<int64_t>(i + 1 + s - t, 0, s) : s; }
+  // The keys that rows [.., i1) read: those their last row sees.
+  int64_t keys(int64_t i1) const { return visible(i1 - 1); }
+  // Adds row i's bias to its scores r over the keys it sees (of the n
+  // computed); returns how many it sees.
+  int64_t apply(T* r, int64_t n, int64_t bi, int64_t hi, int64_t i) const {
+    const int64_t vis = std::min(visible(i), n);
+    if (!bias) return vis;
+    const T* br = bias + bi * sb + hi * sh + i * st;
+    if (ss) {
+#pragma omp simd
+      for (int64_t j = 0; j < vis; ++j) r[j] += br[j];
+    } else {
+      const T c = br[0];
+#pragma omp simd
+      for (int64_t j = 0; j < vis; ++j) r[j] += c;
+    }
+    return vis;
+  }
+};
+
+// 1 / the sum of a row's exponentials: 0 for a row of no key or only -inf
+// scores (which then stays all zeros), NaN where a score is NaN.
+template <typename T>
+T inverse_total(T total) {
+  return total == T(0) ? T(0) : T(1) / total;
+}
+// The shift of a row's exponentials: its max, or 0 where that is -inf (no
+// finite score), so that exp(-inf - shift) = 0 and NaN scores stay NaN.
+template <typename T>
+T row_shift(const T* r, int64_t vis) {
+  const T m = vis > 0 ? row_max(r, vis) : T(0);
+  return m == -std::numeric_limits<T>::infinity() ? T(0) : m;
+}
+
+// The softmax of row r over [0, vis) in place, zeros on [vis, n): a row
+// that sees no key (or only -inf scores) is all zeros.
+template <typename T>
+void softmax_visible(T* r, int64_t n, int64_t vis) {
+  if (vis > 0) scale_row(r, vis, inverse_total(exp_row(r, vis, row_shift(r, vis))));
+  std::fill(r + vis, r + n, T(0));
+}
+
+template <typename T>
+void zero_rows(T* x, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t i = 0; i < rows; ++i) std::fill(x + i * ld, x + i * ld + cols, T(0));
+}
+
+template <typename T>
+void sdpa_typed(const std::vector<Array>& in, const SdpaAttrs& at, T* out) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<T> mask(g, at, in, 3);
+  const T *q = in[0].data<T>(), *k = in[1].data<T>(), *v = in[2].data<T>();
+  const int64_t ld = g.e(), nb = g.blocks();
+  const T scale = static_cast<T>(at.scale);
+  parallel_for(g.b * g.h * nb, 4 * kSdpaRows * g.s * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<T> p(kSdpaRows * g.s);
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t blk = job % nb, bi = job / nb / g.h, hi = job / nb % g.h;
+      const int64_t i0 = blk * kSdpaRows, m = std::min(g.t, i0 + kSdpaRows) - i0;
+      const int64_t n = mask.keys(i0 + m);
+      const int64_t qo = (bi * g.t + i0) * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      if (n == 0) {
+        zero_rows(out + qo, m, g.d, ld);
+        continue;
+      }
+      gemm(false, true, m, n, g.d, scale, q + qo, ld, k + ko, ld, p.data(), n);
+      for (int64_t i = 0; i < m; ++i) {
+        T* r = p.data() + i * n;
+        softmax_visible(r, n, mask.apply(r, n, bi, hi, i0 + i));
+      }
+      gemm(false, false, m, g.d, n, T(1), p.data(), n, v + ko, ld, out + qo, ld);
+    }
+  });
+}
+
+// Per (batch, head), block by block of queries (P recomputed as in the
+// forward): dV += Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP - rowsum(dP ⊙ P)),
+// dQ = scale · dS K, dK += scale · dSᵀ Q; dx [B, T + 2S, H, D] holds dq, dk
+// and dv.
+template <typename T>
+void sdpa_grad_typed(const std::vector<Array>& in, const SdpaAttrs& at, T* dx) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<T> mask(g, at, in, 4);
+  const T *q = in[0].data<T>(), *k = in[1].data<T>(), *v = in[2].data<T>();
+  const T* dout = in[3].data<T>();
+  const int64_t ld = g.e(), rows = g.t + 2 * g.s;
+  const T scale = static_cast<T>(at.scale);
+  parallel_for(g.b * g.h, 10 * g.t * g.s * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<T> p(kSdpaRows * g.s), dp(kSdpaRows * g.s);
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t qo = bi * g.t * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      T* dq = dx + bi * rows * ld + hi * g.d;
+      T *dk = dq + g.t * ld, *dv = dk + g.s * ld;
+      zero_rows(dk, 2 * g.s, g.d, ld);
+      for (int64_t i0 = 0; i0 < g.t; i0 += kSdpaRows) {
+        const int64_t m = std::min(g.t, i0 + kSdpaRows) - i0, n = mask.keys(i0 + m);
+        const T *qb = q + qo + i0 * ld, *dob = dout + qo + i0 * ld;
+        if (n == 0) {
+          zero_rows(dq + i0 * ld, m, g.d, ld);
+          continue;
+        }
+        gemm(false, true, m, n, g.d, scale, qb, ld, k + ko, ld, p.data(), n);
+        for (int64_t i = 0; i < m; ++i) {
+          T* r = p.data() + i * n;
+          softmax_visible(r, n, mask.apply(r, n, bi, hi, i0 + i));
+        }
+        gemm(true, false, n, g.d, m, T(1), p.data(), n, dob, ld, dv, ld, T(1));
+        gemm(false, true, m, n, g.d, T(1), dob, ld, v + ko, ld, dp.data(), n);
+        for (int64_t i = 0; i < m; ++i) {
+          const T* pr = p.data() + i * n;
+          T* dr = dp.data() + i * n;
+          softmax_grad_row(pr, dr, n, dot_row(pr, dr, n));
+        }
+        gemm(false, false, m, g.d, n, scale, dp.data(), n, k + ko, ld, dq + i0 * ld, ld);
+        gemm(true, false, n, g.d, m, scale, dp.data(), n, qb, ld, dk, ld, T(1));
+      }
+    }
+  });
+}
+
+// bf16: the GEMMs multiply bf16 values and sum in f32, the scores, softmax
+// and its gradient stay f32, P (the forward's unnormalized E) and dS are
+// rounded to bf16 for the GEMMs that take them, as the packed kernels above;
+// dK and dV sum over the blocks in f32 and are rounded once.
+void sdpa_bf16(const std::vector<Array>& in, const SdpaAttrs& at, bits* out) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<float> mask(g, at, in, 3);
+  const bits* q = static_cast<const bits*>(in[0].raw());
+  const bits* k = static_cast<const bits*>(in[1].raw());
+  const bits* v = static_cast<const bits*>(in[2].raw());
+  const int64_t ld = g.e(), nb = g.blocks();
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h * nb, 4 * kSdpaRows * g.s * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<float> s(kSdpaRows * g.s), o(kSdpaRows * g.d), inv(kSdpaRows);
+    std::vector<bits> e16(kSdpaRows * g.s);
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t blk = job % nb, bi = job / nb / g.h, hi = job / nb % g.h;
+      const int64_t i0 = blk * kSdpaRows, m = std::min(g.t, i0 + kSdpaRows) - i0;
+      const int64_t n = mask.keys(i0 + m);
+      const int64_t qo = (bi * g.t + i0) * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      if (n == 0) {
+        zero_rows(out + qo, m, g.d, ld);
+        continue;
+      }
+      gemm16(false, true, m, n, g.d, scale, q + qo, ld, k + ko, ld, s.data(), n);
+      for (int64_t i = 0; i < m; ++i) {
+        float* r = s.data() + i * n;
+        bits* e = e16.data() + i * n;
+        const int64_t vis = mask.apply(r, n, bi, hi, i0 + i);
+        inv[i] = vis > 0 ? inverse_total(exp_row_bf16(r, vis, row_shift(r, vis), e)) : 0.0f;
+        std::fill(e + vis, e + n, bits(0));
+      }
+      gemm16(false, false, m, g.d, n, 1.0f, e16.data(), n, v + ko, ld, o.data(), g.d);
+      store_rows(o.data(), m, g.d, out + qo, ld, inv.data());
+    }
+  });
+}
+
+void sdpa_grad_bf16(const std::vector<Array>& in, const SdpaAttrs& at, bits* dx) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<float> mask(g, at, in, 4);
+  const bits* q = static_cast<const bits*>(in[0].raw());
+  const bits* k = static_cast<const bits*>(in[1].raw());
+  const bits* v = static_cast<const bits*>(in[2].raw());
+  const bits* dout = static_cast<const bits*>(in[3].raw());
+  const int64_t ld = g.e(), rows = g.t + 2 * g.s;
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 10 * g.t * g.s * g.d, [&](int64_t j0, int64_t j1) {
+    std::vector<float> p(kSdpaRows * g.s), dp(kSdpaRows * g.s), o(kSdpaRows * g.d);
+    std::vector<float> dk32(g.s * g.d), dv32(g.s * g.d);
+    std::vector<bits> p16(kSdpaRows * g.s);
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t qo = bi * g.t * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      bits* dq = dx + bi * rows * ld + hi * g.d;
+      bits *dk = dq + g.t * ld, *dv = dk + g.s * ld;
+      std::fill(dk32.begin(), dk32.end(), 0.0f);
+      std::fill(dv32.begin(), dv32.end(), 0.0f);
+      for (int64_t i0 = 0; i0 < g.t; i0 += kSdpaRows) {
+        const int64_t m = std::min(g.t, i0 + kSdpaRows) - i0, n = mask.keys(i0 + m);
+        const bits *qb = q + qo + i0 * ld, *dob = dout + qo + i0 * ld;
+        if (n == 0) {
+          zero_rows(dq + i0 * ld, m, g.d, ld);
+          continue;
+        }
+        gemm16(false, true, m, n, g.d, scale, qb, ld, k + ko, ld, p.data(), n);
+        for (int64_t i = 0; i < m; ++i) {  // P in f32 and in bf16
+          float* r = p.data() + i * n;
+          softmax_visible(r, n, mask.apply(r, n, bi, hi, i0 + i));
+          for (int64_t j = 0; j < n; ++j) p16[i * n + j] = narrow_bf16(r[j]);
+        }
+        gemm16(true, false, n, g.d, m, 1.0f, p16.data(), n, dob, ld, dv32.data(), g.d, 1.0f);
+        gemm16(false, true, m, n, g.d, 1.0f, dob, ld, v + ko, ld, dp.data(), n);
+        for (int64_t i = 0; i < m; ++i) {  // dS in bf16, in P's buffer
+          const float *pr = p.data() + i * n, *dr = dp.data() + i * n;
+          softmax_grad_row_bf16(pr, dr, n, dot_row(pr, dr, n), p16.data() + i * n);
+        }
+        gemm16(false, false, m, g.d, n, scale, p16.data(), n, k + ko, ld, o.data(), g.d);
+        store_rows(o.data(), m, g.d, dq + i0 * ld, ld);
+        gemm16(true, false, n, g.d, m, scale, p16.data(), n, qb, ld, dk32.data(), g.d, 1.0f);
+      }
+      store_rows(dk32.data(), g.s, g.d, dk, ld);
+      store_rows(dv32.data(), g.s, g.d, dv, ld);
+    }
+  });
+}
+
+void sdpa_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                 ArrayNode& out) {
+  check_sgemm_library();  // before the parallel region
+  gemm_bf16_native();     // (its choice is made once, outside it)
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const SdpaAttrs& at = p.attrs<SdpaAttrs>();
+  switch (in[0].dtype()) {
+    case DType::f32: return sdpa_typed<float>(in, at, static_cast<float*>(y));
+    case DType::f64: return sdpa_typed<double>(in, at, static_cast<double*>(y));
+    case DType::bf16: return sdpa_bf16(in, at, static_cast<bits*>(y));
+    default:
+      fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
+  }
+}
+
+void sdpa_grad_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                      ArrayNode& out) {
+  check_sgemm_library();
+  gemm_bf16_native();
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const SdpaAttrs& at = p.attrs<SdpaAttrs>();
+  switch (in[0].dtype()) {
+    case DType::f32: return sdpa_grad_typed<float>(in, at, static_cast<float*>(y));
+    case DType::f64: return sdpa_grad_typed<double>(in, at, static_cast<double*>(y));
+    case DType::bf16: return sdpa_grad_bf16(in, at, static_cast<bits*>(y));
+    default:
+      fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
+  }
+}
+
 }  // namespace
 
 void register_attention(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Attention)] = attention_kernel;
   t.kernels[static_cast<int>(Op::AttentionGrad)] = attention_grad_kernel;
+  t.kernels[static_cast<int>(Op::Sdpa)] = sdpa_kernel;
+  t.kernels[static_cast<int>(Op::SdpaGrad)] = sdpa_grad_kernel;
 }
 
 }  // namespace kiln::cpu

@@ -37,7 +37,7 @@ inline __mmask16 lanes(int64_t n) {
 
 // exp of 16 lanes: exp_approx's range reduction and polynomial (scalar_math.h),
 // with 2^n applied by vscalefps, which also takes the result down through the
-// subnormals to 0 (exp_approx clamps at -87). x is clamped at -104 only so
+// subnormals to 0 (exp_approx flushes them to 0). x is clamped at -104 only so
 // that -inf gives 0 rather than -inf + inf. NaN stays NaN; +inf gives NaN
 // (the softmax calls it on x <= 0 only).
 inline __m512 exp16(__m512 x) {

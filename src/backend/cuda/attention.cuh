@@ -3,8 +3,8 @@
 // itself — between the SIMT kernels (attention.cu: f32, f64 and bf16, computed
 // in f32 or f64) and the bf16 tensor-core ones (attention_tc.cu).
 #pragma once
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -38,35 +38,43 @@ __device__ __forceinline__ T* dyn_smem() {
 }
 
 // Launches kernel fn (`name`) of op `who` over grid (B·H, tiles) with
-// `smem` bytes of dynamic shared memory, raising the kernel's limit on this
-// device once where it needs more than the default 48 KiB.
-template <typename S>
-void launch(void (*fn)(AttnArgs<S>), const KernelContext& ctx, cudaStream_t s, int64_t bh,
-            int64_t tiles, int threads, size_t smem, const AttnArgs<S>& args, const char* who,
-            const char* name) {
+// `smem` bytes of dynamic shared memory (beside `static_smem` of its own),
+// raising the kernel's limit on this device where it needs more than the
+// default 48 KiB or than an earlier launch raised it to (sdpa.cu's sizes
+// grow with the sequence). (Also sdpa.cu's.)
+template <typename A>
+void launch_kernel(void (*fn)(A), const KernelContext& ctx, cudaStream_t s, int64_t bh,
+                   int64_t tiles, int threads, size_t smem, const A& args, const char* who,
+                   const char* name, size_t static_smem = 0) {
   if (bh > 0x7fffffffLL || tiles > 65535)
     fail(who, "too many heads or tokens for one launch (B·H = " + std::to_string(bh) + ", " +
                   std::to_string(tiles) + " tiles)");
   const int dev = ctx.device.index;
-  if (smem > device_info(dev).shared_per_block_optin)
-    fail(who, "needs " + std::to_string(smem) +
+  if (smem + static_smem > device_info(dev).shared_per_block_optin)
+    fail(who, "needs " + std::to_string(smem + static_smem) +
                   " bytes of shared memory per block, the device has " +
                   std::to_string(device_info(dev).shared_per_block_optin));
   if (smem > 48 * 1024) {
     static std::mutex mu;
-    static std::set<std::pair<const void*, int>> raised;
+    static std::map<std::pair<const void*, int>, size_t> raised;
     std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_pair(reinterpret_cast<const void*>(fn), dev);
-    if (!raised.count(key)) {
+    size_t& limit = raised[std::make_pair(reinterpret_cast<const void*>(fn), dev)];
+    if (smem > limit) {
       KILN_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
-      raised.insert(key);
+      limit = smem;
     }
   }
   KILN_LAUNCH(dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles)), threads, smem, s, fn)
   (args);
   check_launch(name);
+}
+template <typename S>
+void launch(void (*fn)(AttnArgs<S>), const KernelContext& ctx, cudaStream_t s, int64_t bh,
+            int64_t tiles, int threads, size_t smem, const AttnArgs<S>& args, const char* who,
+            const char* name) {
+  launch_kernel(fn, ctx, s, bh, tiles, threads, smem, args, who, name);
 }
 
 template <typename S>

@@ -254,7 +254,8 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
   if (p.op() == Op::MatmulEpilogue)
     return std::holds_alternative<EpilogueAttrs>(p.attrs_variant()) &&
            supports_epilogue(p.attrs<EpilogueAttrs>(), inputs, out);
-  if (p.op() == Op::Attention || p.op() == Op::AttentionGrad)  // f32, f64, bf16 (attention.cu)
+  if (p.op() == Op::Attention || p.op() == Op::AttentionGrad || p.op() == Op::Sdpa ||
+      p.op() == Op::SdpaGrad)  // f32, f64, bf16 (attention.cu, sdpa.cu)
     return !inputs.empty() &&
            (inputs[0] == DType::f32 || inputs[0] == DType::f64 || inputs[0] == DType::bf16);
   if (p.op() == Op::LayerNorm)  // no bf16 output from f32 (yet)
@@ -283,6 +284,7 @@ void register_backend() {
   register_matmul(table);
   register_fused(table);
   register_attention(table);
+  register_sdpa(table);
   register_nn(table);
   register_conv(table);
   register_random(table);

@@ -75,6 +75,7 @@ void register_random(KernelTable& t);
 void register_collectives(KernelTable& t);
 void register_fused(KernelTable& t);
 void register_attention(KernelTable& t);
+void register_sdpa(KernelTable& t);  // sdpa.cu
 // What the backend runs beyond having a kernel (matmul.cpp: GEMM epilogues;
 // fused.cpp: generated programs).
 bool supports_epilogue(const EpilogueAttrs& e, const std::vector<DType>& inputs, DType out);

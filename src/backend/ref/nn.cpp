@@ -1,7 +1,9 @@
 // kiln ref backend: the fused neural-network primitives in f64 — Softmax and
 // LogSoftmax along an axis, LayerNorm, LayerNormGrad (with its residual
 // input), LayerNormParamGrad, SoftmaxCrossEntropy and its gradient, and
-// multi-head Attention and AttentionGrad over packed qkv [B, T, 3, H, D].
+// multi-head Attention and AttentionGrad over packed qkv [B, T, 3, H, D], and
+// Sdpa and SdpaGrad over separate q, k, v with causal and bias masks.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -282,6 +284,133 @@ void attention_grad_kernel(const KernelContext&, const Primitive& p,
   store(out, dqkv);
 }
 
+// Sdpa's operands: q [B, T, H, D], k and v [B, S, H, D], an optional bias
+// [B|1, H|1, T|1, S|1].
+struct SdpaGeometry {
+  int64_t B, T, S, H, D;
+  Shape bias;  // empty: none
+  SdpaGeometry(const std::vector<Array>& in, size_t bias_at)
+      : B(in[0].shape()[0]),
+        T(in[0].shape()[1]),
+        S(in[1].shape()[1]),
+        H(in[0].shape()[2]),
+        D(in[0].shape()[3]) {
+    if (in.size() > bias_at) bias = in[bias_at].shape();
+  }
+  int64_t q(int64_t b, int64_t t, int64_t h, int64_t d) const {
+    return ((b * T + t) * H + h) * D + d;
+  }
+  int64_t k(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return ((b * S + s) * H + h) * D + d;
+  }
+  int64_t bias_at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return (((bias[0] > 1 ? b : 0) * bias[1] + (bias[1] > 1 ? h : 0)) * bias[2] +
+            (bias[2] > 1 ? i : 0)) *
+               bias[3] +
+           (bias[3] > 1 ? j : 0);
+  }
+};
+
+// P [T, S] for batch b and head h: softmax over the keys each query sees
+// (causal: j <= i + S - T) of scale · Q Kᵀ + bias; 0 elsewhere, a row that
+// sees no key (every score -inf) all 0, and one with a NaN score all NaN.
+std::vector<double> sdpa_probabilities(const SdpaGeometry& g, const SdpaAttrs& a,
+                                       const std::vector<double>& q, const std::vector<double>& k,
+                                       const std::vector<double>& bias, int64_t b, int64_t h) {
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  std::vector<double> P(g.T * g.S, 0.0);
+  for (int64_t i = 0; i < g.T; ++i) {
+    double* row = &P[i * g.S];
+    for (int64_t j = 0; j < g.S; ++j) {
+      if (a.causal && j > i + g.S - g.T) {
+        row[j] = minus_inf;
+        continue;
+      }
+      double s = 0;
+      for (int64_t d = 0; d < g.D; ++d) s += q[g.q(b, i, h, d)] * k[g.k(b, j, h, d)];
+      row[j] = a.scale * s + (bias.empty() ? 0.0 : bias[g.bias_at(b, h, i, j)]);
+    }
+    // Shifted by the max, or by 0 where no score is finite: exp(-inf) = 0,
+    // and a NaN score makes the row NaN.
+    const double m = row_max(row, g.S, 1), shift = m == minus_inf ? 0.0 : m;
+    double total = 0;
+    for (int64_t j = 0; j < g.S; ++j) total += (row[j] = std::exp(row[j] - shift));
+    if (total == 0) continue;  // every score -inf: zeros
+    for (int64_t j = 0; j < g.S; ++j) row[j] /= total;
+  }
+  return P;
+}
+
+// q, k, v[, bias] -> out [B, T, H, D] = P V per batch and head.
+void sdpa_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                 ArrayNode& out) {
+  require_attention_dtype(p, in[0].dtype());
+  const SdpaAttrs& a = p.attrs<SdpaAttrs>();
+  const SdpaGeometry g(in, 3);
+  const std::vector<double> q = load(in[0]), k = load(in[1]), v = load(in[2]);
+  const std::vector<double> bias = in.size() > 3 ? load(in[3]) : std::vector<double>{};
+  std::vector<double> y(numel(out.shape), 0.0);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const std::vector<double> P = sdpa_probabilities(g, a, q, k, bias, b, h);
+      for (int64_t i = 0; i < g.T; ++i)
+        for (int64_t d = 0; d < g.D; ++d) {
+          double s = 0;
+          for (int64_t j = 0; j < g.S; ++j) s += P[i * g.S + j] * v[g.k(b, j, h, d)];
+          y[g.q(b, i, h, d)] = s;
+        }
+    }
+  store(out, y);
+}
+
+// q, k, v, dout[, bias] -> [B, T + 2S, H, D]: dq, dk, dv along the tokens
+// (as AttentionGrad, over the probabilities of sdpa_probabilities).
+void sdpa_grad_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                      ArrayNode& out) {
+  require_attention_dtype(p, in[0].dtype());
+  const SdpaAttrs& a = p.attrs<SdpaAttrs>();
+  const SdpaGeometry g(in, 4);
+  const std::vector<double> q = load(in[0]), k = load(in[1]), v = load(in[2]), dout = load(in[3]);
+  const std::vector<double> bias = in.size() > 4 ? load(in[4]) : std::vector<double>{};
+  std::vector<double> grads(numel(out.shape), 0.0);
+  const int64_t T = g.T, S = g.S, N = T + 2 * S;
+  auto at = [&](int64_t b, int64_t row, int64_t h, int64_t d) {
+    return ((b * N + row) * g.H + h) * g.D + d;
+  };
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const std::vector<double> P = sdpa_probabilities(g, a, q, k, bias, b, h);
+      std::vector<double> dS(T * S);
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j < S; ++j) {
+          double s = 0;  // dP[i, j]
+          for (int64_t d = 0; d < g.D; ++d) s += dout[g.q(b, i, h, d)] * v[g.k(b, j, h, d)];
+          dS[i * S + j] = s;
+        }
+        double dot = 0;
+        for (int64_t j = 0; j < S; ++j) dot += P[i * S + j] * dS[i * S + j];
+        for (int64_t j = 0; j < S; ++j) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - dot);
+      }
+      for (int64_t d = 0; d < g.D; ++d) {
+        for (int64_t i = 0; i < T; ++i) {
+          double dq = 0;
+          for (int64_t j = 0; j < S; ++j) dq += dS[i * S + j] * k[g.k(b, j, h, d)];
+          grads[at(b, i, h, d)] = a.scale * dq;
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          double dk = 0, dv = 0;
+          for (int64_t i = 0; i < T; ++i) {
+            dk += dS[i * S + j] * q[g.q(b, i, h, d)];
+            dv += P[i * S + j] * dout[g.q(b, i, h, d)];
+          }
+          grads[at(b, T + j, h, d)] = a.scale * dk;
+          grads[at(b, T + S + j, h, d)] = dv;
+        }
+      }
+    }
+  store(out, grads);
+}
+
 }  // namespace
 
 void register_nn(KernelTable& t) {
@@ -294,6 +423,8 @@ void register_nn(KernelTable& t) {
   t.kernels[static_cast<int>(Op::SoftmaxCrossEntropyGrad)] = sce_grad_kernel;
   t.kernels[static_cast<int>(Op::Attention)] = attention_kernel;
   t.kernels[static_cast<int>(Op::AttentionGrad)] = attention_grad_kernel;
+  t.kernels[static_cast<int>(Op::Sdpa)] = sdpa_kernel;
+  t.kernels[static_cast<int>(Op::SdpaGrad)] = sdpa_grad_kernel;
 }
 
 }  // namespace kiln::ref

@@ -1,7 +1,9 @@
 // kiln ops: the neural-network primitives' definitions — matmul, softmax,
 // LayerNorm, softmax cross-entropy and attention — and of their backward
 // primitives, which are not differentiated again.
+#include <limits>
 #include <numeric>
+#include <optional>
 
 #include "ops/defs/defs.h"
 
@@ -127,6 +129,35 @@ Shape attention_out(const Primitive& p, const Aval& qkv) {
   return {s[0], s[1], s[3], s[4]};
 }
 
+// Sdpa's operands: q [B, T, H, D], k and v [B, S, H, D] of one float dtype,
+// then (attrs.bias) an f32 (f64 for f64) bias [B|1, H|1, T|1, S|1]; `dout`
+// (SdpaGrad): whether a [B, T, H, D] cotangent follows v, before the bias.
+void expect_sdpa_operands(const Primitive& p, const std::vector<Aval>& in, bool dout) {
+  const Aval &q = in[0], &k = in[1], &v = in[2];
+  expect_float(p, q, "q");
+  KILN_EXPECT(q.shape.size() == 4, p, "q must be [batch, tokens, heads, head_dim], got " + str(q));
+  KILN_EXPECT(k.dtype == q.dtype && k.shape.size() == 4 && k.shape[0] == q.shape[0] &&
+                  k.shape[2] == q.shape[2] && k.shape[3] == q.shape[3],
+              p, "k " + str(k) + " does not fit q " + str(q));
+  KILN_EXPECT(v == k, p, "v " + str(v) + " differs from k " + str(k));
+  size_t next = 3;
+  if (dout) {
+    KILN_EXPECT(in[3] == q, p, "dout " + str(in[3]) + " does not fit q " + str(q));
+    ++next;
+  }
+  if (p.attrs<SdpaAttrs>().bias) {
+    const Aval& b = in[next];
+    const Shape full{q.shape[0], q.shape[2], q.shape[1], k.shape[1]};
+    const DType want = q.dtype == DType::f64 ? DType::f64 : DType::f32;
+    KILN_EXPECT(
+        b.dtype == want, p,
+        "bias " + str(b) + " must be " + name_of(want) + " for " + name_of(q.dtype) + " operands");
+    bool fits = b.shape.size() == 4;
+    for (size_t i = 0; fits && i < 4; ++i) fits = b.shape[i] == 1 || b.shape[i] == full[i];
+    KILN_EXPECT(fits, p, "bias " + str(b) + " does not broadcast to " + str(full));
+  }
+}
+
 // ---- fallbacks: the fused primitives made of basic ones, in f32 for bf16
 // (the kernels' accumulation type) ----
 
@@ -239,6 +270,85 @@ Array attention_grad_fallback(const Primitive& p, const std::vector<Array>& in, 
                      2);
 }
 
+// Query, key or value [B, N, H, D] as [B, H, N, D].
+Array heads_first(const Array& x) {
+  return transpose(wide(x), {0, 2, 1, 3});
+}
+
+// Sdpa's probabilities [B, H, T, S]: softmax(scale · q kᵀ + bias) over the
+// keys each query sees (0 for the others; a row that sees none is all 0).
+Array sdpa_probs(const Primitive& p, const std::vector<Array>& in, size_t bias_at) {
+  const SdpaAttrs& at = p.attrs<SdpaAttrs>();
+  const Array q = heads_first(in[0]), k = heads_first(in[1]);
+  const int64_t t = q.shape()[2], s = k.shape()[2];
+  Array scores = matmul(q, k, {.transpose_b = true}) * at.scale;
+  if (s == 0) return scores;  // [B, H, T, 0]: no key, no probability
+  if (at.bias) scores = scores + astype(in[bias_at], scores.dtype());
+  const Array minus_inf =
+      full({}, -std::numeric_limits<double>::infinity(), scores.dtype(), scores.device());
+  if (at.causal) {
+    const Array i = reshape(arange(0, t, 1, DType::i64, scores.device()), {t, 1});
+    const Array j = reshape(arange(0, s, 1, DType::i64, scores.device()), {1, s});
+    scores =
+        where(less_equal(j, i + scalar_like(i, static_cast<double>(s - t))), scores, minus_inf);
+  }
+  const Array m = max(scores, {-1}, true);
+  const Array e = exp(scores - where(greater(m, minus_inf), m, zero_like_scalar(m)));
+  const Array l = sum(e, {-1}, true);
+  return e / where(greater(l, zero_like_scalar(l)), l, scalar_like(l, 1.0));
+}
+
+Array sdpa_fallback(const Primitive& p, const std::vector<Array>& in, const Aval&) {
+  const Array probs = sdpa_probs(p, in, 3);
+  return transpose(matmul(probs, heads_first(in[2])), {0, 2, 1, 3});  // [B, T, H, D]
+}
+
+// dS = P ⊙ (dP - rowsum(dP ⊙ P)) [B, H, T, S] (before the scale), dP = dO vᵀ.
+Array sdpa_score_grad(const Array& probs, const Array& v, const Array& dout) {
+  const Array dp = matmul(heads_first(dout), heads_first(v), {.transpose_b = true});
+  return probs * (dp - sum(dp * probs, {-1}, true));
+}
+
+// dq = scale · dS k, dk = scale · dSᵀ q, dv = Pᵀ dO, stacked along the tokens.
+Array sdpa_grad_fallback(const Primitive& p, const std::vector<Array>& in, const Aval&) {
+  const double scale = p.attrs<SdpaAttrs>().scale;
+  const Array probs = sdpa_probs(p, in, 4);
+  const Array ds = sdpa_score_grad(probs, in[2], in[3]) * scale;
+  const Array q = heads_first(in[0]), k = heads_first(in[1]), d_o = heads_first(in[3]);
+  auto tokens_first = [](const Array& x) { return transpose(x, {0, 2, 1, 3}); };
+  return concatenate(
+      {tokens_first(matmul(ds, k)), tokens_first(matmul(ds, q, {.transpose_a = true})),
+       tokens_first(matmul(probs, d_o, {.transpose_a = true}))},
+      1);
+}
+
+void sdpa_vjp(const VjpArgs& a, std::vector<Array>& ct) {
+  const SdpaAttrs& at = a.p.attrs<SdpaAttrs>();
+  const Array &q = a.in[0], &k = a.in[1], &v = a.in[2];
+  const Array dout = astype(a.g, q.dtype());
+  if (a.want(0) || a.want(1) || a.want(2)) {
+    const std::optional<Array> bias = at.bias ? std::optional<Array>(a.in[3]) : std::nullopt;
+    const Array g = attention_grad(q, k, v, dout, bias, at.scale, at.causal);
+    const Shape& s = g.shape();
+    const int64_t t = q.shape()[1], n = k.shape()[1];
+    auto rows = [&](int64_t from, int64_t to) {
+      return slice(g, {0, from, 0, 0}, {s[0], to, s[2], s[3]});
+    };
+    if (a.want(0)) ct[0] = rows(0, t);
+    if (a.want(1)) ct[1] = rows(t, t + n);
+    if (a.want(2)) ct[2] = rows(t + n, t + 2 * n);
+  }
+  if (at.bias && a.want(3)) {
+    // dbias = dS summed over the axes the bias broadcasts along: the T×S
+    // scores are stored here, a price paid only where a bias is learned.
+    const Array ds = sdpa_score_grad(sdpa_probs(a.p, a.in, 3), v, dout);
+    std::vector<int> axes;
+    for (int i = 0; i < 4; ++i)
+      if (a.in[3].shape()[i] == 1 && ds.shape()[i] != 1) axes.push_back(i);
+    ct[3] = astype(axes.empty() ? ds : sum(ds, axes, true), a.in[3].dtype());
+  }
+}
+
 }  // namespace
 
 void nn(OpDefs& d) {
@@ -299,6 +409,24 @@ void nn(OpDefs& d) {
                   ct[0] = attention_grad(a.in[0], a.g, a.p.attrs<AttentionAttrs>().scale);
               },
           .fallback = attention_fallback});
+  define(d, Op::Sdpa,
+         {.arity_of = [](const Primitive& p) { return p.attrs<SdpaAttrs>().bias ? 4 : 3; },
+          .infer = [](const Primitive& p, const std::vector<Aval>& in) -> Aval {
+            expect_sdpa_operands(p, in, false);
+            return in[0];
+          },
+          .vjp = sdpa_vjp,
+          .fallback = sdpa_fallback});
+  // q, k, v, dout[, bias] -> [B, T + 2S, H, D]: dq, dk, dv.
+  define(d, Op::SdpaGrad,
+         {.arity_of = [](const Primitive& p) { return p.attrs<SdpaAttrs>().bias ? 5 : 4; },
+          .infer = [](const Primitive& p, const std::vector<Aval>& in) -> Aval {
+            expect_sdpa_operands(p, in, true);
+            const Shape &q = in[0].shape, &k = in[1].shape;
+            return {{q[0], q[1] + 2 * k[1], q[2], q[3]}, in[0].dtype};
+          },
+          .no_vjp = kNoSecondOrder,
+          .fallback = sdpa_grad_fallback});
   // Backward-only: x, [gamma,] dy, [residual].
   define(d, Op::LayerNormGrad,
          {.infer = layer_norm_grad_type,
