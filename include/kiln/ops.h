@@ -156,6 +156,17 @@ Array broadcast_to(const Array& a, const Shape& shape);
 Array concatenate(const std::vector<Array>& arrays, int axis);
 // NumPy a[start:stop:step] per axis (missing trailing axes are taken whole).
 Array slice(const Array& a, Shape start, Shape stop, Shape step = {});
+// JAX's lax.dynamic_slice and lax.dynamic_update_slice: the start of the
+// window on each axis read at run time from `starts`, an i32 or i64 array
+// [ndim] (on x's device), so that a compiled function takes a new position
+// without recompiling (a KV cache's write position). Each start is clamped
+// to [0, dim - size] so that the window fits, as JAX does. dynamic_slice
+// returns the window of `sizes`; dynamic_update_slice returns x with
+// `update` (x's dtype, no larger on any axis) written over the window, in
+// x's memory where x is given up (jit with a donated x). Differentiable in
+// x and update.
+Array dynamic_slice(const Array& x, const Array& starts, const Shape& sizes);
+Array dynamic_update_slice(const Array& x, const Array& update, const Array& starts);
 // NumPy's pad in "constant" mode (torch.nn.functional.pad's order aside):
 // `widths` gives (before, after) for the last widths.size() axes; a negative
 // width crops.

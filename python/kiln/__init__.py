@@ -14,7 +14,8 @@ from ._array import (Array, Device, DType, KilnError, arange, array, asarray, bf
                      devices, dtype, float16, float32, float64, from_dlpack, full, full_like,
                      int32, int64, ones, ones_like, zeros, zeros_like)
 from ._kiln import (abs, add, argmax, argsort, attention, broadcast_to, clip, concatenate, cos,
-                    cpu_gemm_library, cumsum, divide, equal, erf, exp, expm1, floor, gelu, gelu_tanh,
+                    cpu_gemm_library, cumsum, divide, dynamic_slice, dynamic_update_slice, equal,
+                    erf, exp, expm1, floor, gelu, gelu_tanh,
                     greater, greater_equal, is_lazy, layer_norm, less, less_equal, log, log1p,
                     log_softmax, logical_and, logical_not, logical_or, logical_xor,
                     matmul_precision, max, maximum, mean, minimum, multiply, neg, not_equal,

@@ -853,6 +853,10 @@ void bind_reductions_layout(nb::module_& m) {
   m.def("slice", &kiln::slice, "x"_a, "start"_a, "stop"_a, "step"_a = Shape{}, NoGil(),
         kiln_doc("slice"));
   m.def("take", &kiln::take, "x"_a, "indices"_a, "axis"_a, NoGil(), kiln_doc("take"));
+  m.def("dynamic_slice", &kiln::dynamic_slice, "x"_a, "starts"_a, "sizes"_a, NoGil(),
+        kiln_doc("dynamic_slice"));
+  m.def("dynamic_update_slice", &kiln::dynamic_update_slice, "x"_a, "update"_a, "starts"_a, NoGil(),
+        kiln_doc("dynamic_slice"));
   m.def("one_hot", &kiln::one_hot, "labels"_a, "depth"_a, "dtype"_a = DType::f32, NoGil(),
         kiln_doc("one_hot"));
 

@@ -260,6 +260,34 @@ def test_layout(rng):
     np.testing.assert_array_equal(np.asarray(kiln.slice(a, [0, 1], [2, 3], [1, 2])), x[0:2, 1:3:2])
 
 
+
+def test_dynamic_slices_as_lax_takes_them(rng):
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    a = kiln.asarray(x)
+    starts = kiln.asarray(np.array([3, -2], np.int32))  # clamped to (2, 0): the window fits
+    np.testing.assert_array_equal(np.asarray(kiln.dynamic_slice(a, starts, [2, 2])), x[2:4, 0:2])
+    u = rng.standard_normal((2, 2)).astype(np.float32)
+    want = x.copy()
+    want[2:4, 0:2] = u
+    np.testing.assert_array_equal(np.asarray(kiln.dynamic_update_slice(a, kiln.asarray(u), starts)),
+                                  want)
+    # One compile for every position; the gradient flows to x and to the update.
+    def loss(x, u, s):
+        y = kiln.dynamic_update_slice(x, u, s)
+        return kiln.sum(y * y)
+
+    step = kiln.jit(kiln.grad(loss, argnums=(0, 1)))
+    for t in range(4):
+        gx, gu = step(a, kiln.asarray(u), kiln.asarray(np.array([t, 1], np.int32)))
+        mask = np.ones_like(x)
+        r = min(t, 2)
+        mask[r:r + 2, 1:3] = 0
+        np.testing.assert_allclose(np.asarray(gx), 2 * x * mask, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(gu), 2 * u, rtol=1e-6)
+    assert step.cache_stats()["compiles"] == 1
+    with pytest.raises(kiln.KilnError, match="expected i32 or i64"):
+        kiln.dynamic_slice(a, kiln.zeros((2,)), [2, 2])
+
 def _softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)

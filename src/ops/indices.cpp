@@ -1,6 +1,7 @@
 // kiln ops: the index reader the backends share (ops/indices.h).
 #include "ops/indices.h"
 
+#include <algorithm>
 #include <string>
 
 namespace kiln {
@@ -20,6 +21,16 @@ void read_as_int64(const T* ix, int64_t n, int64_t dim, bool wrap, const char* o
 }
 
 }  // namespace
+
+std::vector<int64_t> window_starts(const Array& starts, const Shape& full, const Shape& window) {
+  std::vector<int64_t> out(full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    const int64_t v =
+        starts.dtype() == DType::i32 ? starts.data<int32_t>()[i] : starts.data<int64_t>()[i];
+    out[i] = std::clamp<int64_t>(v, 0, full[i] - window[i]);
+  }
+  return out;
+}
 
 std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
                                   const char* what) {

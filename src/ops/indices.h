@@ -16,4 +16,9 @@ namespace kiln {
 std::vector<int64_t> read_indices(const Array& idx, int64_t dim, bool wrap, const char* op,
                                   const char* what);
 
+// DynamicSlice's and DynamicUpdateSlice's window: integer starts [ndim] (in
+// host-visible memory), each clamped to [0, full - window] so that the
+// window fits (JAX's rule).
+std::vector<int64_t> window_starts(const Array& starts, const Shape& full, const Shape& window);
+
 }  // namespace kiln

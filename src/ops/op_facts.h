@@ -67,7 +67,8 @@ inline constexpr uint32_t P = kPointwise, S = kScalar | kPointwise,
                           I = kInPlace, R = kCheapRecompute, N = kIntegers, Id = kIdentityWhenSame,
                           K = kOneInstruction;
 inline constexpr VjpReads kNone{0, false}, kOut{0, true}, kIn0{1, false}, kIn1{2, false},
-    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true}, kQkvBias{15, false};
+    kBoth{3, false}, kIn1Out{2, true}, kIn0Out{1, true}, kBothOut{3, true}, kQkvBias{15, false},
+    kIn2{4, false};
 }  // namespace facts_detail
 
 // clang-format off
@@ -127,6 +128,8 @@ inline constexpr std::array<OpFacts, kOpCount> kOpFacts = [] {
     {Op::Take,                      0,            kIn1},   // the indices
     {Op::ScatterAdd,                0,            kIn0},   // the indices
     {Op::OneHot,                    0,            kNone},
+    {Op::DynamicSlice,              0,            kIn1},   // the starts
+    {Op::DynamicUpdateSlice,        I,            kIn2},   // the starts
     {Op::Softmax,                   0,            kOut},
     {Op::LogSoftmax,                0,            kOut},
     {Op::LayerNorm,                 0,            kBoth},  // x and gamma, not beta

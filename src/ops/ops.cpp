@@ -594,6 +594,19 @@ Array slice(const Array& a, Shape start, Shape stop, Shape step) {
   return apply(Primitive(Op::Slice, SliceAttrs{start, stop, step, a.shape()}), {a});
 }
 
+Array dynamic_slice(const Array& x, const Array& starts, const Shape& sizes) {
+  require_valid(x, "dynamic_slice");
+  require_valid(starts, "dynamic_slice");
+  return apply(Primitive(Op::DynamicSlice, ShapeAttrs{sizes}), {x, starts});
+}
+
+Array dynamic_update_slice(const Array& x, const Array& update, const Array& starts) {
+  require_valid(x, "dynamic_update_slice");
+  require_valid(update, "dynamic_update_slice");
+  require_valid(starts, "dynamic_update_slice");
+  return apply(Primitive(Op::DynamicUpdateSlice), {x, update, starts});
+}
+
 Array pad(const Array& a, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
   require_valid(a, "pad");
   const size_t r = a.ndim();

@@ -39,7 +39,7 @@ namespace kiln {
   /* layout */                                                                           \
   X(Reshape, Layout) X(Transpose, Layout) X(BroadcastTo, Layout) X(Concatenate, Layout)   \
   X(Slice, Layout) X(SliceGrad, Layout) X(Take, Layout) X(ScatterAdd, Layout)            \
-  X(OneHot, Layout)                                                                      \
+  X(OneHot, Layout) X(DynamicSlice, Layout) X(DynamicUpdateSlice, Layout)                \
   /* fused neural-network primitives */                                                  \
   X(Softmax, Fused) X(LogSoftmax, Fused) X(LayerNorm, Fused) X(LayerNormGrad, Fused)      \
   X(SoftmaxCrossEntropy, Fused) X(SoftmaxCrossEntropyGrad, Fused)                        \
@@ -150,7 +150,7 @@ struct MatmulAttrs {
   KILN_FIELDS(transpose_a, transpose_b, out, tf32)
   bool operator==(const MatmulAttrs&) const = default;
 };
-struct ShapeAttrs {  // Reshape, BroadcastTo
+struct ShapeAttrs {  // Reshape, BroadcastTo, DynamicSlice (its sizes)
   Shape shape;
   KILN_FIELDS(shape)
   bool operator==(const ShapeAttrs&) const = default;

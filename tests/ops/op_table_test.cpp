@@ -123,6 +123,29 @@ Host ref_attention(const Host& qkv, double scale) {
 // query i sees key j where the padding mask (bool [B, S]) keeps it and, if
 // causal, j <= i + S - T; bias [B|1, H|1, T|1, S|1] is added to the scaled
 // scores. A query that sees no key gets zeros.
+// The flat offset in `full` of element e (row-major) of a window of `size`
+// at `starts` clamped to [0, full - size] (JAX's dynamic slices).
+int64_t window_offset(const Shape& full, const Shape& size, const Host& starts, int64_t e) {
+  int64_t off = 0, stride = 1;
+  for (int64_t d = static_cast<int64_t>(full.size()) - 1; d >= 0; --d) {
+    const int64_t j = e % size[d];
+    e /= size[d];
+    const int64_t s = std::clamp<int64_t>(static_cast<int64_t>(starts.v[d]), 0, full[d] - size[d]);
+    off += (s + j) * stride;
+    stride *= full[d];
+  }
+  return off;
+}
+Host ref_dynamic_slice(const Host& x, const Host& starts, const Shape& size) {
+  Host o{size, std::vector<double>(numel(size))};
+  for (int64_t e = 0; e < o.size(); ++e) o.v[e] = x.v[window_offset(x.shape, size, starts, e)];
+  return o;
+}
+Host ref_dynamic_update_slice(Host x, const Host& u, const Host& starts) {
+  for (int64_t e = 0; e < u.size(); ++e) x.v[window_offset(x.shape, u.shape, starts, e)] = u.v[e];
+  return x;
+}
+
 Host ref_sdpa(const Host& q, const Host& k, const Host& v, double scale, bool causal,
               const Host* bias = nullptr, const Host* keep = nullptr) {
   const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], D = q.shape[3], S = k.shape[1];
@@ -673,6 +696,31 @@ std::vector<Case> cases() {
                    for (int j = 0; j < 5; ++j) o.v.push_back(h[0].v[i * 5 + j]);
                  return o;
                }});
+  // dynamic slices: starts drawn past both ends, so that clamping is tested
+  c.push_back({"dynamic_slice",
+               {F({4, 5, 6}), I({3}, -3, 7)},
+               [](auto& x) {
+                 return dynamic_slice(x[0], x[1], {2, 3, 4});
+               },
+               [](auto& h) {
+                 return ref_dynamic_slice(h[0], h[1], {2, 3, 4});
+               }});
+  c.push_back({"dynamic_slice_whole_axis",
+               {F({3, 7}), I({2}, -2, 9)},
+               [](auto& x) {
+                 return dynamic_slice(x[0], x[1], {3, 2});
+               },
+               [](auto& h) {
+                 return ref_dynamic_slice(h[0], h[1], {3, 2});
+               }});
+  c.push_back({"dynamic_update_slice",
+               {F({4, 5, 6}), F({2, 3, 4}), I({3}, -3, 7)},
+               [](auto& x) { return dynamic_update_slice(x[0], x[1], x[2]); },
+               [](auto& h) { return ref_dynamic_update_slice(h[0], h[1], h[2]); }});
+  c.push_back({"dynamic_update_slice_kv_cache",  // one token's keys into [B, S, H, D]
+               {F({2, 8, 3, 4}), F({2, 1, 3, 4}), I({4}, 0, 8)},
+               [](auto& x) { return dynamic_update_slice(x[0], x[1], x[2]); },
+               [](auto& h) { return ref_dynamic_update_slice(h[0], h[1], h[2]); }});
   c.push_back({"take_rows",
                {F({5, 3}), I({4}, 0, 5)},
                [](auto& x) { return take(x[0], x[1], 0); },

@@ -1,5 +1,6 @@
 // kiln cpu backend: layout kernels (transpose, broadcast, concatenate, slice,
-// take/scatter, one_hot). Reshape and stop_gradient alias their input.
+// take/scatter, one_hot, dynamic_slice and dynamic_update_slice). Reshape and stop_gradient alias
+// their input.
 #include "backend/cpu/kernels.h"
 
 namespace kiln::cpu {
@@ -152,6 +153,50 @@ void slice_grad_kernel(const KernelContext&, const Primitive& p,
   });
 }
 
+// The window of a DynamicSlice or DynamicUpdateSlice as a unit-step slice of
+// `full` at the (clamped) starts read from `starts`.
+SliceAttrs window_of(const Array& starts, const Shape& full, const Shape& window) {
+  SliceAttrs s{window_starts(starts, full, window), {}, Shape(full.size(), 1), full};
+  s.stop = s.start;
+  for (size_t i = 0; i < full.size(); ++i) s.stop[i] += window[i];
+  return s;
+}
+
+void dynamic_slice_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
+                          ArrayNode& out) {
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const SliceAttrs s = window_of(in[1], in[0].shape(), out.shape);
+  auto v = collapse(slice_view(s, out.shape));
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    strided_copy(static_cast<T*>(y), static_cast<const T*>(in[0].raw()) + slice_offset(s), v);
+  });
+}
+
+// x, with update written over the window. The output may be x's memory (the
+// op runs in place) or, where the window is all of x, update's.
+void dynamic_update_slice_kernel(const KernelContext&, const Primitive& p,
+                                 const std::vector<Array>& in, ArrayNode& out) {
+  const Array &x = in[0], &u = in[1];
+  void* y = alloc_output(out);
+  const size_t bytes = numel(out.shape) * size_of(out.dtype);
+  if (u.size() == numel(out.shape)) {
+    if (y != u.raw()) std::memcpy(y, u.raw(), bytes);
+    return;
+  }
+  if (y != x.raw()) std::memcpy(y, x.raw(), bytes);
+  if (u.size() == 0) return;
+  const SliceAttrs s = window_of(in[2], x.shape(), u.shape());
+  StridedView v = slice_view(s, u.shape());
+  std::swap(v.strides[0], v.strides[1]);  // the destination is the full array
+  v = collapse(std::move(v));
+  by_size(size_of(out.dtype), p.name(), [&](auto t) {
+    using T = decltype(t);
+    strided_copy(static_cast<T*>(y) + slice_offset(s), static_cast<const T*>(u.raw()), v);
+  });
+}
+
 void take_kernel(const KernelContext&, const Primitive& p,
                  const std::vector<Array>& in, ArrayNode& out) {
   int ax = p.attrs<AxisAttrs>().axis;
@@ -227,6 +272,8 @@ void register_layout(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Take)] = take_kernel;
   t.kernels[static_cast<int>(Op::ScatterAdd)] = scatter_add_kernel;
   t.kernels[static_cast<int>(Op::OneHot)] = one_hot_kernel;
+  t.kernels[static_cast<int>(Op::DynamicSlice)] = dynamic_slice_kernel;
+  t.kernels[static_cast<int>(Op::DynamicUpdateSlice)] = dynamic_update_slice_kernel;
 }
 
 }  // namespace kiln::cpu

@@ -2,7 +2,8 @@
 // Transpose (32x32 shared-memory tiles where the last two axes swap),
 // BroadcastTo, Concatenate, Slice and SliceGrad (strided copies that move
 // elements in units of up to 16 bytes where contiguity and alignment allow),
-// Take and ScatterAdd along an axis, and OneHot.
+// Take and ScatterAdd along an axis, OneHot, and DynamicSlice and
+// DynamicUpdateSlice (starts read on the device).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -397,6 +398,102 @@ void scatter_add_kernel(const KernelContext& ctx, const Primitive& p,
   });
 }
 
+// ---- DynamicSlice, DynamicUpdateSlice ----
+
+// A window of sizes `size` in an array of shape `full`, at starts read on
+// the device (so that no launch waits for them), each clamped to
+// [0, full - size] as the cpu's window_starts does.
+struct Window {
+  int rank = 0;
+  int64_t full[kMaxDims] = {}, size[kMaxDims] = {};
+};
+
+Window window_of(const Shape& full, const Shape& size, const char* op) {
+  if (full.size() > static_cast<size_t>(kMaxDims))
+    fail(op, "takes at most " + std::to_string(kMaxDims) + " axes on cuda, got " + str(full));
+  Window w;
+  w.rank = static_cast<int>(full.size());
+  for (int d = 0; d < w.rank; ++d) {
+    w.full[d] = full[d];
+    w.size[d] = size[d];
+  }
+  return w;
+}
+
+// Element e of the window (row-major over its sizes): its offset in the
+// full array.
+template <typename Ix>
+__device__ inline int64_t window_offset(const Window& w, const Ix* starts, int64_t e) {
+  int64_t off = 0, stride = 1;
+  for (int d = w.rank - 1; d >= 0; --d) {
+    const int64_t j = e % w.size[d], hi = w.full[d] - w.size[d];
+    e /= w.size[d];
+    const int64_t s = static_cast<int64_t>(starts[d]);
+    off += ((s < 0 ? 0 : s > hi ? hi : s) + j) * stride;
+    stride *= w.full[d];
+  }
+  return off;
+}
+
+// into false: dst[e] = src[offset(e)] (DynamicSlice); true: dst[offset(e)]
+// = src[e] (DynamicUpdateSlice's update).
+template <typename U, typename Ix>
+__global__ void window_copy(U* dst, const U* src, const Ix* starts, Window w, int64_t n,
+                            bool into) {
+  KILN_GRID_LOOP(e, n) {
+    const int64_t o = window_offset(w, starts, e);
+    if (into) {
+      dst[o] = src[e];
+    } else {
+      dst[e] = src[o];
+    }
+  }
+}
+
+void launch_window_copy(cudaStream_t st, void* dst, const void* src, const Array& starts,
+                        const Window& w, int64_t n, size_t es, bool into, const char* op) {
+  visit_index(starts.dtype(), op, [&](auto t) {
+    using Ix = decltype(t);
+    visit_unit(static_cast<int64_t>(es), op, [&](auto u) {
+      using U = decltype(u);
+      KILN_LAUNCH(blocks_for(n, kThreads), kThreads, 0, st, window_copy<U, Ix>)
+      (static_cast<U*>(dst), static_cast<const U*>(src), ptr<Ix>(starts), w, n, into);
+      check_launch(op);
+    });
+  });
+}
+
+void dynamic_slice_kernel(const KernelContext& ctx, const Primitive& p,
+                          const std::vector<Array>& in, ArrayNode& out) {
+  cudaStream_t st = begin(ctx);
+  void* y = alloc_output(out);
+  const int64_t n = numel(out.shape);
+  if (n == 0) return;
+  launch_window_copy(st, y, in[0].raw(), in[1], window_of(in[0].shape(), out.shape, p.name()), n,
+                     size_of(out.dtype), false, p.name());
+}
+
+// x, with update written over the window: the output may be x's memory (in
+// place) or, where the window is all of x, update's.
+void dynamic_update_slice_kernel(const KernelContext& ctx, const Primitive& p,
+                                 const std::vector<Array>& in, ArrayNode& out) {
+  cudaStream_t st = begin(ctx);
+  const Array &x = in[0], &u = in[1];
+  void* y = alloc_output(out);
+  const int64_t n = numel(out.shape);
+  const size_t bytes = static_cast<size_t>(n) * size_of(out.dtype);
+  if (u.size() == n) {
+    if (n > 0 && y != u.raw())
+      KILN_CUDA_CHECK(cudaMemcpyAsync(y, u.raw(), bytes, cudaMemcpyDeviceToDevice, st));
+    return;
+  }
+  if (y != x.raw())
+    KILN_CUDA_CHECK(cudaMemcpyAsync(y, x.raw(), bytes, cudaMemcpyDeviceToDevice, st));
+  if (u.size() == 0) return;
+  launch_window_copy(st, y, u.raw(), in[2], window_of(x.shape(), u.shape(), p.name()), u.size(),
+                     size_of(out.dtype), true, p.name());
+}
+
 // y[i, d] = labels[i] == d; a label outside [0, depth) gives a row of zeros.
 template <typename T, typename Ix>
 __global__ void one_hot_rows(T* y, const Ix* labels, int64_t total, int64_t depth) {
@@ -443,6 +540,8 @@ void register_layout(KernelTable& t) {
   t.kernels[static_cast<int>(Op::Take)] = take_kernel;
   t.kernels[static_cast<int>(Op::ScatterAdd)] = scatter_add_kernel;
   t.kernels[static_cast<int>(Op::OneHot)] = one_hot_kernel;
+  t.kernels[static_cast<int>(Op::DynamicSlice)] = dynamic_slice_kernel;
+  t.kernels[static_cast<int>(Op::DynamicUpdateSlice)] = dynamic_update_slice_kernel;
 }
 
 }  // namespace kiln::cuda

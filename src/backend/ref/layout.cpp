@@ -1,7 +1,8 @@
 // kiln ref backend: layout kernels — Transpose, BroadcastTo, Concatenate,
-// Slice, SliceGrad and Take move whole elements (bytes, so every dtype is
-// exact), each output element found from its multi-index; ScatterAdd sums
-// in f64 (int64 for integers); OneHot writes 0s and 1s.
+// Slice, SliceGrad, Take, DynamicSlice and DynamicUpdateSlice move whole
+// elements (bytes, so every dtype is exact), each output element found from
+// its multi-index; ScatterAdd sums in f64 (int64 for integers); OneHot
+// writes 0s and 1s.
 #include <cstdint>
 #include <cstring>
 
@@ -77,6 +78,42 @@ void slice_grad_kernel(const KernelContext&, const Primitive& p,
     std::vector<int64_t> j = unravel(i, sliced);
     for (size_t d = 0; d < j.size(); ++d) j[d] = s.start[d] + j[d] * s.step[d];
     move_element(y, ravel(j, out.shape), in[0].raw(), i, es);
+  }
+}
+
+// Window element j is element start + j of the full array (starts clamped
+// so that the window fits).
+void dynamic_slice_kernel(const KernelContext&, const Primitive&, const std::vector<Array>& in,
+                          ArrayNode& out) {
+  const size_t es = size_of(out.dtype);
+  void* y = alloc_output(out);
+  if (numel(out.shape) == 0) return;
+  const std::vector<int64_t> start = window_starts(in[1], in[0].shape(), out.shape);
+  for (int64_t o = 0; o < numel(out.shape); ++o) {
+    std::vector<int64_t> j = unravel(o, out.shape);
+    for (size_t d = 0; d < j.size(); ++d) j[d] += start[d];
+    move_element(y, o, in[0].raw(), ravel(j, in[0].shape()), es);
+  }
+}
+
+// x, update element j written at start + j. The output may share x's memory
+// (in place) or, where the window is all of x, update's.
+void dynamic_update_slice_kernel(const KernelContext&, const Primitive&,
+                                 const std::vector<Array>& in, ArrayNode& out) {
+  const Array &x = in[0], &u = in[1];
+  const size_t es = size_of(out.dtype);
+  void* y = alloc_output(out);
+  if (u.size() == numel(out.shape)) {
+    if (y != u.raw()) std::memcpy(y, u.raw(), numel(out.shape) * es);
+    return;
+  }
+  if (y != x.raw()) std::memcpy(y, x.raw(), numel(out.shape) * es);
+  if (u.size() == 0) return;
+  const std::vector<int64_t> start = window_starts(in[2], x.shape(), u.shape());
+  for (int64_t i = 0; i < u.size(); ++i) {
+    std::vector<int64_t> j = unravel(i, u.shape());
+    for (size_t d = 0; d < j.size(); ++d) j[d] += start[d];
+    move_element(y, ravel(j, out.shape), u.raw(), i, es);
   }
 }
 
@@ -157,6 +194,8 @@ void register_layout(KernelTable& t) {
   t.kernels[static_cast<int>(Op::BroadcastTo)] = broadcast_kernel;
   t.kernels[static_cast<int>(Op::Concatenate)] = concatenate_kernel;
   t.kernels[static_cast<int>(Op::Slice)] = slice_kernel;
+  t.kernels[static_cast<int>(Op::DynamicSlice)] = dynamic_slice_kernel;
+  t.kernels[static_cast<int>(Op::DynamicUpdateSlice)] = dynamic_update_slice_kernel;
   t.kernels[static_cast<int>(Op::SliceGrad)] = slice_grad_kernel;
   t.kernels[static_cast<int>(Op::Take)] = take_kernel;
   t.kernels[static_cast<int>(Op::ScatterAdd)] = scatter_add_kernel;

@@ -89,6 +89,37 @@ Aval slice_grad_type(const Primitive& p, const std::vector<Aval>& in) {
   return {s.full, in[0].dtype};
 }
 
+// DynamicSlice(x, starts) and DynamicUpdateSlice(x, update, starts): integer
+// starts [ndim], and a window (`what`: the sizes or the update's shape) of
+// x's rank no larger than x on any axis.
+void expect_window(const Primitive& p, const Aval& x, const Shape& window, const Aval& starts,
+                   const std::string& what) {
+  expect_integer(p, starts, "starts");
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  KILN_EXPECT(starts.shape == Shape{rank}, p,
+              "starts " + str(starts) + ", expected one per axis of x " + str(x) + ": [" +
+                  std::to_string(rank) + "]");
+  bool fits = window.size() == x.shape.size();
+  for (size_t i = 0; fits && i < window.size(); ++i)
+    fits = window[i] >= 0 && window[i] <= x.shape[i];
+  KILN_EXPECT(fits, p,
+              what + " " + str(window) + " does not fit in x " + str(x) +
+                  " (expected its rank, no larger on any axis)");
+}
+
+Aval dynamic_slice_type(const Primitive& p, const std::vector<Aval>& in) {
+  const Shape& sizes = p.attrs<ShapeAttrs>().shape;
+  expect_window(p, in[0], sizes, in[1], "sizes");
+  return {sizes, in[0].dtype};
+}
+
+Aval dynamic_update_slice_type(const Primitive& p, const std::vector<Aval>& in) {
+  KILN_EXPECT(in[1].dtype == in[0].dtype, p,
+              "update " + str(in[1]) + " must have x's dtype, x is " + str(in[0]));
+  expect_window(p, in[0], in[1].shape, in[2], "update");
+  return in[0];
+}
+
 // a[..., indices, ...] along the axis: indices' shape in place of the axis.
 Shape gathered_shape(const Shape& a, int ax, const Shape& indices) {
   Shape s(a.begin(), a.begin() + ax);
@@ -192,6 +223,25 @@ void layout(OpDefs& d) {
       {.arity = 2, .infer = scatter_add_type, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
          if (a.want(1)) ct[1] = take(a.g, a.in[0], a.p.attrs<ScatterAttrs>().axis);
        }});
+  // DynamicSlice and DynamicUpdateSlice are each other's VJP (the starts
+  // get none).
+  define(d, Op::DynamicSlice,
+         {.arity = 2,
+          .infer = dynamic_slice_type,
+          .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+            if (a.want(0))
+              ct[0] = dynamic_update_slice(
+                  zeros(a.in[0].shape(), a.in[0].dtype(), a.in[0].device()), a.g, a.in[1]);
+          }});
+  define(d, Op::DynamicUpdateSlice,
+         {.arity = 3,
+          .infer = dynamic_update_slice_type,
+          .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
+            if (a.want(0))
+              ct[0] = dynamic_update_slice(a.g, zeros(a.in[1].shape(), a.g.dtype(), a.g.device()),
+                                           a.in[2]);
+            if (a.want(1)) ct[1] = dynamic_slice(a.g, a.in[2], a.in[1].shape());
+          }});
   define(d, Op::OneHot, {.arity = 1, .infer = one_hot_type});  // from integer labels: no cotangent
   define(d, Op::Copy,
          {.arity = 1, .infer = first_type, .vjp = [](const VjpArgs& a, std::vector<Array>& ct) {
