@@ -279,6 +279,38 @@ int main(int argc, char** argv) {
                                   "--save",
                                   "out"}));
 
+  // A byte-level BPE whose vocabulary holds printable ASCII (which GPT-2's
+  // byte map keeps as it is) and "Ġ" (the space), a few merges and
+  // <|endoftext|>; with text after the separator, and files of other kinds.
+  Corpus tk(fuzz_dir, "tokenizer");
+  std::string vocab;
+  int id = 0;
+  for (char c = '!'; c <= '~'; ++c) {
+    const std::string key = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : std::string(1, c);
+    vocab += (id ? ", \"" : "\"") + key + "\": " + std::to_string(id);
+    ++id;
+  }
+  for (const char* token : {"\u0120", "th", "the", "\u0120t"}) {
+    vocab += std::string(", \"") + token + "\": " + std::to_string(id);
+    ++id;
+  }
+  const std::string bpe =
+      R"({"added_tokens": [{"id": )" + std::to_string(id) +
+      R"(, "content": "<|endoftext|>", "special": true}], "normalizer": null, )"
+      R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}, )"
+      R"("post_processor": null, "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", )"
+      R"("dropout": null, "unk_token": null, "vocab": {)" +
+      vocab + R"(}, "merges": ["t h", "th e", ["\u0120", "t"]]}})";
+  tk.add("small.json", bpe);
+  tk.add("small-with-text.json", bpe + sep + "the theme of<|endoftext|>The  end's 42!");
+  tk.add("prefix-space.json", [&] {
+    std::string s = bpe;
+    s.replace(s.find(R"("add_prefix_space": false)"), 25, R"("add_prefix_space": true )");
+    return s + sep + "then";
+  }());
+  tk.add("wordpiece.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+  tk.add("truncated.json", bpe.substr(0, bpe.size() / 2));
+
   write_dict(fuzz_dir / "command_line.dict", cli::command_line_words());
   return 0;
 }

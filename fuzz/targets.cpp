@@ -15,6 +15,7 @@
 #include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/tokenizer.h"
 #include "kiln/train.h"
 #include "plot.h"
 
@@ -185,6 +186,20 @@ void feed_preprocessor(std::string_view bytes) {
   p.pixel_values(img, values.data());
 }
 
+void feed_tokenizer(std::string_view bytes) {
+  const size_t sep = bytes.find(kFileSeparator);
+  const std::string_view file = bytes.substr(0, sep);
+  // At most 512 bytes of text: BPE's cost grows with the square of a word.
+  const std::string_view text =
+      sep == std::string_view::npos
+          ? std::string_view("The quick brown fox's 42 jumps  over\n the lazy dog.")
+          : bytes.substr(sep + kFileSeparator.size(), 512);
+  const data::Tokenizer tok = data::Tokenizer::from_json(file, "tokenizer.json");
+  const std::vector<int32_t> ids = tok.encode(text);
+  for (int32_t id : ids) expect(id >= 0 && id < tok.vocab_size(), "an id outside the vocabulary");
+  (void)tok.decode(ids);
+}
+
 const std::vector<std::string>& tiny_checkpoint_files() {
   static const std::vector<std::string> files = [] {
     nn::ViTConfig cfg{.hidden_size = 4,
@@ -309,7 +324,8 @@ const std::vector<Target>& targets() {
                                           {"plot_log", feed_plot_log},
                                           {"command_line", feed_command_line},
                                           {"pretrained", feed_pretrained},
-                                          {"preprocessor", feed_preprocessor}};
+                                          {"preprocessor", feed_preprocessor},
+                                          {"tokenizer", feed_tokenizer}};
   return all;
 }
 

@@ -22,6 +22,8 @@ void feed_plot_log(std::string_view bytes);      // the JSON lines that `kiln pl
 void feed_command_line(std::string_view bytes);  // kiln's arguments, one per line
 void feed_pretrained(std::string_view bytes);    // a pretrained model's folder (kPretrainedFiles)
 void feed_preprocessor(std::string_view bytes);  // a preprocessor_config.json
+// A tokenizer.json, then (after kFileSeparator) text to encode with it.
+void feed_tokenizer(std::string_view bytes);
 
 // A checkpoint input holds these files in this order, separated by
 // kFileSeparator. A file the input does not reach (fewer separators) is taken

@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 seconds="${KILN_FUZZ_SECONDS:-30}"
 jobs="${KILN_JOBS:-2}"
-targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line pretrained preprocessor})
+targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line pretrained preprocessor tokenizer})
 
 # kiln's own dependencies, and libFuzzer with the sanitizers' runtimes and
 # clang's OpenMP for libkiln.

@@ -9,11 +9,12 @@ set -euo pipefail
 # namespaces; libcurl4-openssl-dev and libssl-dev: downloads from the Hugging Face Hub
 # (libcurl) and their SHA-256 checks (OpenSSL's libcrypto); python3-venv and python3-dev: the
 # Python package's virtual environment and its module's build; ccache: rebuilds (another clone,
-# a later CI run) take unchanged objects from its cache.
+# a later CI run) take unchanged objects from its cache; libpcre2-dev: the Unicode classes of
+# GPT-2's pre-tokenizer pattern (src/data/tokenizer.cpp).
 packages=(g++ cmake ninja-build ccache libdnnl-dev libxbyak-dev ocl-icd-opencl-dev libgtest-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libcairo2-dev
           pkg-config dataset-fashion-mnist python3-pip ca-certificates openmpi-bin libopenmpi-dev
-          iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev "$@")
+          iproute2 libcurl4-openssl-dev libssl-dev python3-venv python3-dev libpcre2-dev "$@")
 # libboost-context-dev: the fibers of kiln's CUDA emulator, which runs the CUDA
 # backend where the CUDA toolkit is installed and no GPU is.
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null 2>&1; then

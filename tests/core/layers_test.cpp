@@ -37,9 +37,9 @@ const std::map<std::string, std::string> kPublic{
     {"distributed.h", "core"},  // the process group (its MPI engine is in src/backend)
     {"ops.h", "ops"},           {"random.h", "ops"},    {"transforms.h", "transforms"},
     {"compiler.h", "compiler"}, {"kiln.h", "compiler"}, {"nn.h", "nn"},
-    {"resnet.h", "nn"},         {"convnext.h", "nn"},   {"model.h", "nn"},     {"layers.h", "nn"},
-    {"optim.h", "optim"},
-    {"data.h", "data"},         {"io.h", "io"},         {"train.h", "train"}};
+    {"resnet.h", "nn"},         {"convnext.h", "nn"},   {"model.h", "nn"},
+    {"layers.h", "nn"},         {"optim.h", "optim"},   {"data.h", "data"},
+    {"tokenizer.h", "data"},    {"io.h", "io"},         {"train.h", "train"}};
 
 // The layer an included path belongs to ("" when it is not kiln's).
 std::string layer_of_include(const std::string& inc) {

@@ -13,5 +13,5 @@ fi
 if [ ! -x "$here/.venv/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$here/.venv"
 fi
-"$here/.venv/bin/pip" install -q "transformers==4.46.3" "safetensors==0.4.5"
+"$here/.venv/bin/pip" install -q "transformers==4.46.3" "safetensors==0.4.5" "tokenizers==0.20.3"
 "$here/.venv/bin/python" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
