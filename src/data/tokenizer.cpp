@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -265,7 +266,10 @@ struct Tokenizer::Impl {
     }
     if (text.empty()) return;
     if (!use_regex) return encode_piece(text, ids);
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(pattern, nullptr);
+    // Freed however the loop ends (BPE may throw on a symbol the vocabulary lacks).
+    const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(
+        pcre2_match_data_create_from_pattern(pattern, nullptr), pcre2_match_data_free);
+    pcre2_match_data* md = data.get();
     if (!md) bad("out of memory for PCRE2's match data");
     size_t pos = 0;
     while (pos < text.size()) {
@@ -273,7 +277,6 @@ struct Tokenizer::Impl {
                                  pos, PCRE2_NO_UTF_CHECK, md, nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) {
-        pcre2_match_data_free(md);
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof(msg));
         bad(std::string("PCRE2 failed on the text: ") + reinterpret_cast<char*>(msg));
@@ -288,7 +291,6 @@ struct Tokenizer::Impl {
       pos = ov[1];
     }
     if (pos < text.size()) encode_piece(text.substr(pos), ids);
-    pcre2_match_data_free(md);
   }
 };
 
