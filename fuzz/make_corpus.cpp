@@ -310,6 +310,10 @@ int main(int argc, char** argv) {
   }());
   tk.add("wordpiece.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
   tk.add("truncated.json", bpe.substr(0, bpe.size() / 2));
+  tk.add("wrong-types.json",
+         R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "byte_fallback": "yes"}, )"
+         R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": 1}, "post_processor": 7, )"
+         R"("added_tokens": [{"id": 1, "content": "x", "lstrip": "no"}]})");
 
   write_dict(fuzz_dir / "command_line.dict", cli::command_line_words());
   return 0;

@@ -146,6 +146,8 @@ struct Tokenizer::Impl {
 
   [[noreturn]] void bad(const std::string& what) const { fail("tokenizer", origin + ": " + what); }
 
+  void read_fields(const json& j);
+
   void compile_pattern() {
     int code = 0;
     PCRE2_SIZE at = 0;
@@ -163,7 +165,8 @@ struct Tokenizer::Impl {
     if (!v.is_object()) bad(where + " must be an object of token -> id");
     for (const auto& [token, id] : v.items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-        bad(where + ": token " + json(token).dump() + " has id " + id.dump() +
+        bad(where + ": token " + json(token).dump(-1, ' ', false, json::error_handler_t::replace) +
+            " has id " + id.dump(-1, ' ', false, json::error_handler_t::replace) +
             ", expected an integer in [0, 2^31)");
       add_token(token, id.get<int32_t>(), where);
     }
@@ -171,18 +174,20 @@ struct Tokenizer::Impl {
   void add_token(const std::string& token, int32_t id, const std::string& where) {
     auto [at, fresh] = tokens.emplace(id, token);
     if (!fresh && at->second != token)
-      bad(where + ": id " + std::to_string(id) + " is both " + json(at->second).dump() + " and " +
-          json(token).dump());
+      bad(where + ": id " + std::to_string(id) + " is both " +
+          json(at->second).dump(-1, ' ', false, json::error_handler_t::replace) + " and " +
+          json(token).dump(-1, ' ', false, json::error_handler_t::replace));
     auto [v, added] = vocab.emplace(token, id);
     if (!added && v->second != id)
-      bad(where + ": token " + json(token).dump() + " has ids " + std::to_string(v->second) +
-          " and " + std::to_string(id));
+      bad(where + ": token " + json(token).dump(-1, ' ', false, json::error_handler_t::replace) +
+          " has ids " + std::to_string(v->second) + " and " + std::to_string(id));
     size = std::max<int64_t>(size, int64_t{id} + 1);
   }
   void add_merge(const std::string& a, const std::string& b, const std::string& where) {
     if (a.empty() || b.empty() || a.find(' ') != std::string::npos ||
         b.find(' ') != std::string::npos)
-      bad(where + " " + std::to_string(ranks.size() + 1) + " is " + json({a, b}).dump() +
+      bad(where + " " + std::to_string(ranks.size() + 1) + " is " +
+          json({a, b}).dump(-1, ' ', false, json::error_handler_t::replace) +
           ", expected two non-empty symbols without spaces");
     ranks.emplace(a + " " + b, static_cast<int>(ranks.size()));
   }
@@ -233,7 +238,8 @@ struct Tokenizer::Impl {
     for (const std::string& s : syms) {
       auto it = vocab.find(s);
       if (it == vocab.end())
-        bad("the symbol " + json(s).dump() + " that BPE leaves is not in the vocabulary");
+        bad("the symbol " + json(s).dump(-1, ' ', false, json::error_handler_t::replace) +
+            " that BPE leaves is not in the vocabulary");
       ids.push_back(it->second);
     }
   }
@@ -307,16 +313,32 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& origin)
   } catch (const json::exception& e) {
     impl->bad(std::string("not valid JSON: ") + e.what());
   }
+  try {  // a field of an unexpected type (json's type errors) is bad input too
+    impl->read_fields(j);
+  } catch (const json::exception& e) {
+    impl->bad(std::string("a field has an unexpected type: ") + e.what());
+  }
+  impl->sort_added();
+  impl->compile_pattern();
+  Tokenizer tok;
+  tok.impl_ = std::move(impl);
+  return tok;
+}
+
+// tokenizer.json's fields into impl (its vocabulary, merges, flags and added tokens).
+void Tokenizer::Impl::read_fields(const json& j) {
+  Impl* impl = this;
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     impl->bad("no \"model\" object: not a tokenizers tokenizer.json");
   const json& m = j["model"];
   const std::string type = m.value("type", std::string("(none)"));
   if (type != "BPE")
-    impl->bad("model.type is " + json(type).dump() +
+    impl->bad("model.type is " + json(type).dump(-1, ' ', false, json::error_handler_t::replace) +
               ", expected \"BPE\" (GPT-2's byte-level BPE; kiln reads no other tokenizer kind)");
   for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
     if (m.contains(unsupported) && !m[unsupported].is_null())
-      impl->bad(std::string("model.") + unsupported + " is " + m[unsupported].dump() +
+      impl->bad(std::string("model.") + unsupported + " is " +
+                m[unsupported].dump(-1, ' ', false, json::error_handler_t::replace) +
                 ", expected null (GPT-2's BPE has none)");
   if (m.value("byte_fallback", false)) impl->bad("model.byte_fallback is true, expected false");
   impl->ignore_merges = m.value("ignore_merges", false);
@@ -328,13 +350,14 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& origin)
       const std::string s = x.get<std::string>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos)
-        impl->bad("model.merges " + std::to_string(impl->ranks.size() + 1) + " is " + x.dump() +
-                  ", expected \"a b\"");
+        impl->bad("model.merges " + std::to_string(impl->ranks.size() + 1) + " is " +
+                  x.dump(-1, ' ', false, json::error_handler_t::replace) + ", expected \"a b\"");
       impl->add_merge(s.substr(0, sp), s.substr(sp + 1), "model.merges");
     } else if (x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string()) {
       impl->add_merge(x[0].get<std::string>(), x[1].get<std::string>(), "model.merges");
     } else {
-      impl->bad("model.merges " + std::to_string(impl->ranks.size() + 1) + " is " + x.dump() +
+      impl->bad("model.merges " + std::to_string(impl->ranks.size() + 1) + " is " +
+                x.dump(-1, ' ', false, json::error_handler_t::replace) +
                 ", expected \"a b\" or [\"a\", \"b\"]");
     }
   }
@@ -343,13 +366,17 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& origin)
               ", expected null (GPT-2's tokenizer normalizes nothing)");
   const json pre = j.value("pre_tokenizer", json());
   if (!pre.is_object() || pre.value("type", std::string()) != "ByteLevel")
-    impl->bad("pre_tokenizer is " + (pre.is_object() ? pre.value("type", pre.dump()) : pre.dump()) +
+    impl->bad("pre_tokenizer is " +
+              (pre.is_object()
+                   ? pre.value("type", pre.dump(-1, ' ', false, json::error_handler_t::replace))
+                   : pre.dump(-1, ' ', false, json::error_handler_t::replace)) +
               ", expected ByteLevel (GPT-2's)");
   impl->add_prefix_space = pre.value("add_prefix_space", false);
   impl->use_regex = pre.value("use_regex", true);
   const json post = j.value("post_processor", json());
   if (!post.is_null() && post.value("type", std::string()) != "ByteLevel")
-    impl->bad("post_processor is " + post.value("type", post.dump()) +
+    impl->bad("post_processor is " +
+              post.value("type", post.dump(-1, ' ', false, json::error_handler_t::replace)) +
               ", expected null or ByteLevel (kiln adds no template tokens)");
   if (j.contains("added_tokens")) {
     if (!j["added_tokens"].is_array()) impl->bad("added_tokens is not a list");
@@ -357,22 +384,19 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& origin)
       if (!t.is_object() || !t.contains("content") || !t["content"].is_string() ||
           !t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
           t["id"].get<int64_t>() > INT32_MAX)
-        impl->bad("added_tokens has " + t.dump() + ", expected {\"id\": n, \"content\": text}");
+        impl->bad("added_tokens has " + t.dump(-1, ' ', false, json::error_handler_t::replace) +
+                  ", expected {\"id\": n, \"content\": text}");
       for (const char* flag : {"lstrip", "rstrip", "single_word"})
         if (t.value(flag, false))
-          impl->bad("added token " + t["content"].dump() + " sets " + flag +
-                    ", which kiln does not support (GPT-2's sets none)");
+          impl->bad("added token " +
+                    t["content"].dump(-1, ' ', false, json::error_handler_t::replace) + " sets " +
+                    flag + ", which kiln does not support (GPT-2's sets none)");
       const std::string content = t["content"].get<std::string>();
       if (content.empty()) impl->bad("added_tokens has an empty token");
       impl->add_token(content, t["id"].get<int32_t>(), "added_tokens");
       impl->added.push_back({content, t["id"].get<int32_t>()});
     }
   }
-  impl->sort_added();
-  impl->compile_pattern();
-  Tokenizer tok;
-  tok.impl_ = std::move(impl);
-  return tok;
 }
 
 Tokenizer Tokenizer::from_vocab_and_merges(const std::string& vocab_path,
@@ -395,7 +419,8 @@ Tokenizer Tokenizer::from_vocab_and_merges(const std::string& vocab_path,
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t sp = line.find(' ');
     if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
-      impl->bad("line " + std::to_string(number) + " is " + json(line).dump() +
+      impl->bad("line " + std::to_string(number) + " is " +
+                json(line).dump(-1, ' ', false, json::error_handler_t::replace) +
                 ", expected a merge \"a b\"");
     impl->add_merge(line.substr(0, sp), line.substr(sp + 1), "merge");
   }

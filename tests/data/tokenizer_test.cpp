@@ -110,6 +110,12 @@ TEST(Tokenizer, AFileOfAnotherKindIsAClearError) {
   EXPECT_NE(json_error(wordpiece).find("tokenizer.json"), std::string::npos);
   EXPECT_NE(json_error("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(json_error(R"({"vocab": {}})").find("no \"model\" object"), std::string::npos);
+  EXPECT_NE(json_error(R"({"model": {"type": 3}})").find("a field has an unexpected type"),
+            std::string::npos);
+  EXPECT_NE(json_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+                           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "no"}})")
+                .find("a field has an unexpected type"),
+            std::string::npos);
   const std::string bert_pre =
       R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
           "pre_tokenizer": {"type": "BertPreTokenizer"}})";
