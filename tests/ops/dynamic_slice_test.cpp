@@ -4,24 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "../gpu_device.h"
+#include "../test_util.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test_util::error_of;
 
 void expect_near_all(const Array& got, const Array& want, double tol, const std::string& what) {
   ASSERT_EQ(str(got.shape()), str(want.shape())) << what;

@@ -547,21 +547,11 @@ void visit_tiling(int64_t d, const char* who, F&& f) {
   fail(who, "head_dim " + std::to_string(d) + " has no cuda kernel (at most 256)");
 }
 
-template <typename F>
-void visit_attention_dtype(DType dt, const char* op, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::bf16: return f(__nv_bfloat16{});
-    default: fail(op, std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
-  }
-}
-
 void attention_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                       ArrayNode& out) {
   cudaStream_t s = begin(ctx);
   const Shape& sh = in[0].shape();
-  visit_attention_dtype(in[0].dtype(), p.name(), [&](auto t) {
+  attn::visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
     using S = decltype(t);
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
@@ -585,7 +575,7 @@ void attention_grad_kernel(const KernelContext& ctx, const Primitive& p,
                            const std::vector<Array>& in, ArrayNode& out) {
   cudaStream_t s = begin(ctx);
   const Shape& sh = in[0].shape();
-  visit_attention_dtype(in[0].dtype(), p.name(), [&](auto t) {
+  attn::visit_dtype(in[0].dtype(), p.name(), [&](auto t) {
     using S = decltype(t);
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);

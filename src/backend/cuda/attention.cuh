@@ -37,6 +37,17 @@ __device__ __forceinline__ T* dyn_smem() {
   return reinterpret_cast<T*>(attention_smem);
 }
 
+// f(S{}) for the attention kernels' storage types: f32, f64 and bf16.
+template <typename F>
+void visit_dtype(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    default: fail(op, std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
+  }
+}
+
 // Launches kernel fn (`name`) of op `who` over grid (B·H, tiles) with
 // `smem` bytes of dynamic shared memory (beside `static_smem` of its own),
 // raising the kernel's limit on this device where it needs more than the

@@ -265,20 +265,10 @@ SdpaArgs<S> sdpa_args(const Primitive& p, const std::vector<Array>& in, size_t b
   return a;
 }
 
-template <typename F>
-void visit_sdpa_dtype(DType dt, const char* op, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::bf16: return f(__nv_bfloat16{});
-    default: fail(op, std::string("needs f32, f64 or bf16 inputs, got ") + name_of(dt));
-  }
-}
-
 void sdpa_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
   cudaStream_t s = begin(ctx);
-  visit_sdpa_dtype(in[0].dtype(), p.name(), [&](auto tag) {
+  attn::visit_dtype(in[0].dtype(), p.name(), [&](auto tag) {
     using S = decltype(tag);
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
@@ -293,7 +283,7 @@ void sdpa_kernel(const KernelContext& ctx, const Primitive& p, const std::vector
 void sdpa_grad_kernel(const KernelContext& ctx, const Primitive& p, const std::vector<Array>& in,
                       ArrayNode& out) {
   cudaStream_t s = begin(ctx);
-  visit_sdpa_dtype(in[0].dtype(), p.name(), [&](auto tag) {
+  attn::visit_dtype(in[0].dtype(), p.name(), [&](auto tag) {
     using S = decltype(tag);
     using T = acc_t<S>;
     S* y = out_ptr<S>(out);
