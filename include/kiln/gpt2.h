@@ -2,6 +2,7 @@
 // whose parameters are a tree in HuggingFace's names, its Conv1D weights
 // stored [in, out] as transformers stores them.
 #pragma once
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -110,6 +111,13 @@ class GPT2LMHeadModel {
  private:
   GPT2Config cfg_;
 };
+
+class Model;
+// GPT-2 behind the model interface (kiln/model.h; registered as model_type
+// "gpt2" with the presets above), and the network of such a model (null for
+// the other families).
+std::shared_ptr<const Model> gpt2_model(GPT2Config cfg);
+const GPT2LMHeadModel* as_gpt2(const Model& model);
 
 // How generate() chooses each next token: greedy (temperature 0), or
 // sampled from softmax(logits / temperature) narrowed to the top_k most

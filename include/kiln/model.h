@@ -18,11 +18,13 @@
 namespace kiln::nn {
 
 struct ModelOutput {
-  Array logits;  // [B, num_logits()]
+  Array logits;  // [B, num_logits()]; a language model's [B, T, num_logits()]
   Params state;  // the state after the forward: updated in training, else as given
 };
 
-// An image classifier of transformers (ViT, DeiT, ResNet, ConvNeXt, ...):
+// A model of transformers: an image classifier (ViT, DeiT, ResNet,
+// ConvNeXt, ...) or a causal language model (GPT-2; causal_lm() true, whose
+// inputs are token ids and which has no classifier and no images), its
 // parameters and state (BatchNorm's running statistics) as trees in
 // HuggingFace's names.
 class Model {
@@ -49,12 +51,21 @@ class Model {
   // error naming it (e.g. a BatchNorm without running statistics).
   std::pair<Params, Params> split(Params weights, const std::string& origin) const;
 
-  // pixel_values [B, C, H, W] (NCHW) or [B, H, W, C] (NHWC) -> logits and state.
+  // pixel_values [B, C, H, W] (NCHW) or [B, H, W, C] (NHWC) -> logits and
+  // state; a language model's input_ids [B, T] -> logits [B, T, vocab].
   virtual ModelOutput apply(const Params& params, const Params& state, const Array& pixels,
                             const ModelOptions& opt = {}) const = 0;
-  // The mean loss the family's forward computes from its logits and labels
-  // by the problem type (see classification_loss).
-  Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
+  // The mean loss the family's forward computes from its logits and labels:
+  // an image classifier's by the problem type (see classification_loss); a
+  // language model's the next token's cross-entropy (labels [B, T], shifted
+  // inside, -100 ignored).
+  virtual Array loss(const Array& logits, const Array& labels, double label_smoothing = 0.0) const;
+  // A causal language model (token ids in, the next token's logits out).
+  virtual bool causal_lm() const { return false; }
+  // The model's name for a tensor a checkpoint stores as `stored` (GPT-2's
+  // first checkpoints lack the "transformer." prefix); "" for a tensor that
+  // is not a weight (a saved attention mask). By default `stored` itself.
+  virtual std::string weight_name(const std::string& stored) const { return stored; }
 
   // The labels: num_labels 0 means no classifier (the logits are features).
   virtual int64_t num_labels() const = 0;
@@ -68,15 +79,17 @@ class Model {
   // The same model with a new classifier for these labels (a head swap:
   // num_labels and id2label changed, nothing else).
   virtual std::shared_ptr<const Model> with_labels(const std::vector<std::string>& names) const = 0;
-  // The parameters of the classifier (those whose shapes follow num_labels).
-  std::set<std::string> head_parameters() const;
+  // The parameters of the classifier (those whose shapes follow num_labels;
+  // none for a language model).
+  virtual std::set<std::string> head_parameters() const;
   // The classifier's parameters drawn afresh (a head swap of pretrained
   // weights, io::adapt_classifier): those of init(key) by default; a family
   // may draw them as its checkpoints always have (a ViT: transformers' ViT
   // init of the classifier from `key` itself).
   virtual Params init_head(const random::Key& key) const;
 
-  // The images it takes: channels, and the size its config names.
+  // The images it takes: channels, and the size its config names (0 for a
+  // language model).
   virtual int64_t num_channels() const = 0;
   virtual Size2d image_size() const = 0;
   // Whether it takes images of image_size() only (a ViT: its position
@@ -104,7 +117,8 @@ class Model {
   virtual std::shared_ptr<const Model> with_drop_path(double rate) const;
   // Training FLOPs of one image of this size (forward + backward: 3x the
   // forward's 2 x multiply-adds of its matmuls and convolutions), for the
-  // model FLOP utilization. (ViTs take only their config's image size.)
+  // model FLOP utilization. (ViTs take only their config's image size; a
+  // language model counts one sequence of its n_positions tokens.)
   virtual double train_flops_per_example(Size2d image) const = 0;
   // config.json as transformers' save_pretrained writes it.
   virtual std::string config_json() const = 0;

@@ -351,9 +351,11 @@ int64_t predict(const nn::Model& model, const Params& params, const Params& stat
 // the state (as a pretrained folder does); pixels are f32 in `layout`;
 // labels as transformers takes them for the config's problem type
 // (nn::Model::loss): integer classes [B] (-100: ignored, as
-// CrossEntropyLoss's ignore_index), or float targets.
+// CrossEntropyLoss's ignore_index), or float targets. A language model
+// takes input_ids [B, T] for the pixels and labels [B, T] (shifted inside,
+// -100 ignored); ids outside the vocabulary are an error.
 struct GradResult {
-  Array logits;  // [B, num_logits()]
+  Array logits;  // [B, num_logits()] ([B, T, vocab] for a language model)
   Array loss;    // scalar, transformers' loss for the problem type
   Params grads;  // HuggingFace names
   Params state;  // the state after the forward (none for models without)

@@ -53,7 +53,7 @@ def test_the_families_match_transformers(name):
 
 
 def test_presets_configs_and_head_swaps(tmp_path):
-    assert kiln.models.model_types() == ["convnext", "deit", "resnet", "vit"]
+    assert kiln.models.model_types() == ["convnext", "deit", "gpt2", "resnet", "vit"]
     assert {"resnet-50", "convnext-tiny", "deit-small", "vit-base"} <= set(kiln.models.presets())
     r50 = kiln.models.from_preset("resnet-50")
     assert r50.architecture == "ResNetForImageClassification"
@@ -77,7 +77,7 @@ def test_presets_configs_and_head_swaps(tmp_path):
     assert relabeled.model.labels == ["a", "b", "c"]
     assert relabeled.params["classifier.1.bias"].shape == (3,)
     with pytest.raises(kiln.KilnError, match='"bert", which kiln does not have; its model types: '
-                                             '"convnext", "deit", "resnet", "vit"'):
+                                             '"convnext", "deit", "gpt2", "resnet", "vit"'):
         kiln.models.from_config({"model_type": "bert"})
     with pytest.raises(kiln.KilnError, match="not a ViT; kiln.models.from_pretrained"):
         kiln.nn.ViTConfig.from_pretrained(os.path.join(FIXTURES, "resnet_basic_golden"))

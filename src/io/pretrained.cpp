@@ -304,12 +304,17 @@ Pretrained load_family(Pretrained m, const std::string& config_path, const std::
   const std::set<std::string> head = m.model->head_parameters();
   std::vector<std::string> unused;
   std::set<std::string> dtypes;
-  for (auto& [name, a] : raw) {
+  for (auto& [stored, a] : raw) {
+    const std::string name = m.model->weight_name(stored);
+    if (name.empty()) continue;  // not a weight (a saved causal mask, a tied head)
     const bool is_param = params.count(name), is_state = state.count(name);
     if (!is_param && !is_state) {
-      unused.push_back(name);
+      unused.push_back(stored);
       continue;
     }
+    if (m.params.count(name) || m.state.count(name))
+      fail(kOrigin,
+           m.dir + ": tensors '" + stored + "' and another are both read as '" + name + "'");
     const Shape& want = is_param ? params.at(name) : state.at(name);
     if (is_param && !is_floating(a.dtype()))
       fail(kOrigin, m.dir + ": tensor '" + name + "' is " + name_of(a.dtype()) +
@@ -342,6 +347,7 @@ Pretrained load_family(Pretrained m, const std::string& config_path, const std::
   if (!m.has_classifier) m.notes.push_back("no classifier in the weights (a headless checkpoint)");
   note_dtypes(m, dtypes);
   if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
+  if (m.model->causal_lm()) return m;  // no images, no processor
   read_processor(m);
   return m;
 }
@@ -412,6 +418,7 @@ Pretrained load_unguarded(const std::string& src) {
     m.notes.push_back("the pooler (" + list(pooler, 2) +
                       ") is left out: ViTForImageClassification does not use it");
   if (!unused.empty()) m.notes.push_back("tensors it has no use for, left out: " + list(unused));
+  if (m.model->causal_lm()) return m;  // no images, no processor
   read_processor(m);
   return m;
 }

@@ -14,6 +14,34 @@ GradResult forward_backward(const nn::Model& model, const Params& weights, const
   for (auto& [name, w] : params) w = astype(w, DType::f32);
   for (auto& [name, s] : state)
     if (is_floating(s.dtype())) s = astype(s, DType::f32);
+  if (model.causal_lm()) {
+    // input_ids [B, T] and labels [B, T] (shifted inside the loss; -100 ignored).
+    if (!is_integral(pixels.dtype()) || pixels.ndim() != 2)
+      fail("batch", "input_ids must be integers [batch, tokens], got " +
+                        std::string(name_of(pixels.dtype())) + " " + str(pixels.shape()));
+    if (!is_integral(labels.dtype()) || labels.shape() != pixels.shape())
+      fail("batch", "labels must be integers of input_ids' shape " + str(pixels.shape()) +
+                        ", got " + std::string(name_of(labels.dtype())) + " " +
+                        str(labels.shape()));
+    const int64_t vocab = model.num_logits();
+    for (int64_t id : astype(pixels, DType::i64).to_vector<int64_t>())
+      if (id < 0 || id >= vocab)
+        fail("batch", "input_ids holds token " + std::to_string(id) +
+                          ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    for (int64_t id : astype(labels, DType::i64).to_vector<int64_t>())
+      if (id != -100 && (id < 0 || id >= vocab))
+        fail("batch", "labels holds " + std::to_string(id) + ", expected a token in [0, " +
+                          std::to_string(vocab) + ") or -100 (ignored)");
+    GradResult r;
+    const nn::ModelOptions opt{.train = true, .drop = false, .matmul_dtype = matmul_dtype};
+    auto [loss, grads] = value_and_grad([&](const Params& q) {
+      r.logits = model.apply(q, state, pixels, opt).logits;
+      return model.loss(r.logits, labels);
+    })(params);
+    r.loss = loss;
+    r.grads = std::move(grads);
+    return r;
+  }
   if (pixels.ndim() != 4 || labels.ndim() == 0 || pixels.shape()[0] != labels.shape()[0])
     fail("batch", "pixel_values " + str(pixels.shape()) + " and labels " + str(labels.shape()) +
                       " disagree on the batch size");

@@ -905,9 +905,10 @@ TEST(Cli, GradTakesEveryModelTypeAndWritesTheState) {
   CliRun b = kiln_cli("grad --config " + bert + " --weights " + dir + "model.safetensors --batch " +
                       dir + "batch.safetensors --out " + out);
   EXPECT_NE(b.status, 0);
-  EXPECT_NE(b.output.find(bert + ": field 'model_type' is \"bert\", which kiln does not have; its "
-                                 "model types: \"convnext\", \"deit\", \"resnet\", \"vit\""),
-            std::string::npos)
+  EXPECT_NE(
+      b.output.find(bert + ": field 'model_type' is \"bert\", which kiln does not have; its "
+                           "model types: \"convnext\", \"deit\", \"gpt2\", \"resnet\", \"vit\""),
+      std::string::npos)
       << b.output;
   std::filesystem::remove(bert);
 }

@@ -37,7 +37,8 @@ double relative_error(const Array& a, const Array& b, double floor = 1e-30) {
 }
 
 TEST(Models, TheRegistryHoldsEveryFamilyAndItsPresets) {
-  EXPECT_EQ(nn::model_types(), (std::vector<std::string>{"convnext", "deit", "resnet", "vit"}));
+  EXPECT_EQ(nn::model_types(),
+            (std::vector<std::string>{"convnext", "deit", "gpt2", "resnet", "vit"}));
   const auto presets = nn::model_presets();
   for (const char* p : {"vit-base", "vit-tiny", "deit-tiny", "deit-small", "deit-base", "resnet-18",
                         "resnet-50", "convnext-tiny"})
@@ -70,7 +71,7 @@ TEST(Models, TheRegistryHoldsEveryFamilyAndItsPresets) {
 }
 
 TEST(Models, AnUnknownModelTypeNamesTheTypesKilnHas) {
-  const std::string types = "\"convnext\", \"deit\", \"resnet\", \"vit\"";
+  const std::string types = "\"convnext\", \"deit\", \"gpt2\", \"resnet\", \"vit\"";
   std::string e = error_of([] { nn::model_from_config(R"({"model_type": "bert"})", "b.json"); });
   EXPECT_NE(e.find("b.json: field 'model_type' is \"bert\", which kiln does not have; its model "
                    "types: " +

@@ -102,7 +102,7 @@ std::string expand_abbreviations(const CLI::App& sub, std::vector<std::string>& 
 
 // kiln's subcommands, their flags bound to the fields of `cl`.
 struct Subcommands {
-  CLI::App *demo, *info, *train, *eval, *predict, *plot, *grad;
+  CLI::App *demo, *info, *train, *eval, *predict, *generate, *plot, *grad;
 };
 
 // kiln demo and kiln info.
@@ -391,6 +391,39 @@ void define_predict(CLI::App& app, Subcommands& s, PredictFlags& rf) {
       ->check(kPositiveInt);
 }
 
+// kiln generate.
+void define_generate(CLI::App& app, Subcommands& s, GenerateFlags& gf) {
+  auto* g = s.generate = app.add_subcommand(
+      "generate", "continue a prompt with a language model (GPT-2), as transformers' generate");
+  g->add_option("--model", gf.model,
+                "a language model: a folder that transformers saved or kiln train --save wrote, "
+                "or a Hub id (org/name[@revision]) in the local Hugging Face cache")
+      ->required();
+  g->add_option("--prompt", gf.prompt, "the text to continue")->required();
+  g->add_option("--tokenizer", gf.tokenizer,
+                "a folder with tokenizer.json or vocab.json and merges.txt (default: the model's)");
+  g->add_option("--max-new-tokens", gf.max_new_tokens, "tokens to add (default 50)")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--temperature", gf.temperature,
+                "0 (the default): greedy; above 0: sample from softmax(logits / T)")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--top-k", gf.top_k, "sample among the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--top-p", gf.top_p,
+                "sample among the most likely tokens whose probability reaches P (1: all)")
+      ->check(CLI::Range(0.0, 1.0));
+  g->add_option("--seed", gf.seed, "the draws' seed (the same seed, the same text)");
+  g->add_flag("--ignore-eos", gf.ignore_eos,
+              "go on past the end-of-text token (config.json's eos_token_id)");
+  g->add_option("--mode", gf.mode, "jit (each step one compiled program on the KV cache) or eager")
+      ->check(CLI::IsMember({"eager", "jit"}));
+  g->add_option("--precision", gf.precision, "the matmuls' inputs: fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  g->add_option("--device", gf.device, "cpu, ref or cuda[:N]")->check(kDevice);
+  g->add_option("--threads", gf.threads, "compute threads (default: all cores)")
+      ->check(kPositiveInt);
+}
+
 // kiln plot and kiln grad.
 void define_plot_and_grad(CLI::App& app, Subcommands& s, PlotFlags& pf, GradFlags& gf) {
   auto* pl = s.plot =
@@ -405,7 +438,8 @@ void define_plot_and_grad(CLI::App& app, Subcommands& s, PlotFlags& pf, GradFlag
       "one training-mode forward and backward pass (no dropout); writes logits, loss, "
       "gradients (grad.NAME) and state after the forward (state.NAME: BatchNorm statistics)");
   g->add_option("--config", gf.config,
-                "HuggingFace config.json of any model type kiln has (vit, deit, resnet, convnext)")
+                "HuggingFace config.json of any model type kiln has (vit, deit, resnet, "
+                "convnext, gpt2)")
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--weights", gf.weights,
@@ -414,7 +448,8 @@ void define_plot_and_grad(CLI::App& app, Subcommands& s, PlotFlags& pf, GradFlag
       ->check(CLI::ExistingFile);
   g->add_option("--batch", gf.batch,
                 "safetensors with pixel_values and labels (integer classes, or float targets for "
-                "regression and multi-label problem types)")
+                "regression and multi-label problem types); for a language model input_ids "
+                "[batch, tokens] and labels (default: input_ids; -100 ignored)")
       ->required()
       ->check(CLI::ExistingFile);
   g->add_option("--out", gf.out, "output safetensors")->required();
@@ -433,6 +468,7 @@ Subcommands define(CLI::App& app, CommandLine& cl) {
   define_train_runtime(t, cl.train);
   define_eval(app, s, cl.eval);
   define_predict(app, s, cl.predict);
+  define_generate(app, s, cl.generate);
   define_plot_and_grad(app, s, cl.plot, cl.grad);
   return s;
 }
@@ -457,7 +493,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
     for (auto* sub : app.get_subcommands({})) known |= sub->get_name() == args[1];
     if (!known) {
       err << "kiln: unknown command '" << args[1]
-          << "'; expected one of train, eval, predict, plot, grad, demo, info\n";
+          << "'; expected one of train, eval, predict, generate, plot, grad, demo, info\n";
       cl.exit_code = 2;
       return cl;
     }
@@ -482,14 +518,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
     cl.exit_code = app.exit(e, out, err);
     return cl;
   }
-  cl.command = s.train->parsed()     ? Command::train
-               : s.eval->parsed()    ? Command::eval
-               : s.predict->parsed() ? Command::predict
-               : s.plot->parsed()    ? Command::plot
-               : s.grad->parsed()    ? Command::grad
-               : s.demo->parsed()    ? Command::demo
-               : s.info->parsed()    ? Command::info
-                                     : Command::none;
+  cl.command = s.train->parsed()      ? Command::train
+               : s.eval->parsed()     ? Command::eval
+               : s.predict->parsed()  ? Command::predict
+               : s.generate->parsed() ? Command::generate
+               : s.plot->parsed()     ? Command::plot
+               : s.grad->parsed()     ? Command::grad
+               : s.demo->parsed()     ? Command::demo
+               : s.info->parsed()     ? Command::info
+                                      : Command::none;
   return cl;
 }
 

@@ -52,6 +52,15 @@ struct PredictFlags {
   bool json = false;
 };
 
+struct GenerateFlags {
+  std::string model, prompt, tokenizer, mode = "jit", device = "cpu", precision = "fp32";
+  int64_t max_new_tokens = 50, top_k = 0;
+  double temperature = 0, top_p = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool ignore_eos = false;
+};
+
 struct PlotFlags {
   std::string log, out;
 };
@@ -60,7 +69,7 @@ struct GradFlags {
   std::string config, weights, batch, out, layout = "nchw", device = "cpu";
 };
 
-enum class Command { none, demo, info, train, eval, predict, plot, grad };
+enum class Command { none, demo, info, train, eval, predict, generate, plot, grad };
 
 struct CommandLine {
   // none: nothing to run; `exit_code` is kiln's exit status (0 after --help,
@@ -71,6 +80,7 @@ struct CommandLine {
   TrainFlags train;
   EvalFlags eval;
   PredictFlags predict;
+  GenerateFlags generate;
   PlotFlags plot;
   GradFlags grad;
 };

@@ -4,6 +4,7 @@
 //   kiln train [--batch-size N] [--mode eager|pytorch] [--model NAME | --config PATH] ...
 //   kiln eval --checkpoint DIR [--data fashion-mnist]
 //   kiln predict --model SRC [--top-k K] [--json] FILE|DIR...
+//   kiln generate --model SRC --prompt TEXT [--max-new-tokens N] [--temperature T] ...
 //   kiln plot LOG.jsonl -o curves.png (or .svg)
 //   kiln grad --config C.json --weights W.safetensors --batch B.safetensors --out O.safetensors
 //   kiln info
@@ -22,8 +23,10 @@
 
 #include "command_line.h"
 #include "kiln/distributed.h"
+#include "kiln/gpt2.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/tokenizer.h"
 #include "kiln/train.h"
 #include "peak.h"
 #include "plot.h"
@@ -497,17 +500,68 @@ int run_predict(const cli::PredictFlags& f) {
   return failed ? 1 : 0;
 }
 
+// kiln generate: the prompt and its continuation on stdout, the rest on stderr.
+int run_generate(const cli::GenerateFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  io::Pretrained m = io::load_pretrained(f.model);
+  for (const std::string& note : m.notes)
+    std::fprintf(stderr, "--model %s: %s\n", f.model.c_str(), note.c_str());
+  const nn::GPT2LMHeadModel* lm = nn::as_gpt2(*m.model);
+  if (!lm)
+    fail("generate", "--model " + f.model + " is a " + m.model->architecture() +
+                         "; generate takes a language model (GPT2LMHeadModel)");
+  const std::string tok_dir = f.tokenizer.empty() ? m.dir : f.tokenizer;
+  const data::Tokenizer tok = data::Tokenizer::from_folder(tok_dir);
+  if (tok.vocab_size() > lm->config().vocab_size)
+    fail("generate", "the tokenizer of " + tok_dir + " has " + std::to_string(tok.vocab_size()) +
+                         " tokens, more than the model's vocab_size " +
+                         std::to_string(lm->config().vocab_size));
+  const std::vector<int32_t> ids = tok.encode(f.prompt);
+  if (ids.empty()) fail("generate", "--prompt is empty: there is nothing to continue");
+  const Device device = parse_device(f.device, "--device");
+  for (auto& [name, p] : m.params) p = p.to(device);
+  const int64_t eos = f.ignore_eos ? -1 : lm->config().eos_token_id;
+  const nn::GenerateOptions opt{.max_new_tokens = f.max_new_tokens,
+                                .temperature = f.temperature,
+                                .top_k = f.top_k,
+                                .top_p = f.top_p,
+                                .seed = f.seed,
+                                .eos_token_id = eos,
+                                .pad_token_id = eos >= 0 ? eos : 0,
+                                .matmul_dtype = train::matmul_dtype_for(f.precision),
+                                .compiled = f.mode == "jit"};
+  const Array prompt = Array::from_vector(ids, {1, static_cast<int64_t>(ids.size())}).to(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Array out = nn::generate(*lm, m.params, prompt, opt);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<int32_t> all = out.to(Device::cpu()).to_vector<int32_t>();
+  std::printf("%s\n", tok.decode(all).c_str());
+  const int64_t added = static_cast<int64_t>(all.size() - ids.size());
+  std::fprintf(stderr, "kiln generate: %zu prompt tokens, %lld new in %s (%.1f tokens/s, %s, %s)\n",
+               ids.size(), (long long)added, fmt_seconds(seconds).c_str(),
+               seconds > 0 ? static_cast<double>(added) / seconds : 0.0, f.mode.c_str(),
+               f.temperature == 0 ? "greedy" : "sampled");
+  return 0;
+}
+
 int run_grad(const cli::GradFlags& f) {
   // Any registered model type: config.json's model_type picks the family.
   const std::shared_ptr<const nn::Model> model = io::load_model_config(f.config);
   Params weights = io::load_safetensors(f.weights).tensors;
   Params batch = io::load_safetensors(f.batch).tensors;
-  for (const char* key : {"pixel_values", "labels"})
-    if (!batch.count(key)) fail("grad", f.batch + ": no tensor '" + std::string(key) + "'");
+  // A language model reads input_ids, and labels (input_ids when absent, as
+  // transformers' causal LMs are trained); an image model pixel_values and labels.
+  const bool lm = model->causal_lm();
+  const std::string inputs = lm ? "input_ids" : "pixel_values";
+  if (lm && !batch.count("labels") && batch.count("input_ids"))
+    batch.emplace("labels", batch.at("input_ids"));
+  for (const std::string& key : {inputs, std::string("labels")})
+    if (!batch.count(key)) fail("grad", f.batch + ": no tensor '" + key + "'");
   // Computed on --device; the results are written from the host.
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, w] : weights) w = w.to(device);
-  auto r = train::forward_backward(*model, weights, batch.at("pixel_values").to(device),
+  auto r = train::forward_backward(*model, weights, batch.at(inputs).to(device),
                                    batch.at("labels").to(device),
                                    f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW);
   Params out{{"logits", r.logits}, {"loss", r.loss}};
@@ -545,6 +599,7 @@ int main(int argc, char** argv) {
       case cli::Command::train: return run_train(cl.train);
       case cli::Command::eval: return run_eval(cl.eval);
       case cli::Command::predict: return run_predict(cl.predict);
+      case cli::Command::generate: return run_generate(cl.generate);
       case cli::Command::plot:
         tools::plot_log(cl.plot.log, cl.plot.out);
         std::printf("wrote %s\n", cl.plot.out.c_str());
