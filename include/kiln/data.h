@@ -16,13 +16,18 @@
 
 namespace kiln::data {
 
-// A data set of fixed-shape float images with integer labels. get() must be
-// safe to call from several threads at once.
+// A data set of fixed-shape float images with integer labels, or of blocks
+// of token ids (sample_dtype() i32: a language model's, whose labels are
+// the tokens themselves). get() must be safe to call from several threads at
+// once.
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  virtual Shape image_shape() const = 0;  // one sample, e.g. {3, 224, 224}
+  virtual Shape image_shape() const = 0;  // one sample, e.g. {3, 224, 224}; tokens: {T}
+  virtual DType sample_dtype() const { return DType::f32; }
+  // A token data set's sample: its ids (sample_dtype() i32).
+  virtual void get_tokens(int64_t index, int32_t* tokens) const;
   virtual void get(int64_t index, float* image, int32_t* label) const = 0;
   // Augmenting data sets draw their randomness from (seed, epoch, index); the
   // loader says which epoch a sample is drawn for before get().
@@ -375,8 +380,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Array images;  // [B, ...image_shape] f32
-  Array labels;  // [B] i32
+  Array images;  // [B, ...image_shape] f32 (a token data set's: [B, T] i32 ids)
+  Array labels;  // [B] i32 (a token data set's: the ids themselves, [B, T])
   int64_t epoch = 0;
   int64_t index = 0;  // batch number within the epoch
 };

@@ -175,6 +175,10 @@ struct Checkpoint {
   // The model's state (BatchNorm's running statistics; none for a ViT),
   // saved among the weights as transformers keeps it.
   Params model_state;
+  // Files written beside the weights as they are, name -> contents (a
+  // language model's tokenizer.json, or vocab.json and merges.txt, so that
+  // the checkpoint is a folder kiln generate and transformers read whole).
+  std::map<std::string, std::string> files;
 };
 
 // Writes DIR atomically: everything goes to DIR.tmp first; then DIR (if any)

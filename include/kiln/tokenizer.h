@@ -46,6 +46,10 @@ class Tokenizer {
   std::optional<int32_t> token_id(std::string_view token) const;
   // Where it was read from.
   const std::string& origin() const;
+  // A hash of what it computes (the vocabulary, the merges, the added tokens
+  // and the options): equal for tokenizers that give the same ids (a cache
+  // of tokenized text is keyed by it).
+  uint64_t fingerprint() const;
 
  private:
   Tokenizer() = default;

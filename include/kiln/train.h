@@ -3,6 +3,7 @@
 // `kiln grad`.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,7 +58,15 @@ struct TrainConfig {
   // split for training, its test split for evaluation).
   // "imagefolder:PATH" trains on PATH/<class>/*.{jpg,png} less every 10th
   // file of each class, which is the held-out split.
+  // A language model's: "text:PATH" (a UTF-8 file or a folder of .txt files,
+  // tokenized by `tokenizer` once and cached: data::tokenize_text) or
+  // "tokens:PATH" (an llm.c or nanoGPT .bin file, or a folder holding
+  // train.bin and val.bin as nanoGPT writes them), cut into blocks of
+  // seq_len tokens; a single stream's last 10% (at least one block) is held
+  // out for evaluation (loss, perplexity, next-token accuracy).
   std::string data = "random";
+  int64_t seq_len = 0;           // tokens per block; 0: the model's n_positions
+  std::string tokenizer;         // text: a folder with the tokenizer; "": init_from's
   bool skip_bad_images = false;  // imagefolder: skip unreadable files (counted)
   std::string data_dir = data::kFashionMnistDir;
   // fashion-mnist: random horizontal flips; an RGB image folder: torchvision's
@@ -163,6 +172,11 @@ struct TrainConfig {
 struct DataSplits {
   std::shared_ptr<const data::Dataset> train, eval;
   int64_t skipped = 0;  // unreadable image files skipped (skip_bad_images)
+  // A language model's text: what was read ("text:PATH: 3 files, 1.7 MB,
+  // 412,345 tokens (cached)"), and its tokenizer's files, kept with the
+  // run's checkpoints (io::Checkpoint::files).
+  std::string description;
+  std::map<std::string, std::string> files;
 };
 // `processor`: how an RGB image folder's images become pixel values (a
 // checkpoint's preprocessor_config.json); unset: data_processor's default.
@@ -185,13 +199,17 @@ DType matmul_dtype_for(const std::string& precision);
 
 struct EvalResult {
   int64_t step = 0;
-  double loss = 0;      // mean loss of the model's problem type (softmax cross-entropy for classes)
+  // Mean loss of the model's problem type (softmax cross-entropy for
+  // classes); a language model's mean next-token cross-entropy (its
+  // perplexity exp(loss)), its accuracy and top-5 the next token's.
+  double loss = 0;
   double accuracy = 0;  // top-1, in [0, 1]
   double top5 = 0;      // the true class among the 5 highest logits (fewer than 6 labels: 1)
   // With TrainConfig::ema: the same of the moving average of the weights.
   bool has_ema = false;
   double ema_loss = 0, ema_accuracy = 0, ema_top5 = 0;
   int64_t samples = 0;
+  int64_t tokens = 0;  // a language model's: the tokens predicted (T - 1 per block)
   double seconds = 0;
 };
 
@@ -242,6 +260,9 @@ struct NonFiniteLoss : Error {
 };
 
 struct Callbacks {
+  // Once the data sets are read, before the first step (rank 0): what was
+  // read (DataSplits::description, a language model's text; "" otherwise).
+  std::function<void(const std::string& description)> on_data;
   std::function<void(const StepTiming&)> on_step;
   std::function<void(const EvalResult&)> on_eval;
   std::function<void(int64_t step, const std::string& dir)> on_save;

@@ -20,7 +20,55 @@ from . import _kiln
 from ._array import Array
 from ._kiln import Layout
 
-__all__ = ["Dataset", "RandomImages", "FashionMNIST", "ImageFolder", "Loader", "Batch"]
+__all__ = ["Dataset", "RandomImages", "FashionMNIST", "ImageFolder", "Loader", "Batch",
+           "Tokenizer"]
+
+
+class Tokenizer:
+    """GPT-2's tokenizer (byte-level BPE, as HuggingFace tokenizers runs it),
+    read from a checkpoint's tokenizer.json or vocab.json + merges.txt.
+
+        tok = kiln.data.Tokenizer.from_folder("path/to/gpt2")
+        ids = tok.encode("Hello world")   # [15496, 995]
+        text = tok.decode(ids)
+    """
+
+    def __init__(self, native: Any):
+        self._t = native
+
+    @classmethod
+    def from_folder(cls, directory: Any) -> "Tokenizer":
+        """A folder's tokenizer.json, else its vocab.json and merges.txt."""
+        import os
+        return cls(_kiln._Tokenizer.from_folder(os.fspath(directory)))
+
+    @classmethod
+    def from_file(cls, path: Any) -> "Tokenizer":
+        """A tokenizer.json file."""
+        import os
+        return cls(_kiln._Tokenizer.from_json_file(os.fspath(path)))
+
+    def encode(self, text: str) -> list:
+        """The ids of ``text``."""
+        return list(self._t.encode(text))
+
+    def decode(self, ids: Any) -> str:
+        """The text of ``ids`` (a list, or an array of one row); bytes that
+        do not form UTF-8 (a token cut mid-character) are replaced."""
+        import numpy as np
+        flat = [int(i) for i in np.asarray(ids).reshape(-1)]
+        return self._t.decode(flat).decode("utf-8", errors="replace")
+
+    @property
+    def vocab_size(self) -> int:
+        return self._t.vocab_size
+
+    def token_id(self, token: str) -> int | None:
+        """The id of a token ("<|endoftext|>"), or None."""
+        return self._t.token_id(token)
+
+    def __repr__(self) -> str:
+        return f"kiln.data.Tokenizer({self._t.origin}, {self.vocab_size} tokens)"
 
 
 class Dataset:

@@ -1,11 +1,15 @@
-"""Models of every family kiln has (ViT, DeiT, ResNet, ConvNeXt), made from
-transformers' config.json by its ``model_type`` as
-``AutoModelForImageClassification`` makes them, over parameter and state
-trees (flat dicts of HuggingFace's names):
+"""Models of every family kiln has (ViT, DeiT, ResNet, ConvNeXt, GPT-2),
+made from transformers' config.json by its ``model_type`` as
+``AutoModelForImageClassification`` (``AutoModelForCausalLM``) makes them,
+over parameter and state trees (flat dicts of HuggingFace's names):
 
     model, params, state = kiln.models.from_pretrained("microsoft/resnet-50")
     logits, state = model.apply(params, state, pixel_values, train=True)
     loss = model.loss(logits, labels)
+
+    gpt2, params, _ = kiln.models.from_pretrained("gpt2")
+    tok = kiln.data.Tokenizer.from_folder(kiln.models.model_folder("gpt2"))
+    ids = gpt2.generate(params, tok.encode("Hello"), max_new_tokens=20)
 
 The state is what a model keeps besides its parameters (a ResNet's
 BatchNorm running statistics; empty for a ViT): ``apply`` returns it updated
@@ -17,13 +21,15 @@ import json as _json
 import os as _os
 from typing import Any, NamedTuple, Sequence
 
+import numpy as _np
+
 from . import _kiln
 from ._array import Array, Device, _device, _precision_dtype, asarray
 from ._kiln import Layout
 from .random import Key, _key_operand
 
-__all__ = ["Model", "Pretrained", "from_config", "from_preset", "from_pretrained", "model_types",
-           "presets"]
+__all__ = ["Model", "Pretrained", "from_config", "from_preset", "from_pretrained", "model_folder",
+           "model_types", "presets"]
 
 
 
@@ -48,6 +54,16 @@ class Model:
     @property
     def num_labels(self) -> int:
         return self._m.num_labels
+
+    @property
+    def causal_lm(self) -> bool:
+        """A language model (GPT-2): token ids in, next-token logits out."""
+        return self._m.causal_lm
+
+    @property
+    def num_logits(self) -> int:
+        """The logits per example (a language model's: per token, its vocabulary)."""
+        return self._m.num_logits
 
     @property
     def labels(self) -> list:
@@ -86,7 +102,8 @@ class Model:
               key: Any = None, layout: str = "NCHW", precision: str = "fp32",
               inference: bool = False) -> tuple:
         """(logits [B, num_labels], new state) of pixel_values [B, C, H, W]
-        (or [B, H, W, C] with layout="NHWC"). ``train``: BatchNorm by the
+        (or [B, H, W, C] with layout="NHWC"); a language model's (logits
+        [B, T, vocab], state) of input_ids [B, T]. ``train``: BatchNorm by the
         batch's statistics (the running ones updated), dropout and drop path
         drawn from ``key`` (a Key, or its kiln.random.key_data array inside
         jit)."""
@@ -99,7 +116,9 @@ class Model:
 
     def loss(self, logits: Array, labels: Any, label_smoothing: float = 0.0) -> Array:
         """The mean loss transformers computes for the config's problem type
-        (softmax cross-entropy for integer labels)."""
+        (softmax cross-entropy for integer labels); a language model's
+        next-token cross-entropy (labels [B, T], shifted inside, -100
+        ignored)."""
         return self._m.loss(logits, asarray(labels), float(label_smoothing))
 
     def with_labels(self, labels: Sequence[str]) -> "Model":
@@ -121,9 +140,35 @@ class Model:
         """Raises naming the entry where the trees do not fit the model."""
         self._m.check(params, state or {}, "params")
 
+    def generate(self, params: dict, prompt: Any, max_new_tokens: int = 20, *,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                 eos_token_id: int | None = None, pad_token_id: int | None = None,
+                 precision: str = "fp32", compiled: bool = True) -> Array:
+        """A language model's continuation of ``prompt`` (token ids [B, P] or
+        one list of ids), as transformers' generate: [B, P + n]. Greedy with
+        ``temperature`` 0, else sampled from softmax(logits / temperature)
+        narrowed to ``top_k`` and ``top_p`` (draws from ``seed``: the same
+        tokens compiled and eagerly). Stops at ``eos_token_id`` (default: the
+        config's; -1: never), padding finished rows with ``pad_token_id``
+        (default: eos). The prompt runs once, each new token against a KV
+        cache, in one compiled program (``compiled=False``: eagerly)."""
+        ids = _np.asarray(prompt)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        if eos_token_id is None:
+            eos = self.config.get("eos_token_id")
+            eos_token_id = -1 if eos is None else int(eos)
+        if pad_token_id is None:
+            pad_token_id = eos_token_id if eos_token_id >= 0 else 0
+        return _kiln._generate(self._m, params, asarray(ids.astype(_np.int32)),
+                               int(max_new_tokens), float(temperature), int(top_k), float(top_p),
+                               int(seed), int(eos_token_id), int(pad_token_id),
+                               _precision_dtype(precision), bool(compiled))
+
     def save_pretrained(self, directory: str, params: dict, state: dict | None = None) -> None:
         """Writes config.json and model.safetensors (parameters and state) for
-        transformers' AutoModelForImageClassification.from_pretrained."""
+        transformers' AutoModelForImageClassification.from_pretrained
+        (AutoModelForCausalLM for a language model)."""
         _kiln._save_model(_os.fspath(directory), self._m, params, state or {})
 
     def __repr__(self) -> str:
@@ -163,6 +208,12 @@ def from_pretrained(src: str, labels: Sequence[str] | None = None,
         _os.fspath(src), list(labels) if labels is not None else None,
         key if key is not None else Key(0))
     return Pretrained(Model(native), params, state)
+
+
+def model_folder(src: str) -> str:
+    """The folder of a pretrained model: ``src`` itself, or the snapshot of a
+    Hub id in the local cache (where its tokenizer files are too)."""
+    return _kiln._model_folder(_os.fspath(src))
 
 
 def model_types() -> list:

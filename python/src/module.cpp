@@ -26,11 +26,13 @@
 
 #include "command_line.h"
 #include "kiln/data.h"
+#include "kiln/gpt2.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/model.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "kiln/tokenizer.h"
 #include "kiln_docstrings.h"
 
 namespace nb = nanobind;
@@ -1396,6 +1398,8 @@ void bind_models(nb::module_& m) {
   nb::class_<Model>(m, "_Model")
       .def_prop_ro("model_type", &Model::model_type)
       .def_prop_ro("architecture", &Model::architecture)
+      .def_prop_ro("causal_lm", &Model::causal_lm)
+      .def_prop_ro("num_logits", &Model::num_logits)
       .def_prop_ro("num_labels", &Model::num_labels)
       .def_prop_ro("num_channels", &Model::num_channels)
       .def_prop_ro("image_size", [](const Model& md) { return size2d(md.image_size()); })
@@ -1404,9 +1408,10 @@ void bind_models(nb::module_& m) {
       .def("state_shapes", &Model::state_shapes)
       .def("head_parameters", &Model::head_parameters)
       .def("config_json", &Model::config_json)
-      .def("layer_decay_scales",
-           [](const Model& md, double decay) { return kiln::nn::layer_decay_scales(md, decay); },
-           "decay"_a)
+      .def(
+          "layer_decay_scales",
+          [](const Model& md, double decay) { return kiln::nn::layer_decay_scales(md, decay); },
+          "decay"_a)
       .def("init", &Model::init, "key"_a, "device"_a = Device::cpu(), NoGil())
       .def("init_state", &Model::init_state, "device"_a = Device::cpu(), NoGil())
       .def("check", &Model::check, "params"_a, "state"_a, "origin"_a)
@@ -1445,6 +1450,51 @@ void bind_models(nb::module_& m) {
       "_model_from_preset",
       [held](const std::string& name) -> Ptr { return held(kiln::nn::model_from_preset(name)); },
       "name"_a);
+  m.def(
+      "_generate",
+      [](const Model& md, const kiln::Params& params, const Array& prompt, int64_t max_new_tokens,
+         double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t eos_token_id,
+         int64_t pad_token_id, DType matmul_dtype, bool compiled) {
+        const kiln::nn::GPT2LMHeadModel* lm = kiln::nn::as_gpt2(md);
+        if (!lm)
+          kiln::fail("generate", md.architecture() +
+                                     " is not a language model (generate takes GPT2LMHeadModel)");
+        return kiln::nn::generate(*lm, params, prompt,
+                                  {.max_new_tokens = max_new_tokens,
+                                   .temperature = temperature,
+                                   .top_k = top_k,
+                                   .top_p = top_p,
+                                   .seed = seed,
+                                   .eos_token_id = eos_token_id,
+                                   .pad_token_id = pad_token_id,
+                                   .matmul_dtype = matmul_dtype,
+                                   .compiled = compiled});
+      },
+      "model"_a, "params"_a, "prompt"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a,
+      "seed"_a, "eos_token_id"_a, "pad_token_id"_a, "matmul_dtype"_a, "compiled"_a, NoGil());
+  using kiln::data::Tokenizer;
+  nb::class_<Tokenizer>(m, "_Tokenizer")
+      .def_static("from_folder", &Tokenizer::from_folder, "dir"_a, NoGil())
+      .def_static("from_json_file", &Tokenizer::from_json_file, "path"_a, NoGil())
+      .def_static("from_vocab_and_merges", &Tokenizer::from_vocab_and_merges, "vocab"_a, "merges"_a,
+                  "special"_a, NoGil())
+      .def(
+          "encode", [](const Tokenizer& t, const std::string& text) { return t.encode(text); },
+          "text"_a, NoGil())
+      .def(
+          "decode",
+          [](const Tokenizer& t, const std::vector<int32_t>& ids) {
+            // Bytes of a token cut mid-character stay as they are: bytes, not str.
+            const std::string s = t.decode(ids);
+            return nb::bytes(s.data(), s.size());
+          },
+          "ids"_a)
+      .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
+      .def(
+          "token_id", [](const Tokenizer& t, const std::string& token) { return t.token_id(token); },
+          "token"_a)
+      .def_prop_ro("origin", &Tokenizer::origin);
+  m.def("_model_folder", &kiln::io::resolve_model_source, "src"_a, NoGil());
   m.def("_model_types", &kiln::nn::model_types);
   m.def("_model_presets", &kiln::nn::model_presets);
   m.def(

@@ -64,3 +64,27 @@ def test_finetune(tmp_path):
     assert re.search(r"held-out accuracy [0-9.]+% \(\d+ images\)", out)
     model, params = kiln.nn.ViTForImageClassification.from_pretrained(str(tmp_path / "out"))
     assert model.config.id2label == ["jpeg", "png"] and model.config.image_size == 48
+
+
+def test_finetune_gpt2(tmp_path):
+    import shutil
+
+    import kiln
+
+    # A small GPT-2 of the fixture tokenizer's 1,200 tokens, saved as
+    # transformers saves one, with its tokenizer.
+    model = kiln.models.from_config({"model_type": "gpt2", "vocab_size": 1200, "n_positions": 64,
+                                     "n_embd": 32, "n_layer": 2, "n_head": 2,
+                                     "bos_token_id": 0, "eos_token_id": 0})
+    model.save_pretrained(str(tmp_path / "gpt2"), model.init(kiln.random.key(0)))
+    shutil.copy(os.path.join(ROOT, "tests", "fixtures", "tokenizer_golden", "tokenizer.json"),
+                tmp_path / "gpt2" / "tokenizer.json")
+    out = _run("finetune_gpt2.py", "--model", str(tmp_path / "gpt2"), "--text",
+               "/usr/share/common-licenses/GPL-2", "--steps", "60", "--batch-size", "8",
+               "--seq-len", "32", "--lr", "5e-3", "--out", str(tmp_path / "out"))
+    before = float(re.search(r"held-out loss ([0-9.]+) \(perplexity [0-9.]+\) before", out)[1])
+    after = float(re.search(r"held-out loss ([0-9.]+) \(perplexity [0-9.]+\) after", out)[1])
+    assert after < before - 0.5, out
+    assert "sample: The" in out
+    tuned, params, _ = kiln.models.from_pretrained(str(tmp_path / "out"))
+    assert tuned.causal_lm and os.path.exists(tmp_path / "out" / "tokenizer.json")

@@ -98,6 +98,15 @@ Batch Loader::make(int64_t serial) const {
   Shape shape = dataset_->image_shape();
   int64_t per_image = numel(shape);
   shape.insert(shape.begin(), count);
+  if (dataset_->sample_dtype() == DType::i32) {
+    // Token blocks: a language model's labels are its inputs (shifted in the loss).
+    Batch b{Array::empty(shape, DType::i32), Array(), epoch, index};
+    int32_t* ids = b.images.data<int32_t>();
+    for (int64_t i = 0; i < count; ++i)
+      dataset_->get_tokens((*order)[begin + i], ids + i * per_image);
+    b.labels = b.images;
+    return b;
+  }
   Batch b{Array::empty(shape, DType::f32), Array::empty({count}, DType::i32), epoch, index};
   float* images = b.images.data<float>();
   int32_t* labels = b.labels.data<int32_t>();

@@ -521,4 +521,27 @@ const std::string& Tokenizer::origin() const {
   return impl_->origin;
 }
 
+uint64_t Tokenizer::fingerprint() const {
+  // FNV-1a over every token by id, the merges by priority, the added tokens
+  // and the flags, each field ended by a byte no UTF-8 text holds.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull;
+  };
+  const Impl& m = *impl_;
+  for (int32_t id = 0; id < m.size; ++id) {
+    auto it = m.tokens.find(id);
+    mix(it == m.tokens.end() ? std::string_view("\xfe") : std::string_view(it->second));
+  }
+  std::vector<std::pair<int, std::string_view>> merges;
+  for (const auto& [pair, rank] : m.ranks) merges.emplace_back(rank, pair);
+  std::sort(merges.begin(), merges.end());
+  for (const auto& [rank, pair] : merges) mix(pair);
+  for (const AddedToken& a : m.added) mix(a.content + "\xfe" + std::to_string(a.id));
+  mix(std::string{m.add_prefix_space ? '1' : '0', m.use_regex ? '1' : '0',
+                  m.ignore_merges ? '1' : '0'});
+  return h;
+}
+
 }  // namespace kiln::data

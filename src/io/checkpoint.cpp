@@ -67,6 +67,11 @@ std::string stage_checkpoint(const std::string& dir_in, const Checkpoint& c) {
   std::string dir = trimmed(dir_in);
   std::string tmp = staging_dir(dir, "checkpoint");
   write_model_files(tmp, *c.model, c.params, c.model_state, c.processor);
+  for (const auto& [name, contents] : c.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
+      fail("checkpoint", "a file named '" + name + "': expected a plain file name");
+    write_file_atomic(tmp + "/" + name, contents);
+  }
   if (!c.ema.empty()) {
     std::error_code mk;
     if (!fs::create_directory(tmp + "/ema", mk))
@@ -133,6 +138,8 @@ Checkpoint load_checkpoint(const std::string& dir_in) {
   std::tie(c.params, c.model_state) = c.model->split(load_safetensors(weights).tensors, weights);
   widen_to_f32(c.params);  // kiln writes f32; a hand-made checkpoint may not
   if (fs::exists(dir + "/preprocessor_config.json")) c.processor = load_image_processor(dir);
+  for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt"})
+    if (fs::exists(dir + "/" + f)) c.files[f] = read_file(dir + "/" + f, "checkpoint");
   c.model->check(c.params, c.model_state, weights);
   json t;
   std::string path = dir + "/trainer.json";

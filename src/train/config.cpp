@@ -134,9 +134,10 @@ void validate(const TrainConfig& cfg) {
     if (cfg.batch_size % 2 != 0)
       fail("train", "--mixup/--cutmix mix each image with its mirror in the batch: --batch-size " +
                         std::to_string(cfg.batch_size) + " must be even");
-    if (cfg.model && (cfg.model->num_labels() < 2 ||
-                      (cfg.model->problem_type() != nn::ProblemType::Unset &&
-                       cfg.model->problem_type() != nn::ProblemType::SingleLabel)))
+    if (cfg.model && !cfg.model->causal_lm() &&
+        (cfg.model->num_labels() < 2 ||
+         (cfg.model->problem_type() != nn::ProblemType::Unset &&
+          cfg.model->problem_type() != nn::ProblemType::SingleLabel)))
       fail("train", std::string("--mixup/--cutmix need single-label classification, and the "
                                 "model's problem_type is ") +
                         nn::problem_type_name(cfg.model->problem_type()) + " with " +
@@ -208,7 +209,9 @@ std::optional<io::Pretrained> load_init(const TrainConfig& cfg) {
   if (cfg.init_from.empty()) return std::nullopt;
   io::Pretrained m = io::load_pretrained(cfg.init_from);
   // A key of its own: the parameters' key draws a whole model.
-  io::adapt_classifier(m, data_labels(cfg), random::fold_in(random::Key(cfg.seed), 0x1ead));
+  // (A language model has no classifier: its head is its vocabulary.)
+  if (!m.model->causal_lm())
+    io::adapt_classifier(m, data_labels(cfg), random::fold_in(random::Key(cfg.seed), 0x1ead));
   if (cfg.image_size.height > 0) io::set_image_size(m, cfg.image_size);
   return m;
 }

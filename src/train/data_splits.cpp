@@ -1,11 +1,111 @@
 // kiln train: the data sets of a run, the training split and the held-out
-// split (random images, Fashion-MNIST, an image folder).
+// split (random images, Fashion-MNIST, an image folder; a language model's
+// text or token files).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "internal.h"
+#include "kiln/gpt2.h"
+#include "kiln/tokens.h"
 
 namespace kiln::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The folder of a language model's tokenizer: --tokenizer, else the
+// pretrained model's or the resumed checkpoint's folder.
+std::string tokenizer_dir(const TrainConfig& cfg) {
+  if (!cfg.tokenizer.empty()) return cfg.tokenizer;
+  if (!cfg.init_from.empty()) return io::resolve_model_source(cfg.init_from);
+  if (!cfg.resume_dir.empty()) return cfg.resume_dir;
+  fail("train", "--data " + cfg.data +
+                    " needs a tokenizer: --tokenizer DIR (a folder with tokenizer.json, or "
+                    "vocab.json and merges.txt), or --init-from a model folder that has one");
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+DataSplits lm_datasets(const TrainConfig& cfg, const nn::Model& model) {
+  const bool text = cfg.data.rfind("text:", 0) == 0, tokens = cfg.data.rfind("tokens:", 0) == 0;
+  if (!text && !tokens)
+    fail("train", "--data '" + cfg.data + "': " + model.architecture() +
+                      " is a language model; expected text:PATH or tokens:PATH");
+  const nn::GPT2LMHeadModel* lm = nn::as_gpt2(model);
+  const int64_t positions = lm ? lm->config().n_positions : 0;
+  const int64_t seq = cfg.seq_len > 0 ? cfg.seq_len : positions;
+  if (seq < 2 || (positions > 0 && seq > positions))
+    fail("train", "--seq-len " + std::to_string(seq) + ": expected 2 ... " +
+                      std::to_string(positions) + " (the model's n_positions)");
+  const int64_t vocab = model.num_logits();
+  DataSplits d;
+  auto ids = std::make_shared<std::vector<int32_t>>();
+  std::shared_ptr<std::vector<int32_t>> held;
+  if (text) {
+    const std::string path = cfg.data.substr(5), dir = tokenizer_dir(cfg);
+    const data::Tokenizer tok = data::Tokenizer::from_folder(dir);
+    if (tok.vocab_size() > vocab)
+      fail("train", "the tokenizer of " + dir + " has " + std::to_string(tok.vocab_size()) +
+                        " tokens, more than the model's vocab_size " + std::to_string(vocab));
+    const data::TextTokens t = data::tokenize_text(
+        path, tok, tok.token_id("<|endoftext|>").value_or(-1), data::token_cache_dir());
+    *ids = t.ids;
+    char mb[32];
+    std::snprintf(mb, sizeof mb, "%.2f MB", static_cast<double>(t.bytes) / 1e6);
+    d.description = cfg.data + ": " + std::to_string(t.files) +
+                    (t.files == 1 ? " file, " : " files, ") + mb + ", " +
+                    with_commas(static_cast<int64_t>(ids->size())) + " tokens" +
+                    (t.cached               ? " (read from the cache " + t.cache_file + ")"
+                     : t.cache_file.empty() ? ""
+                                            : " (tokenized; cached in " + t.cache_file + ")");
+    const bool json = fs::exists(fs::path(dir) / "tokenizer.json");
+    for (const char* f : json ? std::vector<const char*>{"tokenizer.json"}
+                              : std::vector<const char*>{"vocab.json", "merges.txt"})
+      d.files[f] = io::read_file((fs::path(dir) / f).string(), "tokenizer");
+  } else {
+    const std::string path = cfg.data.substr(7);
+    if (fs::is_directory(path)) {
+      // nanoGPT's folder: train.bin and val.bin.
+      *ids = data::read_token_file((fs::path(path) / "train.bin").string(), vocab);
+      if (fs::exists(fs::path(path) / "val.bin"))
+        held = std::make_shared<std::vector<int32_t>>(
+            data::read_token_file((fs::path(path) / "val.bin").string(), vocab));
+    } else {
+      *ids = data::read_token_file(path, vocab);
+    }
+    d.description =
+        cfg.data + ": " + with_commas(static_cast<int64_t>(ids->size())) + " tokens" +
+        (held ? " (and " + with_commas(static_cast<int64_t>(held->size())) + " held out in val.bin)"
+              : "");
+  }
+  const int64_t blocks = static_cast<int64_t>(ids->size()) / seq;
+  if (held) {
+    if (blocks < 1)
+      fail("train", cfg.data + ": " + std::to_string(ids->size()) +
+                        " tokens, not one block of --seq-len " + std::to_string(seq));
+    d.train = std::make_shared<data::TokenBlocks>(ids, seq);
+    if (static_cast<int64_t>(held->size()) >= seq)
+      d.eval = std::make_shared<data::TokenBlocks>(held, seq);
+    return d;
+  }
+  // The last 10% of the blocks (at least one) are held out.
+  const int64_t eval_blocks = std::max<int64_t>(1, blocks / 10);
+  if (blocks - eval_blocks < 1)
+    fail("train", cfg.data + ": " + std::to_string(ids->size()) + " tokens make " +
+                      std::to_string(blocks) + " blocks of --seq-len " + std::to_string(seq) +
+                      ": too few to train on one and hold out one for evaluation");
+  const int64_t cut = (blocks - eval_blocks) * seq;
+  d.train = std::make_shared<data::TokenBlocks>(ids, seq, 0, cut);
+  d.eval = std::make_shared<data::TokenBlocks>(ids, seq, cut, blocks * seq);
+  return d;
+}
+
+}  // namespace
 
 nn::Size2d data_image_size(const TrainConfig& cfg, const nn::Model& model) {
   if (cfg.image_size.height > 0) return cfg.image_size;
@@ -25,6 +125,10 @@ std::optional<data::ImageProcessor> data_processor(
 
 DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor) {
+  if (model.causal_lm()) return lm_datasets(cfg, model);
+  if (cfg.data.rfind("text:", 0) == 0 || cfg.data.rfind("tokens:", 0) == 0)
+    fail("train", "--data " + cfg.data + " is text for a language model; --model " +
+                      cfg.model_name + " is an image model (" + model.architecture() + ")");
   DataSplits d;
   const nn::Size2d size = data_image_size(cfg, model);
   const int64_t channels = model.num_channels(), labels = model.num_labels();
@@ -94,7 +198,9 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
     d.skipped = train_folder->skipped();
     d.train = train_folder;
   } else {
-    fail("train", "--data '" + cfg.data + "', expected random, fashion-mnist or imagefolder:PATH");
+    fail("train", "--data '" + cfg.data +
+                      "', expected random, fashion-mnist, imagefolder:PATH (images), text:PATH or "
+                      "tokens:PATH (a language model's)");
   }
   return d;
 }

@@ -15,6 +15,20 @@ std::tuple<Array, Array, Array> batch_metrics(const nn::Model& model, const Para
   Array logits =
       model.apply(p, state, x, {.layout = layout, .matmul_dtype = matmul_dtype, .inference = true})
           .logits;
+  if (model.causal_lm()) {
+    // Each position predicts the next token: T - 1 predictions per block.
+    const int64_t b = logits.shape()[0], t = logits.shape()[1], v = logits.shape()[2];
+    const Array lg = slice(logits, {0, 0, 0}, {b, t - 1, v});
+    const Array next = slice(y, {0, 1}, {b, t});
+    const Array ce = softmax_cross_entropy(lg, next);  // [B, T-1]
+    Array hits = sum(astype(equal(argmax(lg, -1), astype(next, DType::i32)), DType::f32));
+    // Top-5: fewer than 5 tokens more likely than the true one (whose log
+    // probability is -ce).
+    const Array above =
+        sum(astype(greater(log_softmax(lg, -1), reshape(-ce, {b, t - 1, 1})), DType::f32), {-1});
+    Array top5 = sum(astype(less(above, scalar_like(above, 5.0)), DType::f32));
+    return {sum(ce), hits, top5};
+  }
   Array loss = model.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
                    ? sum(softmax_cross_entropy(logits, y))
                    : model.loss(logits, targets_for(model, y)) * static_cast<double>(y.shape()[0]);
@@ -34,6 +48,10 @@ class Part final : public data::Dataset {
       : all_(all), begin_(begin), end_(end) {}
   int64_t size() const override { return end_ - begin_; }
   Shape image_shape() const override { return all_.image_shape(); }
+  DType sample_dtype() const override { return all_.sample_dtype(); }
+  void get_tokens(int64_t index, int32_t* tokens) const override {
+    all_.get_tokens(begin_ + index, tokens);
+  }
   void get(int64_t index, float* image, int32_t* label) const override {
     all_.get(begin_ + index, image, label);
   }
@@ -81,7 +99,8 @@ EvalResult Evaluator::operator()(const Params& params, const Params& state,
   for (auto& [name, p] : params) names_.push_back(name);
   state_names_.clear();
   for (auto& [name, v] : state) state_names_.push_back(name);
-  double loss = 0, hits = 0, top5 = 0, samples = 0;
+  double loss = 0, hits = 0, top5 = 0, samples = 0, predicted = 0;
+  const bool lm = model_->causal_lm();
   EvalResult r;
   // The batches go to the parameters' device.
   const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
@@ -110,17 +129,20 @@ EvalResult Evaluator::operator()(const Params& params, const Params& state,
     loss += l.item<float>();
     hits += h.item<float>();
     top5 += t.item<float>();
-    samples += static_cast<double>(batch.labels.size());
+    const Shape& s = batch.images.shape();
+    samples += static_cast<double>(lm ? s[0] : batch.labels.size());
+    predicted += static_cast<double>(lm ? s[0] * (s[1] - 1) : batch.labels.size());
   }
   if (ranks > 1) {
-    std::vector<double> sums{loss, hits, top5, samples};
+    std::vector<double> sums{loss, hits, top5, samples, predicted};
     dist::all_reduce_sum(sums);
-    loss = sums[0], hits = sums[1], top5 = sums[2], samples = sums[3];
+    loss = sums[0], hits = sums[1], top5 = sums[2], samples = sums[3], predicted = sums[4];
   }
   r.samples = static_cast<int64_t>(samples);
-  r.loss = loss / samples;
-  r.accuracy = hits / samples;
-  r.top5 = top5 / samples;
+  if (lm) r.tokens = static_cast<int64_t>(predicted);
+  r.loss = loss / predicted;
+  r.accuracy = hits / predicted;
+  r.top5 = top5 / predicted;
   r.seconds = since(t0);
   return r;
 }

@@ -22,7 +22,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg);
 DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor);
 
-// The data sets label each image with a class (integer). A model trained for
+// The data sets label each image with a class (integer); a language
+// model's labels are its tokens, as they are. A model trained for
 // another problem type learns from the class in the form that problem needs:
 // its one-hot vector (float) for multi-label classification and for
 // regression with several outputs, the class index as a number for
@@ -36,7 +37,8 @@ bool trains(const TrainConfig& cfg, const std::string& param);
 // "classifier.1.", DeiT's "cls_classifier." and "distillation_classifier.").
 bool in_head(const std::string& param);
 
-// A model without a classifier (num_labels 0) has no classes to learn.
+// A model without a classifier (num_labels 0) has no classes to learn (a
+// language model learns its tokens).
 void require_classifier(const nn::Model& model, const std::string& origin);
 
 }  // namespace kiln::train

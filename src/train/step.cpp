@@ -13,6 +13,7 @@
 namespace kiln::train {
 
 Array targets_for(const nn::Model& model, const Array& classes) {
+  if (model.causal_lm()) return classes;  // the tokens: the loss shifts them
   const int64_t n = model.num_labels();
   switch (model.problem_for(classes.dtype())) {
     case nn::ProblemType::Regression:
@@ -34,7 +35,7 @@ bool trains(const TrainConfig& cfg, const std::string& param) {
 }
 
 void require_classifier(const nn::Model& model, const std::string& origin) {
-  if (model.num_labels() == 0)
+  if (model.num_labels() == 0 && !model.causal_lm())
     fail(origin,
          "the model has num_labels 0 (no classifier: its logits are its final features), "
          "but training and evaluation learn classes; use num_labels >= 1");

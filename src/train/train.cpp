@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "kiln/distributed.h"
+#include "kiln/gpt2.h"
 #include "ops/dispatch.h"
 #include "step.h"
 
@@ -97,7 +98,7 @@ Start restore_or_init(const TrainConfig& cfg, std::optional<io::Checkpoint> resu
   } else {
     // A new model's labels are named after the data's (an image folder's classes).
     std::vector<std::string> labels = data_labels(cfg);
-    if (static_cast<int64_t>(labels.size()) == s.model->num_labels())
+    if (!s.model->causal_lm() && static_cast<int64_t>(labels.size()) == s.model->num_labels())
       s.model = s.model->with_labels(labels);
   }
   require_classifier(*s.model, "train");
@@ -245,11 +246,24 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
                             .shards = dist::size()}),
       step_(cfg, *model_, optimizer, params_, model_state_, state_) {
   report_.skipped_images = data_.skipped;
+  if (cb_.on_data && rank_ == 0) cb_.on_data(data_.description);
   report_.first_step = first_step_;
   for (auto& [name, p] : params_) report_.parameters += p.size();
-  // The FLOPs this rank computes (its shard of the batch), for its MFU.
-  report_.flops_per_step = model_->train_flops_per_example(data_image_size(cfg, *model_)) *
-                           cfg.batch_size * cfg.accumulate / ranks_;
+  // The FLOPs this rank computes (its shard of the batch), for its MFU; a
+  // language model's for its blocks' length.
+  const nn::GPT2LMHeadModel* lm = nn::as_gpt2(*model_);
+  const int64_t seq = model_->causal_lm() ? data_.train->image_shape()[0] : 0;
+  const double per_example = lm ? lm->config().train_flops_per_token(seq) * static_cast<double>(seq)
+                                : model_->train_flops_per_example(data_image_size(cfg, *model_));
+  report_.flops_per_step = per_example * cfg.batch_size * cfg.accumulate / ranks_;
+  if (model_->causal_lm())
+    for (auto [on, flag] : {std::pair{cfg.mixup.enabled(), "--mixup/--cutmix"},
+                            {cfg.erasing.enabled(), "--erasing"},
+                            {cfg.augment, "--augment"},
+                            {cfg.freeze_backbone, "--freeze-backbone"}})
+      if (on)
+        fail("train", std::string(flag) + " is for image classifiers; " + model_->architecture() +
+                          " is a language model");
   report_.ranks = ranks_;
   if (!cfg.log_json.empty() && rank_ == 0) {  // only rank 0 logs
     log_.open(cfg.log_json, first_step_ > 1 ? std::ios::app : std::ios::trunc);
@@ -465,6 +479,7 @@ void Trainer::save(int64_t step) {
   ck.ema = optim::ema_params(state_);
   ck.model_state = model_state_;
   if (cfg_.save_best) ck.best_accuracy = best_accuracy_;
+  ck.files = data_.files;
   io::save_checkpoint(cfg_.save_dir, ck);
   if (cb_.on_save) cb_.on_save(step, cfg_.save_dir);
 }

@@ -32,14 +32,29 @@ int rank_of(const std::string& layer) {
 
 // The layer that owns each public header.
 const std::map<std::string, std::string> kPublic{
-    {"allocator.h", "core"},    {"array.h", "core"},     {"device.h", "core"},
-    {"dtype.h", "core"},        {"error.h", "core"},     {"shape.h", "core"},
+    {"allocator.h", "core"},
+    {"array.h", "core"},
+    {"device.h", "core"},
+    {"dtype.h", "core"},
+    {"error.h", "core"},
+    {"shape.h", "core"},
     {"distributed.h", "core"},  // the process group (its MPI engine is in src/backend)
-    {"ops.h", "ops"},           {"random.h", "ops"},     {"transforms.h", "transforms"},
-    {"compiler.h", "compiler"}, {"kiln.h", "compiler"},  {"nn.h", "nn"},
-    {"resnet.h", "nn"},         {"convnext.h", "nn"},    {"model.h", "nn"},
-    {"layers.h", "nn"},         {"gpt2.h", "nn"},        {"optim.h", "optim"},
-    {"data.h", "data"},         {"tokenizer.h", "data"}, {"io.h", "io"},
+    {"ops.h", "ops"},
+    {"random.h", "ops"},
+    {"transforms.h", "transforms"},
+    {"compiler.h", "compiler"},
+    {"kiln.h", "compiler"},
+    {"nn.h", "nn"},
+    {"resnet.h", "nn"},
+    {"convnext.h", "nn"},
+    {"model.h", "nn"},
+    {"layers.h", "nn"},
+    {"gpt2.h", "nn"},
+    {"optim.h", "optim"},
+    {"data.h", "data"},
+    {"tokenizer.h", "data"},
+    {"tokens.h", "data"},
+    {"io.h", "io"},
     {"train.h", "train"}};
 
 // The layer an included path belongs to ("" when it is not kiln's).

@@ -183,12 +183,24 @@ void define_train_data(CLI::App* t, TrainFlags& tf) {
   train::TrainConfig& tc = tf.config;
   t->add_option("--data", tc.data,
                 "random (the reference experiment), fashion-mnist, or imagefolder:PATH "
-                "(PATH/<class>/*.jpg|png; every 10th file of a class held out)")
+                "(PATH/<class>/*.jpg|png; every 10th file of a class held out); a language "
+                "model's text:PATH (a UTF-8 file or a folder of .txt files, tokenized once and "
+                "cached) or tokens:PATH (an llm.c or nanoGPT .bin file, or a folder with "
+                "train.bin and val.bin); a single stream's last 10% held out")
       ->check([](const std::string& v) {
         if (v == "random" || v == "fashion-mnist") return std::string();
         if (v.rfind("imagefolder:", 0) == 0 && v.size() > 12) return std::string();
-        return "'" + v + "': expected random, fashion-mnist or imagefolder:PATH";
+        if (v.rfind("text:", 0) == 0 && v.size() > 5) return std::string();
+        if (v.rfind("tokens:", 0) == 0 && v.size() > 7) return std::string();
+        return "'" + v +
+               "': expected random, fashion-mnist, imagefolder:PATH, text:PATH or tokens:PATH";
       });
+  t->add_option("--seq-len", tc.seq_len,
+                "text and tokens: tokens per block (default: the model's n_positions)")
+      ->check(kPositiveInt);
+  t->add_option("--tokenizer", tc.tokenizer,
+                "text: a folder with tokenizer.json, or vocab.json and merges.txt (default: "
+                "--init-from's)");
   t->add_flag("--skip-bad-images", tc.skip_bad_images,
               "imagefolder: skip files that cannot be read (counted) instead of stopping");
   t->add_option("--data-dir", tc.data_dir, "where the Fashion-MNIST IDX files are");
@@ -568,7 +580,9 @@ train::TrainConfig train_config(const TrainFlags& f) {
   cfg.all_reduce_always = f.all_reduce == "always";
   if (f.epochs > 0) {
     if (cfg.data == "random")
-      fail("train", "--epochs needs a finite data set (--data fashion-mnist or imagefolder:PATH)");
+      fail("train",
+           "--epochs needs a finite data set (--data fashion-mnist, imagefolder:PATH, text:PATH "
+           "or tokens:PATH)");
     if (f.steps_given)
       fail("train", "--epochs and --steps both set the length of the run; give one");
   }

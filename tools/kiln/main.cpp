@@ -126,6 +126,22 @@ std::string fmt_g(double v) {
   return buf;
 }
 
+// The image data line of print_description.
+void print_image_data(const train::TrainConfig& cfg, const std::string& opt) {
+  // The data sets' labels are classes; other problem types learn targets made from them.
+  nn::ProblemType problem = cfg.model->problem_for(DType::i32);
+  const nn::Size2d size = train::data_image_size(cfg, *cfg.model);
+  std::string loss = problem == nn::ProblemType::SingleLabel
+                         ? ""
+                         : std::string(" (") + nn::problem_type_name(problem) + ")";
+  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
+              (long long)cfg.batch_size, (long long)size.height, (long long)size.width,
+              cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
+              cfg.data == "random" ? "random data" : cfg.data.c_str(),
+              (long long)cfg.model->num_labels(), loss.c_str(), opt.c_str(), cfg.lr,
+              (unsigned long long)cfg.seed);
+}
+
 // The three lines after the reference script's: mode and model; batch, data
 // and optimizer; device, precision and schedule.
 void print_description(const train::TrainConfig& cfg) {
@@ -141,18 +157,15 @@ void print_description(const train::TrainConfig& cfg) {
   if (cfg.schedule != "constant" || cfg.lr_warmup > 0)
     opt += ", " + std::to_string(cfg.lr_warmup) + " warm-up steps then " + cfg.schedule;
   if (cfg.clip_norm > 0) opt += ", gradients clipped to norm " + fmt_g(cfg.clip_norm);
-  // The data sets' labels are classes; other problem types learn targets made from them.
-  nn::ProblemType problem = cfg.model->problem_for(DType::i32);
-  const nn::Size2d size = train::data_image_size(cfg, *cfg.model);
-  std::string loss = problem == nn::ProblemType::SingleLabel
-                         ? ""
-                         : std::string(" (") + nn::problem_type_name(problem) + ")";
-  std::printf("batch size %lld, %lldx%lld images (%s) of %s, %lld labels%s, %s lr %g, seed %llu\n",
-              (long long)cfg.batch_size, (long long)size.height, (long long)size.width,
-              cfg.layout == nn::Layout::NHWC ? "NHWC" : "NCHW",
-              cfg.data == "random" ? "random data" : cfg.data.c_str(),
-              (long long)cfg.model->num_labels(), loss.c_str(), opt.c_str(), cfg.lr,
-              (unsigned long long)cfg.seed);
+  if (cfg.model->causal_lm()) {
+    const std::string seq =
+        cfg.seq_len > 0 ? std::to_string(cfg.seq_len) + " tokens" : "n_positions tokens";
+    std::printf("batch size %lld, blocks of %s of %s, next-token loss, %s lr %g, seed %llu\n",
+                (long long)cfg.batch_size, seq.c_str(), cfg.data.c_str(), opt.c_str(), cfg.lr,
+                (unsigned long long)cfg.seed);
+  } else {
+    print_image_data(cfg, opt);
+  }
   if (dist::size() > 1)
     std::printf(
         "data-parallel: %d ranks, %lld samples of each batch per rank, gradients "
@@ -221,6 +234,16 @@ class Progress {
 
   void on_eval(const train::EvalResult& e) {
     last_acc_ = e.accuracy;
+    if (cfg_.model->causal_lm()) {
+      std::printf(
+          "%seval at step %lld: loss %.4f (perplexity %.2f), next-token accuracy %.2f%% (top-5 "
+          "%.2f%%) on %lld held-out tokens (%s)\n",
+          tty_ && e.step != cfg_.steps ? "\r\033[K" : "", (long long)e.step, e.loss,
+          std::exp(e.loss), 100 * e.accuracy, 100 * e.top5, (long long)e.tokens,
+          fmt_seconds(e.seconds).c_str());
+      std::fflush(stdout);
+      return;
+    }
     std::printf(
         "%seval at step %lld: loss %.4f, accuracy %.2f%% on %lld %s images (top-5 %.2f%%, %s)\n",
         tty_ && e.step != cfg_.steps ? "\r\033[K" : "", (long long)e.step, e.loss, 100 * e.accuracy,
@@ -289,7 +312,13 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
   if (r.skipped_images)
     std::printf("skipped %lld unreadable image files (--skip-bad-images)\n",
                 (long long)r.skipped_images);
-  if (!r.evals.empty())
+  if (!r.evals.empty() && cfg.model->causal_lm())
+    std::printf(
+        "final held-out loss %.4f (perplexity %.2f, next-token accuracy %.2f%%) after %lld "
+        "steps; wall time %.1f s\n",
+        r.evals.back().loss, std::exp(r.evals.back().loss), 100 * r.evals.back().accuracy,
+        (long long)cfg.steps, r.wall_seconds);
+  else if (!r.evals.empty())
     std::printf("final %s accuracy %.2f%% (loss %.4f) after %lld steps; wall time %.1f s\n",
                 cfg.data == "fashion-mnist" ? "test" : "held-out", 100 * r.evals.back().accuracy,
                 r.evals.back().loss, (long long)cfg.steps, r.wall_seconds);
@@ -342,6 +371,12 @@ int run_train(const cli::TrainFlags& f) {
   Progress progress(cfg, print_every);
   progress.started();
   train::Callbacks callbacks{
+      .on_data =
+          [&](const std::string& d) {
+            if (d.empty()) return;
+            std::printf("%s\n", d.c_str());
+            std::fflush(stdout);
+          },
       .on_step = [&](const train::StepTiming& s) { progress.on_step(s); },
       .on_eval = [&](const train::EvalResult& e) { progress.on_eval(e); },
       .on_save = [&](int64_t step, const std::string& dir) { progress.on_save(step, dir); },
