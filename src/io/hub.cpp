@@ -422,6 +422,16 @@ std::string hub_download(const std::string& repo, const std::string& revision,
   fetch("config.json", false);
   for (const std::string& file : wanted) fetch(file, true);
   fetch("preprocessor_config.json", true);
+  // A language model's tokenizer (kiln generate and text data read it from the snapshot).
+  bool lm = false;
+  try {
+    const std::string config = root + "/snapshots/" + commit + "/config.json";
+    lm = nn::model_from_config(read_file(config, kOrigin), config)->causal_lm();
+  } catch (const Error&) {
+    // A config of another kind: load_pretrained says what is wrong with it.
+  }
+  if (lm)
+    for (const char* file : {"tokenizer.json", "vocab.json", "merges.txt"}) fetch(file, true);
   if (!fetch("model.safetensors", true)) {
     if (!fetch("model.safetensors.index.json", true))
       fail(kOrigin, repo + "@" + revision +

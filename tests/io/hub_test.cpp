@@ -22,6 +22,7 @@
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
+#include "kiln/tokenizer.h"
 
 namespace kiln {
 namespace {
@@ -264,6 +265,13 @@ TEST(Hub, DownloadsIntoHuggingfaceHubsLayoutAndChecksEveryFile) {
         "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"})
     sharded[f] = slurp(fixtures + "v5-sharded/" + f);
   hub.repos["org/private"] = tiny;
+  // A language model: its tokenizer comes with it.
+  auto& gpt2 = hub.repos["org/gpt2"];
+  const std::string golden = std::string(KILN_FIXTURES_DIR) + "/gpt2_golden/tied/";
+  gpt2["config.json"] = slurp(golden + "config.json");
+  gpt2["model.safetensors"] = slurp(golden + "model.safetensors");
+  gpt2["tokenizer.json"] =
+      slurp(std::string(KILN_FIXTURES_DIR) + "/tokenizer_golden/tokenizer.json");
   hub.token = "secret";
   // (CDN blobs are addressed by their content: the corrupt one has its own.)
   auto& bad = hub.repos["org/corrupt"];
@@ -314,6 +322,18 @@ TEST(Hub, DownloadsIntoHuggingfaceHubsLayoutAndChecksEveryFile) {
   server.clear();
   io::load_pretrained("org/tiny@" + kCommit);
   EXPECT_TRUE(server.requests().empty());
+
+  // A language model's tokenizer.json lands in its snapshot; the files it
+  // lacks (vocab.json, merges.txt) are not an error.
+  const io::Pretrained lm = io::load_pretrained("org/gpt2");
+  EXPECT_TRUE(lm.model->causal_lm());
+  const fs::path lm_snap = cache / "models--org--gpt2" / "snapshots" / kCommit;
+  EXPECT_EQ(slurp((lm_snap / "tokenizer.json").string()), gpt2["tokenizer.json"]);
+  EXPECT_FALSE(fs::exists(lm_snap / "vocab.json"));
+  EXPECT_EQ(data::Tokenizer::from_folder(io::resolve_model_source("org/gpt2")).vocab_size(), 1200);
+  // An image model's repository is not asked for a tokenizer.
+  for (auto& r : server.requests())
+    EXPECT_EQ(r.path.find("org/tiny/resolve/main/tokenizer"), std::string::npos) << r.path;
 
   // A renamed repository: followed on the Hub, cached under the name asked for.
   io::load_pretrained("org/old");
