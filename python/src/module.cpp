@@ -622,6 +622,7 @@ void bind_arrays(nb::module_& m) {
         kiln_doc("cuda_unavailable_reason"));
   m.def("device_name", &kiln::device_name, "device"_a, kiln_doc("device_name"));
   m.def("synchronize", &kiln::synchronize, "device"_a, NoGil(), kiln_doc("synchronize"));
+  m.def("_kernel_profile_report", &kiln::kernel_profile_report);
 
   nb::class_<Array> array(m, "Array", "An n-dimensional array on a device (kiln::Array).");
   array.def_prop_ro("shape", [](const Array& a) { return shape_tuple(a.shape()); })

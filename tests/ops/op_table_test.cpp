@@ -1887,6 +1887,50 @@ TEST(Matmul, F32LibrariesMatchF64) {
   });
 }
 
+// bf16 GEMMs of 1 to 4 rows (a decode step's) take kiln's own loops, f32
+// accumulation: against the f64 GEMM of the same bf16 values, with and
+// without a compiled epilogue (a scale, a bias, a residual), f32 and bf16
+// results, both layouts of B, and at 5 rows (oneDNN's path) alike.
+TEST(Matmul, SmallRowBf16GemmsMatchF64) {
+  uint32_t seed = 900;
+  for (int64_t m : {1, 2, 4, 5})
+    for (int64_t k : {7, 768})
+      for (int64_t n : {1, 515, 1030})
+        for (bool tb : {false, true})
+          for (DType out : {DType::f32, DType::bf16}) {
+            SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                         (tb ? " Bᵀ" : "") + " -> " + name_of(out));
+            const Array a = astype(random::normal(random::Key(seed++), {1, m, k}), DType::bf16);
+            const Array b = astype(
+                random::normal(random::Key(seed++), tb ? Shape{n, k} : Shape{k, n}), DType::bf16);
+            const Array bias = random::normal(random::Key(seed++), {n});
+            const Array res = random::normal(random::Key(seed++), {1, m, n});
+            const Array scale = full({}, 0.5, DType::f32);
+            auto epilogue = [&](const std::vector<Array>& x) {
+              return std::vector<Array>{
+                  x[4] * matmul(x[0], x[1],
+                                {false, tb, x[0].dtype() == DType::f64 ? DType::f64 : DType::f32}) +
+                  x[2] + x[3]};
+            };
+            const Array plain = matmul(a, b, {false, tb, out});
+            const Array fused = jit(epilogue)({a, b, bias, res, scale})[0];
+            const Array want_plain =
+                matmul(astype(a, DType::f64), astype(b, DType::f64), {false, tb});
+            std::vector<Array> in64;
+            for (const Array& x : {a, b, bias, res, scale}) in64.push_back(astype(x, DType::f64));
+            const Array want_fused = epilogue(in64)[0];
+            const double tol = (out == DType::bf16 ? 8e-3 : 1e-6 * std::sqrt(double(k)) * 4);
+            for (auto [got, want] : {std::pair{plain, want_plain}, {fused, want_fused}}) {
+              auto g = astype(got, DType::f64).to_vector<double>();
+              auto w = want.to_vector<double>();
+              ASSERT_EQ(g.size(), w.size());
+              const double t = got.dtype() == DType::bf16 ? tol : 1e-6 * std::sqrt(double(k)) * 4;
+              for (size_t i = 0; i < g.size(); ++i)
+                ASSERT_NEAR(g[i], w[i], t * std::max(1.0, std::fabs(w[i]))) << "at " << i;
+            }
+          }
+}
+
 // qkv shapes for the attention kernels against f64: ViT's head dim and token
 // count and around them (odd token counts, one token, head dims 16, 24, 32).
 const std::vector<Shape> kAttentionShapes{{1, 197, 3, 2, 64}, {2, 37, 3, 3, 64}, {3, 1, 3, 2, 64},

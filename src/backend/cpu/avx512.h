@@ -30,6 +30,12 @@
 #if KILN_CPU_AVX512
 namespace kiln::cpu::avx512 {
 
+// 16 bf16 values (their bits) widened to f32, exactly.
+inline __m512 load_bf16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // The first n of 16 lanes (all 16 when n >= 16).
 inline __mmask16 lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
