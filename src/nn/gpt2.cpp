@@ -382,13 +382,16 @@ Array GPT2LMHeadModel::loss(const Array& logits, const Array& labels) const {
                      name_of(labels.dtype()) + " " + str(labels.shape()));
   const int64_t b = logits.shape()[0], t = logits.shape()[1], v = logits.shape()[2];
   if (t < 2) fail("gpt2", "the loss needs at least 2 tokens (each predicts the next), got 1");
-  // Position t predicts label t + 1.
-  const Array lg = slice(logits, {0, 0, 0}, {b, t - 1, v});
-  const Array lb = slice(labels, {0, 1}, {b, t});
+  // Position t predicts label t + 1: the labels moved one to the left and
+  // the last position ignored, rather than a slice of the logits (a copy of
+  // [B, T, V]: 0.55 s of GPT-2 124M's step at 4 x 1024).
+  (void)v;
+  const Array lb = concatenate(
+      {slice(labels, {0, 1}, {b, t}), full({b, 1}, -100, labels.dtype(), labels.device())}, 1);
   const Array keep = not_equal(lb, scalar_like(lb, -100));
   const Array safe = where(keep, lb, scalar_like(lb, 0));
   const Array weight = astype(keep, DType::f32);
-  return sum(softmax_cross_entropy(astype(lg, DType::f32), safe) * weight) / sum(weight);
+  return sum(softmax_cross_entropy(astype(logits, DType::f32), safe) * weight) / sum(weight);
 }
 
 KVCache GPT2LMHeadModel::empty_cache(int64_t batch, int64_t capacity, Device device,

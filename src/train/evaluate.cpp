@@ -16,18 +16,23 @@ std::tuple<Array, Array, Array> batch_metrics(const nn::Model& model, const Para
       model.apply(p, state, x, {.layout = layout, .matmul_dtype = matmul_dtype, .inference = true})
           .logits;
   if (model.causal_lm()) {
-    // Each position predicts the next token: T - 1 predictions per block.
-    const int64_t b = logits.shape()[0], t = logits.shape()[1], v = logits.shape()[2];
-    const Array lg = slice(logits, {0, 0, 0}, {b, t - 1, v});
-    const Array next = slice(y, {0, 1}, {b, t});
-    const Array ce = softmax_cross_entropy(lg, next);  // [B, T-1]
-    Array hits = sum(astype(equal(argmax(lg, -1), astype(next, DType::i32)), DType::f32));
+    // Each position predicts the next token: T - 1 predictions per block (the
+    // labels moved one to the left, the last position weighed 0: no copy of
+    // the logits).
+    const int64_t b = logits.shape()[0], t = logits.shape()[1];
+    const Array next =
+        astype(concatenate({slice(y, {0, 1}, {b, t}), zeros({b, 1}, y.dtype(), y.device())}, 1),
+               DType::i32);
+    const Array keep = concatenate(
+        {ones({b, t - 1}, DType::f32, y.device()), zeros({b, 1}, DType::f32, y.device())}, 1);
+    const Array ce = softmax_cross_entropy(logits, next);  // [B, T]
+    Array hits = sum(astype(equal(argmax(logits, -1), next), DType::f32) * keep);
     // Top-5: fewer than 5 tokens more likely than the true one (whose log
     // probability is -ce).
     const Array above =
-        sum(astype(greater(log_softmax(lg, -1), reshape(-ce, {b, t - 1, 1})), DType::f32), {-1});
-    Array top5 = sum(astype(less(above, scalar_like(above, 5.0)), DType::f32));
-    return {sum(ce), hits, top5};
+        sum(astype(greater(log_softmax(logits, -1), reshape(-ce, {b, t, 1})), DType::f32), {-1});
+    Array top5 = sum(astype(less(above, scalar_like(above, 5.0)), DType::f32) * keep);
+    return {sum(ce * keep), hits, top5};
   }
   Array loss = model.problem_for(y.dtype()) == nn::ProblemType::SingleLabel
                    ? sum(softmax_cross_entropy(logits, y))
