@@ -102,9 +102,9 @@ struct Block {
   Array operator()(Scope& s, const Array& x, const std::optional<Array>& keep) const {
     std::vector<Array> q = qkv(s, x);
     const double scale = cfg->attention_scale(layer);
-    const uint32_t site = s.next_site();  // the probabilities' dropout
     Array ctx;
     if (s.options().fused_attention && !(s.dropping() && cfg->attn_pdrop > 0)) {
+      s.next_site();  // the probabilities' dropout site, unused here (as in the eager form)
       if (bf16_attention(s, q[0]))
         for (Array& a : q) a = astype(a, DType::bf16);
       ctx = attention(q[0], q[1], q[2], {.scale = scale, .causal = true, .key_padding_mask = keep});
@@ -123,13 +123,7 @@ struct Block {
       if (keep) seen = logical_and(seen, reshape(*keep, {b, 1, 1, t}));
       scores = where(seen, scores,
                      full({}, std::numeric_limits<float>::lowest(), DType::f32, x.device()));
-      Array probs = softmax(scores, -1);
-      if (s.dropping() && cfg->attn_pdrop > 0) {
-        const double p = cfg->attn_pdrop;
-        probs = p >= 1 ? probs * 0.0
-                       : where(s.keep_mask(site, probs.shape(), 1.0 - p, x.device()),
-                               probs * (1.0 / (1.0 - p)), scalar_like(probs, 0.0));
-      }
+      const Array probs = attn_dropout(s, softmax(scores, -1));
       ctx = heads(mixed_matmul(probs, heads(q[2]), {}, s.matmul_dtype()));
     }
     return finish(s, x, ctx);
