@@ -3,9 +3,11 @@
 # saved by kiln as transformers loads it): kiln's generate (the KV cache, one
 # compiled decode step) beside transformers' generate (its KV cache), fp32,
 # on this CPU in one run; the same prompt ids, and the tokens of both
-# compared. Writes OUT/results.jsonl and OUT/lscpu.txt.
+# compared; ROUNDS (default 3) rotated rounds of the two, medians reported.
+# Writes OUT/results.jsonl and OUT/lscpu.txt.
 #   PRECISION: fp32 (default) or bf16 (kiln's bf16 matmul operands: the
-#     weights rounded once, at compile; transformers' model in bfloat16)
+#     weights rounded once before the calls, Model.inference_params;
+#     transformers' model in bfloat16)
 #   PYTHON: a Python with torch and transformers (default bench/peers/.venv)
 #   bash bench/lm/generate.sh OUT [NEW_TOKENS]
 set -euo pipefail
@@ -28,16 +30,24 @@ m.save_pretrained(sys.argv[1], m.init(kiln.random.key(0)))
 PY
 ids=$("$py" -c "import numpy as np; print(','.join(map(str, np.random.default_rng(1).integers(0, 50257, 16))))")
 precision=${PRECISION:-fp32}
-"$py" bench/lm/kiln_generate.py "$work/gpt2" --prompt-ids "$ids" --new "$new" \
-  --precision "$precision" > "$out/results.jsonl"
-"$py" bench/lm/torch_generate.py "$work/gpt2" --prompt-ids "$ids" --new "$new" \
-  --precision "$precision" >> "$out/results.jsonl"
+: > "$out/results.jsonl"
+for round in $(seq "${ROUNDS:-3}"); do  # rotated: a slow spell of the machine hits both
+  "$py" bench/lm/kiln_generate.py "$work/gpt2" --prompt-ids "$ids" --new "$new" \
+    --precision "$precision" >> "$out/results.jsonl"
+  "$py" bench/lm/torch_generate.py "$work/gpt2" --prompt-ids "$ids" --new "$new" \
+    --precision "$precision" >> "$out/results.jsonl"
+done
 "$py" - "$out/results.jsonl" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-k, t = rows
-same = k["tokens"] == t["tokens"]
-print(f"kiln {k['tokens_per_second']:.1f} tokens/s per call ({k['marginal_tokens_per_second']:.1f} "
-      f"marginal), transformers {t['tokens_per_second']:.1f}: "
-      f"{k['tokens_per_second'] / t['tokens_per_second']:.2f}x; the same tokens: {same}")
+k = [r for r in rows if r["peer"] == "kiln generate"]
+t = [r for r in rows if r["peer"] == "transformers generate"]
+rate = lambda rs, f="tokens_per_second": statistics.median(r[f] for r in rs)
+same = all(r["tokens"] == t[0]["tokens"] for r in k)
+print(f"kiln {rate(k):.1f} tokens/s per call ({rate(k, 'marginal_tokens_per_second'):.1f} "
+      f"marginal), transformers {rate(t):.1f}: {rate(k) / rate(t):.2f}x (medians of {len(k)} "
+      f"rotated rounds; kiln {min(r['tokens_per_second'] for r in k):.1f}-"
+      f"{max(r['tokens_per_second'] for r in k):.1f}, transformers "
+      f"{min(r['tokens_per_second'] for r in t):.1f}-{max(r['tokens_per_second'] for r in t):.1f}); "
+      f"the same tokens: {same}")
 PY

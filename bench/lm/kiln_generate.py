@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Greedy generation with kiln (kiln.models ... generate: the prompt once,
 then one compiled decode step per token on the KV cache) from a model
-folder: --new tokens after a prompt of token ids, fp32; one warm-up call,
+folder: --new tokens after a prompt of token ids, fp32 (or --precision bf16:
+bf16 matmuls, the weights rounded once before the calls); one warm-up call,
 then --repeats timed calls of --new and of 2 x --new tokens (each call
 compiles its steps: the difference of the two gives the rate of a token
 once prefill and compile are paid). Prints one JSON line.
@@ -28,6 +29,8 @@ p.add_argument("--repeats", type=int, default=3)
 p.add_argument("--precision", default="fp32")
 a = p.parse_args()
 model, params, _ = kiln.models.from_pretrained(a.model)
+# The matmul weights rounded once (bf16), as the peer's model.to(torch.bfloat16).
+params = model.inference_params(params, a.precision)
 ids = np.asarray([[int(t) for t in a.prompt_ids.split(",")]], np.int32)
 
 

@@ -107,6 +107,14 @@ class GPT2LMHeadModel {
   // Inference only (no dropout); f32 or the cache's dtype for bf16.
   Array apply_cached(const Params& params, const Array& input_ids, KVCache& cache,
                      const Array& position, DType matmul_dtype = DType::f32) const;
+  // The parameters for apply_cached and generate at matmul_dtype `dtype`,
+  // each matmul operand (the blocks' Conv1D weights, the head) rounded to it
+  // once, as transformers' model.to(torch.bfloat16) is done once before
+  // generating; embeddings, norms and biases as they are. The head's copy is
+  // "lm_head.weight" also when it is tied (apply_cached reads that entry
+  // where it is present). The logits equal those of rounding at each step.
+  // f32: the parameters as they are.
+  Params inference_params(const Params& params, DType dtype) const;
 
  private:
   GPT2Config cfg_;

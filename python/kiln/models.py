@@ -165,6 +165,14 @@ class Model:
                                int(seed), int(eos_token_id), int(pad_token_id),
                                _precision_dtype(precision), bool(compiled))
 
+    def inference_params(self, params: dict, precision: str = "bf16") -> dict:
+        """A language model's parameters for :meth:`generate` at ``precision``
+        with each matmul weight rounded once (as transformers'
+        ``model.to(torch.bfloat16)``; embeddings, norms and biases kept), so
+        that repeated calls do not round them again; the tokens are the same.
+        "fp32": the parameters as they are."""
+        return _kiln._inference_params(self._m, params, _precision_dtype(precision))
+
     def save_pretrained(self, directory: str, params: dict, state: dict | None = None) -> None:
         """Writes config.json and model.safetensors (parameters and state) for
         transformers' AutoModelForImageClassification.from_pretrained

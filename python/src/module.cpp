@@ -1473,6 +1473,16 @@ void bind_models(nb::module_& m) {
       },
       "model"_a, "params"_a, "prompt"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a,
       "seed"_a, "eos_token_id"_a, "pad_token_id"_a, "matmul_dtype"_a, "compiled"_a, NoGil());
+  m.def(
+      "_inference_params",
+      [](const Model& md, const kiln::Params& params, DType matmul_dtype) {
+        const kiln::nn::GPT2LMHeadModel* lm = kiln::nn::as_gpt2(md);
+        if (!lm)
+          kiln::fail("inference_params",
+                     md.architecture() + " is not a language model (it takes GPT2LMHeadModel)");
+        return lm->inference_params(params, matmul_dtype);
+      },
+      "model"_a, "params"_a, "matmul_dtype"_a, NoGil());
   using kiln::data::Tokenizer;
   nb::class_<Tokenizer>(m, "_Tokenizer")
       .def_static("from_folder", &Tokenizer::from_folder, "dir"_a, NoGil())

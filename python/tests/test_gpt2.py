@@ -62,6 +62,19 @@ def test_sampling_repeats_by_seed():
         vit.generate({}, [1, 2], 2)
 
 
+def test_inference_params_round_the_matmul_weights_once():
+    model, params, _ = kiln.models.from_pretrained(os.path.join(FIXTURES, "gpt2_golden", "tied"))
+    prepared = model.inference_params(params, "bf16")
+    assert prepared["lm_head.weight"].dtype == kiln.bfloat16  # the tied head's copy
+    assert prepared["transformer.h.0.attn.c_attn.weight"].dtype == kiln.bfloat16
+    assert prepared["transformer.wte.weight"].dtype == kiln.float32
+    run = lambda p: np.asarray(model.generate(p, [5, 6, 7], 6, eos_token_id=-1, precision="bf16"))
+    np.testing.assert_array_equal(run(prepared), run(params))
+    assert model.inference_params(params, "fp32").keys() == params.keys()
+    with pytest.raises(kiln.KilnError, match="not a language model"):
+        kiln.models.from_preset("vit-tiny").inference_params({}, "bf16")
+
+
 def test_tokenizer_gives_tokenizers_ids():
     folder = os.path.join(FIXTURES, "tokenizer_golden")
     tok = kiln.data.Tokenizer.from_folder(folder)

@@ -159,9 +159,12 @@ void check_ids(const GPT2Config& c, const Array& ids, int64_t first_position, co
 
 // The logits of the final hidden states: ln_f, then the head (wte's
 // transpose when tied).
-Array head(Scope& s, const GPT2Config& c, const Array& h) {
+// The logits of the last hidden states; `prepared`: the parameters hold the
+// head's weight as "lm_head.weight" also when it is tied (inference_params).
+Array head(Scope& s, const GPT2Config& c, const Array& h, bool prepared = false) {
   const Array x = LayerNorm{"transformer.ln_f", c.n_embd, c.layer_norm_epsilon}(s, h);
-  const Array& w = s.param(c.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight");
+  const Array& w =
+      s.param(c.tie_word_embeddings && !prepared ? "transformer.wte.weight" : "lm_head.weight");
   return mixed_matmul(x, w, {.transpose_b = true}, s.matmul_dtype());
 }
 
@@ -432,7 +435,27 @@ Array GPT2LMHeadModel::apply_cached(const Params& params, const Array& input_ids
                                 {.scale = cfg_.attention_scale(block.layer), .bias = bias});
     h = block.finish(s, h, ctx);
   }
-  return head(s, cfg_, h);
+  return head(s, cfg_, h, params.count("lm_head.weight") > 0);
+}
+
+Params GPT2LMHeadModel::inference_params(const Params& params, DType dtype) const {
+  if (dtype == DType::f32) return params;
+  Params out = params;
+  auto round = [&](const std::string& name) {
+    auto it = params.find(name);
+    if (it == params.end()) fail("gpt2", "the parameters lack " + name);
+    return astype(it->second, dtype);
+  };
+  for (const Block& block : blocks_of(cfg_))
+    for (const Conv1D* c : {&block.c_attn, &block.attn_proj, &block.c_fc, &block.mlp_proj}) {
+      const std::string w = join_name(c->name, "weight");
+      out[w] = round(w);
+    }
+  auto head = params.find("lm_head.weight");
+  if (!(head != params.end() && head->second.dtype() == dtype))
+    out["lm_head.weight"] =
+        round(cfg_.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight");
+  return out;
 }
 
 namespace {
@@ -503,16 +526,18 @@ Array generate(const GPT2LMHeadModel& model, const Params& params, const Array& 
   const Device dev = prompt.device();
   const DType kv = o.matmul_dtype == DType::bf16 ? DType::bf16 : DType::f32;
   KVCache cache = model.empty_cache(b, total, dev, kv);
+  // The matmul weights rounded once (both programs read the same copies).
+  const Params run = model.inference_params(params, o.matmul_dtype);
   const size_t layers = cache.keys.size();
   // One step: the tokens at `position` -> the last position's logits, the
   // cache written (donated under jit, so in place).
-  auto step = [&model, &params, layers, o](const std::vector<Array>& in) {
+  auto step = [&model, &run, layers, o](const std::vector<Array>& in) {
     KVCache kvc;
     for (size_t l = 0; l < layers; ++l) {
       kvc.keys.push_back(in[2 + l]);
       kvc.values.push_back(in[2 + layers + l]);
     }
-    const Array logits = model.apply_cached(params, in[0], kvc, in[1], o.matmul_dtype);
+    const Array logits = model.apply_cached(run, in[0], kvc, in[1], o.matmul_dtype);
     const int64_t bb = logits.shape()[0], t = logits.shape()[1], v = logits.shape()[2];
     std::vector<Array> out{reshape(slice(logits, {0, t - 1, 0}, {bb, t, v}), {bb, v})};
     for (Array& a : kvc.keys) out.push_back(std::move(a));

@@ -226,6 +226,27 @@ TEST(Gpt2, Bf16MixedPrecisionStaysNearF32) {
   const Array greedy = nn::generate(g.model, g.weights, g.expected.at("prompt"),
                                     {.max_new_tokens = 4, .matmul_dtype = DType::bf16});
   EXPECT_EQ(greedy.shape(), (Shape{2, 9}));
+  // The matmul weights rounded once beforehand (the head as lm_head.weight
+  // of this tied model): the same cached logits and tokens, compiled and
+  // eagerly; f32 leaves the parameters as they are.
+  const Params prepared = g.model.inference_params(g.weights, DType::bf16);
+  EXPECT_EQ(prepared.at("lm_head.weight").dtype(), DType::bf16);
+  EXPECT_EQ(prepared.at("transformer.h.1.mlp.c_fc.weight").dtype(), DType::bf16);
+  EXPECT_EQ(prepared.at("transformer.wte.weight").dtype(), DType::f32);
+  EXPECT_EQ(prepared.at("transformer.h.0.ln_1.weight").dtype(), DType::f32);
+  EXPECT_EQ(g.model.inference_params(g.weights, DType::f32).count("lm_head.weight"), 0u);
+  const Array ids = g.ids();
+  auto cached = [&](const Params& w) {
+    nn::KVCache c = g.model.empty_cache(ids.shape()[0], ids.shape()[1], Device::cpu(), DType::bf16);
+    return g.model.apply_cached(w, ids, c, zeros({}, DType::i32), DType::bf16);
+  };
+  EXPECT_EQ(relative_error(cached(prepared), cached(g.weights)), 0.0);
+  auto tokens = [](const Array& a) { return astype(a, DType::i64).to_vector<int64_t>(); };
+  for (bool compiled : {true, false})
+    EXPECT_EQ(tokens(nn::generate(
+                  g.model, prepared, g.expected.at("prompt"),
+                  {.max_new_tokens = 4, .matmul_dtype = DType::bf16, .compiled = compiled})),
+              tokens(greedy));
 }
 
 // Sampling: the same seed draws the same tokens compiled and eagerly; another

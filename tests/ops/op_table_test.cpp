@@ -1894,7 +1894,7 @@ TEST(Matmul, F32LibrariesMatchF64) {
 TEST(Matmul, SmallRowBf16GemmsMatchF64) {
   uint32_t seed = 900;
   for (int64_t m : {1, 2, 4, 5})
-    for (int64_t k : {7, 768})
+    for (int64_t k : {7, 768, 771})
       for (int64_t n : {1, 515, 1030})
         for (bool tb : {false, true})
           for (DType out : {DType::f32, DType::bf16}) {

@@ -267,6 +267,18 @@ inline float widen_bf16(uint16_t b) {
   return f;
 }
 
+#if KILN_CPU_AVX512
+// A software prefetch of the weights 16 KiB ahead of the line being read:
+// two threads streaming GPT-2's per-layer weights (1 to 5 MB each) read them
+// at 19.7 GB/s on the hardware prefetchers alone and 24 with it (4 or 8 KiB
+// ahead: 16; 2026-12-06, Xeon, 2 vCPUs). Past a block's end it
+// warms the next one's start (a prefetch never faults).
+constexpr int64_t kPrefetchBytes = 16384;
+inline void prefetch_ahead(const uint16_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+#endif
+
 // C [m, n] (f32) = A [m, k] · B, B [k, n] or (tb) [n, k], all bf16.
 void gemm_small_bf16(const GemmShape& s, const void* a_data, const void* b_data, float* c) {
   const int64_t m = s.m, n = s.n, k = s.k;
@@ -286,6 +298,7 @@ void gemm_small_bf16(const GemmShape& s, const void* a_data, const void* b_data,
 #if KILN_CPU_AVX512
           __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
           for (; p + 32 <= k; p += 32) {
+            if (i == 0) prefetch_ahead(row + p);
             s0 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + p), avx512::load_bf16(row + p), s0);
             s1 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + p + 16), avx512::load_bf16(row + p + 16), s1);
           }
@@ -312,14 +325,23 @@ void gemm_small_bf16(const GemmShape& s, const void* a_data, const void* b_data,
           const __m512 av = _mm512_set1_ps(a[p]);
           const uint16_t* row = B + p * n;
           int64_t j = 0;
-          for (; j + 16 <= n; j += 16)
+          for (; j + 16 <= n; j += 16) {
+            if (j % 32 == 0) prefetch_ahead(row + j);
             _mm512_storeu_ps(acc + j, _mm512_fmadd_ps(av, avx512::load_bf16(row + j),
                                                       _mm512_loadu_ps(acc + j)));
+          }
           for (; j < n; ++j) acc[j] += a[p] * widen_bf16(row[j]);
         }
       }
     });
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {  // the chunks added in order, as below
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t ch = 0; ch < chunks; ++ch)
+        sum = _mm512_add_ps(sum, _mm512_loadu_ps(part.data() + ch * n + j));
+      _mm512_storeu_ps(c + j, sum);
+    }
+    for (; j < n; ++j) {
       float sum = 0;
       for (int64_t ch = 0; ch < chunks; ++ch) sum += part[ch * n + j];
       c[j] = sum;
