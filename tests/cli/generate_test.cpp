@@ -16,6 +16,7 @@
 #include "kiln/kiln.h"
 #include "kiln/model.h"
 #include "kiln/tokenizer.h"
+#include "kiln/train.h"
 
 namespace kiln {
 namespace {
@@ -121,6 +122,46 @@ TEST(Generate, BadInputGetsClearErrors) {
   r = kiln_cli("generate --model " + lm.dir.string() + " --prompt ''");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--prompt is empty"), std::string::npos) << r.err;
+}
+
+// kiln eval of a language model on text: the library's held-out next-token
+// loss, perplexity and accuracy, with the folder's tokenizer; --split train;
+// LM flags for an image model and image data for an LM are errors.
+TEST(Eval, ALanguageModelGivesTheLibrarysHeldOutLoss) {
+  TinyLm lm;
+  const fs::path cache = lm.dir.string() + "-cache";
+  ::setenv("KILN_TOKEN_CACHE", cache.c_str(), 1);
+  const std::string text = "/usr/share/common-licenses/GPL-3";
+  train::TrainConfig cfg;
+  cfg.model = lm.model;
+  cfg.data = "text:" + text;
+  cfg.seq_len = 24;
+  cfg.tokenizer = lm.dir.string();
+  const train::DataSplits splits = train::load_data(cfg);
+  for (const char* split : {"test", "train"}) {
+    SCOPED_TRACE(split);
+    const auto& ds = std::string(split) == "train" ? splits.train : splits.eval;
+    const train::EvalResult want =
+        train::evaluate(lm.model, lm.params, {}, *ds, 8, nn::Layout::NCHW, true);
+    const CliRun r = kiln_cli("eval --model " + lm.dir.string() + " --data text:" + text +
+                              " --seq-len 24 --split " + split);
+    ASSERT_EQ(r.status, 0) << r.err;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "loss %.4f (perplexity %.2f)", want.loss, std::exp(want.loss));
+    EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("on " + std::to_string(want.tokens) + " tokens"), std::string::npos)
+        << r.out;
+  }
+  CliRun r = kiln_cli("eval --model " + kFixtures + "/predict/single --data text:" + text +
+                      " --seq-len 24");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--seq-len goes with a language model"), std::string::npos) << r.err;
+  r = kiln_cli("eval --model " + lm.dir.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("is a language model; expected text:PATH or tokens:PATH"), std::string::npos)
+      << r.err;
+  ::unsetenv("KILN_TOKEN_CACHE");
+  fs::remove_all(cache);
 }
 
 // kiln grad on input_ids and labels: transformers' loss and gradients.

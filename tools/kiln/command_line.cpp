@@ -350,7 +350,9 @@ void define_train_runtime(CLI::App* t, TrainFlags& tf) {
 // kiln eval.
 void define_eval(CLI::App& app, Subcommands& s, EvalFlags& ef) {
   auto* e = s.eval =
-      app.add_subcommand("eval", "loss and top-1 accuracy of a checkpoint on a data set");
+      app.add_subcommand("eval",
+                         "loss and top-1 accuracy of a checkpoint on a data set (a language "
+                         "model: loss, perplexity and next-token accuracy)");
   auto* ckpt_opt =
       e->add_option("--checkpoint", ef.checkpoint, "directory written by kiln train --save");
   e->add_option("--model", ef.model,
@@ -361,12 +363,22 @@ void define_eval(CLI::App& app, Subcommands& s, EvalFlags& ef) {
                 "with --model: evaluate at this image size, H or HxW (position embeddings "
                 "resampled as transformers' interpolate_pos_encoding)")
       ->check(kImageSize);
-  e->add_option("--data", ef.data, "fashion-mnist or imagefolder:PATH");
+  e->add_option("--data", ef.data,
+                "fashion-mnist or imagefolder:PATH; a language model: text:PATH or tokens:PATH");
   e->add_option("--data-dir", ef.data_dir, "where the Fashion-MNIST IDX files are");
   e->add_option("--split", ef.split,
-                "test (fashion-mnist's test split, an image folder's held-out files) or train")
+                "test (fashion-mnist's test split, an image folder's held-out files, a text's "
+                "held-out blocks) or train")
       ->check(CLI::IsMember({"test", "train"}));
-  e->add_option("--batch-size", ef.batch_size, "images per batch")->check(kPositiveInt);
+  e->add_option("--batch-size", ef.batch_size,
+                "images per batch (default 256), or blocks of --seq-len tokens (default 8)")
+      ->check(kPositiveInt);
+  e->add_option("--seq-len", ef.seq_len,
+                "text and tokens: tokens per block (default: the model's n_positions)")
+      ->check(kPositiveInt);
+  e->add_option("--tokenizer", ef.tokenizer,
+                "text: a folder with tokenizer.json, or vocab.json and merges.txt (default: the "
+                "model's or checkpoint's folder)");
   e->add_option("--mode", ef.mode, "eager or jit")->check(CLI::IsMember({"eager", "jit"}));
   e->add_option("--layout", ef.layout, "image layout")->check(CLI::IsMember({"nchw", "nhwc"}));
   e->add_option("--device", ef.device, "cpu, ref or cuda[:N]")->check(kDevice);

@@ -40,8 +40,9 @@ struct TrainFlags {
 struct EvalFlags {
   std::string checkpoint, model, image_size,
       data = "fashion-mnist", data_dir = data::kFashionMnistDir, split = "test", mode = "jit",
-      layout = "nchw", device = "cpu";
-  int64_t batch_size = 256;
+      layout = "nchw", device = "cpu", tokenizer;
+  int64_t batch_size = 0;  // 0: 256 images, or 8 blocks of a language model
+  int64_t seq_len = 0;     // 0: the model's n_positions
 };
 
 struct PredictFlags {

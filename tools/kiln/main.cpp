@@ -193,6 +193,15 @@ void print_description(const train::TrainConfig& cfg) {
   std::fflush(stdout);
 }
 
+// The tokens of a sample of a language model's run (its blocks of --seq-len,
+// default n_positions); 0 for an image model.
+int64_t tokens_per_sample(const train::TrainConfig& cfg) {
+  if (!cfg.model || !cfg.model->causal_lm()) return 0;
+  if (cfg.seq_len > 0) return cfg.seq_len;
+  const nn::GPT2LMHeadModel* lm = nn::as_gpt2(*cfg.model);
+  return lm ? lm->config().n_positions : 0;
+}
+
 // What the run shows while it goes: on a terminal a progress bar that
 // rewrites one line, otherwise a line every `print_every` steps; evaluations
 // and saves on lines of their own.
@@ -220,9 +229,11 @@ class Progress {
       std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
       std::string acc =
           last_acc_ >= 0 ? "  acc " + fmt_g(std::round(1000 * last_acc_) / 10) + "%" : "";
-      std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f%s  %.1f img/s  ETA %s", bar.c_str(),
-                  (long long)s.step, (long long)cfg_.steps, s.loss, acc.c_str(),
-                  cfg_.batch_size / s.seconds, fmt_seconds(eta).c_str());
+      const int64_t tokens = tokens_per_sample(cfg_);
+      const double rate = cfg_.batch_size * std::max<int64_t>(tokens, 1) / s.seconds;
+      std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f%s  %.*f %s  ETA %s", bar.c_str(),
+                  (long long)s.step, (long long)cfg_.steps, s.loss, acc.c_str(), tokens ? 0 : 1,
+                  rate, tokens ? "tok/s" : "img/s", fmt_seconds(eta).c_str());
       if (s.step == cfg_.steps) std::printf("\n");
     } else if (s.step % print_every_ == 0 || s.step == first_ || s.step == cfg_.steps) {
       std::printf("step %lld/%lld  loss %.4f  lr %.3g  %s%s\n", (long long)s.step,
@@ -277,9 +288,13 @@ void print_report(const train::TrainConfig& cfg, const train::TrainReport& r) {
               fmt_seconds(r.median).c_str(), fmt_seconds(r.p90).c_str(), fmt_seconds(r.min).c_str(),
               fmt_seconds(r.max).c_str(),
               (long long)std::max<int64_t>(1, cfg.steps - r.first_step + 1 - cfg.warmup));
-  std::printf("%.2f images/s, data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
-              r.images_per_second, 100 * r.data_wait_share,
-              fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
+  if (const int64_t tokens = tokens_per_sample(cfg))
+    std::printf("%.0f tokens/s (%.2f blocks of %lld), ", r.images_per_second * tokens,
+                r.images_per_second, (long long)tokens);
+  else
+    std::printf("%.2f images/s, ", r.images_per_second);
+  std::printf("data wait %.1f%% of the step, first step %s, peak RSS %.0f MiB\n",
+              100 * r.data_wait_share, fmt_seconds(r.first_step_seconds).c_str(), r.peak_rss_mib);
   if (r.peak_device_mib > 0)
     std::printf("peak device memory %.0f MiB (kiln's allocator on %s)\n", r.peak_device_mib,
                 cfg.device.c_str());
@@ -391,6 +406,36 @@ int run_train(const cli::TrainFlags& f) {
   return 0;
 }
 
+// kiln eval of a language model: the next token's loss, perplexity and
+// accuracy on text or token data (the held-out blocks, as kiln train's
+// evaluation, or --split train), with the model's folder's tokenizer.
+int run_eval_lm(const cli::EvalFlags& f, const io::Checkpoint& ck, const std::string& what) {
+  train::TrainConfig cfg;
+  cfg.model = ck.model;
+  cfg.data = f.data;
+  cfg.seq_len = f.seq_len;
+  cfg.tokenizer = !f.tokenizer.empty()    ? f.tokenizer
+                  : !f.checkpoint.empty() ? f.checkpoint
+                                          : io::resolve_model_source(f.model);
+  train::DataSplits splits = train::load_data(cfg, std::nullopt);
+  std::printf("%s\n", splits.description.c_str());
+  auto ds = f.split == "train" ? splits.train : splits.eval;
+  if (!ds) fail("eval", "--data " + f.data + " has no held-out blocks");
+  const Device device = parse_device(f.device, "--device");
+  Params params = ck.params, state = ck.model_state;
+  for (auto& [name, p] : params) p = p.to(device);
+  for (auto& [name, v] : state) v = v.to(device);
+  const auto r = train::evaluate(cfg.model, params, state, *ds, f.batch_size > 0 ? f.batch_size : 8,
+                                 cfg.layout, f.mode != "eager");
+  std::printf(
+      "%s on %s %s: loss %.4f (perplexity %.2f), next-token accuracy %.2f%% (top-5 %.2f%%) on "
+      "%lld tokens (%s)\n",
+      what.c_str(), f.data.c_str(), f.split == "train" ? "train" : "held-out", r.loss,
+      std::exp(r.loss), 100 * r.accuracy, 100 * r.top5, (long long)r.tokens,
+      fmt_seconds(r.seconds).c_str());
+  return 0;
+}
+
 int run_eval(const cli::EvalFlags& f) {
   if (!f.image_size.empty() && f.model.empty())
     fail("eval", "--image-size goes with --model (a checkpoint is evaluated at its own size)");
@@ -410,14 +455,14 @@ int run_eval(const cli::EvalFlags& f) {
                        "a pretrained model: a folder that transformers saved, or a Hub id");
     io::Pretrained m = io::load_pretrained(f.model);
     if (!f.image_size.empty()) io::set_image_size(m, *cli::parse_image_size(f.image_size));
-    if (!m.has_classifier)
+    if (!m.has_classifier && !m.model->causal_lm())
       fail("eval", "--model " + f.model +
                        ": no classifier (a ViTModel checkpoint): fine-tune it "
                        "first (kiln train --init-from " +
                        f.model + " --data ...)");
     for (const std::string& note : m.notes)
       std::printf("--model %s: %s\n", f.model.c_str(), note.c_str());
-    print_processor_note("--model", f.model, m, stdout);
+    if (!m.model->causal_lm()) print_processor_note("--model", f.model, m, stdout);
     ck.model = m.model;
     ck.params = std::move(m.params);
     ck.model_state = std::move(m.state);
@@ -433,6 +478,11 @@ int run_eval(const cli::EvalFlags& f) {
   cfg.data = f.data;
   cfg.data_dir = f.data_dir;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  const bool lm = cfg.model->causal_lm();
+  if (!lm && (f.seq_len > 0 || !f.tokenizer.empty()))
+    fail("eval", std::string(f.seq_len > 0 ? "--seq-len" : "--tokenizer") + " goes with a " +
+                     "language model; " + what + " is " + cfg.model->architecture());
+  if (lm) return run_eval_lm(f, ck, what);
   const std::vector<std::string> labels = train::data_labels(cfg);
   const std::vector<std::string> names = cfg.model->label_names();
   if (labels.size() == names.size())
@@ -452,8 +502,8 @@ int run_eval(const cli::EvalFlags& f) {
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
   for (auto& [name, v] : ck.model_state) v = v.to(device);
-  auto r = train::evaluate(cfg.model, ck.params, ck.model_state, *ds, f.batch_size, cfg.layout,
-                           f.mode != "eager");
+  auto r = train::evaluate(cfg.model, ck.params, ck.model_state, *ds,
+                           f.batch_size > 0 ? f.batch_size : 256, cfg.layout, f.mode != "eager");
   std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, top-5 %.2f%%, %s)\n",
               what.c_str(), f.data.c_str(),
               f.split == "train"          ? "train"
