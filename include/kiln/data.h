@@ -166,7 +166,8 @@ struct ImageProcessor {
   // Resizes (Pillow), crops, rescales and normalizes an RGB image into
   // out[3][h][w] (h x w = output_size), float for float what transformers
   // computes: (float)(u8 * rescale_factor) in double, then
-  // (x - (float)mean) / (float)std in float.
+  // (x - (float)mean) / (float)std in float. A greyscale image (a model of
+  // num_channels 1) becomes out[1][h][w] with the first mean and std.
   void pixel_values(const Image& rgb, float* out) const;
   // Checks the fields: positive sizes, 3 means and 3 nonzero stds; an error
   // names `origin` and the field.
@@ -344,9 +345,11 @@ class ImageFolder final : public Dataset {
 // zero, and error(index) says why.
 class ImageFiles final : public Dataset {
  public:
-  ImageFiles(std::vector<std::string> files, ImageProcessor processor, nn::Size2d image_size);
+  // `channels`: 3 (RGB) or 1 (greyscale, as Pillow's convert("L")).
+  ImageFiles(std::vector<std::string> files, ImageProcessor processor, nn::Size2d image_size,
+             int64_t channels = 3);
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
-  Shape image_shape() const override { return {3, size_.height, size_.width}; }
+  Shape image_shape() const override { return {channels_, size_.height, size_.width}; }
   void get(int64_t index, float* image, int32_t* label) const override;
   const std::string& file(int64_t index) const { return files_.at(index); }
   // Empty unless get(index) failed; read it after get() has returned.
@@ -361,6 +364,7 @@ class ImageFiles final : public Dataset {
   std::vector<std::string> files_;
   ImageProcessor processor_;
   nn::Size2d size_;
+  int64_t channels_;
   mutable std::vector<std::string> errors_;  // one slot per file, written by its get()
 };
 

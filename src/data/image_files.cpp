@@ -8,12 +8,16 @@ namespace kiln::data {
 namespace fs = std::filesystem;
 
 ImageFiles::ImageFiles(std::vector<std::string> files, ImageProcessor processor,
-                       nn::Size2d image_size)
+                       nn::Size2d image_size, int64_t channels)
     : files_(std::move(files)),
       processor_(std::move(processor)),
       size_(image_size),
+      channels_(channels),
       errors_(files_.size()) {
   processor_.validate("image processor");
+  if (channels_ != 1 && channels_ != 3)
+    fail("image files",
+         "channels " + std::to_string(channels_) + ": expected 3 (RGB) or 1 (greyscale) images");
   if (size_.height <= 0 || size_.width <= 0)
     fail("image files", "image size " + nn::to_string(size_) + " is not positive");
 }
@@ -21,7 +25,7 @@ ImageFiles::ImageFiles(std::vector<std::string> files, ImageProcessor processor,
 void ImageFiles::get(int64_t index, float* image, int32_t* label) const {
   const std::string& path = files_.at(index);
   try {
-    Image img = decode_image(read_file_bytes(path), 3, path);
+    Image img = decode_image(read_file_bytes(path), channels_, path);
     nn::Size2d s = processor_.output_size(img.width, img.height);
     if (s != size_)
       fail(path, "processes to " + nn::to_string(s) +
@@ -32,7 +36,7 @@ void ImageFiles::get(int64_t index, float* image, int32_t* label) const {
     *label = 0;
   } catch (const Error& e) {
     errors_[index] = e.what();
-    std::fill_n(image, 3 * size_.height * size_.width, 0.0f);
+    std::fill_n(image, channels_ * size_.height * size_.width, 0.0f);
     *label = -1;
   }
 }

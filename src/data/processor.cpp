@@ -78,9 +78,10 @@ void ImageProcessor::validate(const std::string& origin) const {
 }
 
 void ImageProcessor::pixel_values(const Image& rgb, float* out) const {
-  if (rgb.channels != 3)
+  if (rgb.channels != 3 && rgb.channels != 1)
     fail("image processor",
-         "expects an RGB image, got " + std::to_string(rgb.channels) + " channels");
+         "expects an RGB or a greyscale image, got " + std::to_string(rgb.channels) + " channels");
+  const int C = static_cast<int>(rgb.channels);
   Image resized;
   const Image* img = &rgb;
   nn::Size2d r{rgb.height, rgb.width};
@@ -104,8 +105,8 @@ void ImageProcessor::pixel_values(const Image& rgb, float* out) const {
     for (int64_t x = 0; x < o.width; ++x) {
       const int64_t sy = y + top, sx = x + left;
       const bool inside = sy >= 0 && sy < img->height && sx >= 0 && sx < img->width;
-      for (int c = 0; c < 3; ++c) {
-        const uint8_t u = inside ? img->pixels[(sy * img->width + sx) * 3 + c] : 0;
+      for (int c = 0; c < C; ++c) {
+        const uint8_t u = inside ? img->pixels[(sy * img->width + sx) * C + c] : 0;
         float v = do_rescale ? static_cast<float>(static_cast<double>(u) * rescale_factor)
                              : static_cast<float>(u);
         if (do_normalize) v = (v - mean[c]) / std_[c];

@@ -123,6 +123,22 @@ std::optional<data::ImageProcessor> data_processor(
   return p;
 }
 
+std::optional<data::ImageProcessor> saved_processor(
+    const TrainConfig& cfg, const nn::Model& model,
+    const std::optional<data::ImageProcessor>& given) {
+  if (cfg.data == "fashion-mnist" && !model.causal_lm()) {
+    // Fashion-MNIST's pixels as its loader makes them: 28x28, scaled to
+    // [0, 1], normalized with the data set's mean and std.
+    const data::FashionMnistOptions fm;
+    data::ImageProcessor p;
+    p.size = 28;
+    p.image_mean.assign(3, fm.mean);
+    p.image_std.assign(3, fm.std);
+    return p;
+  }
+  return data_processor(cfg, model, given);
+}
+
 DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor) {
   if (model.causal_lm()) return lm_datasets(cfg, model);

@@ -17,6 +17,13 @@ inline double since(Clock::time_point t) {
 // cfg.optimizer with cfg's learning rate, betas, momentum and weight decay.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& cfg);
 
+// The processor a run saves with its checkpoints (preprocessor_config.json,
+// which kiln predict reads): data_processor's, or for Fashion-MNIST the
+// loader's own normalization at 28x28 (greyscale).
+std::optional<data::ImageProcessor> saved_processor(
+    const TrainConfig& cfg, const nn::Model& model,
+    const std::optional<data::ImageProcessor>& given);
+
 // The data sets of cfg for `model` (cfg.model, or a resumed checkpoint's);
 // an RGB image folder's images processed by `processor` (data_processor).
 DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,

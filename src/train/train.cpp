@@ -234,7 +234,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Callbacks& cb, const optim::Optim
       params_(std::move(start.params)),
       model_state_(std::move(start.model_state)),
       state_(std::move(start.state)),
-      processor_(data_processor(cfg, *start.model, start.processor)),
+      processor_(saved_processor(cfg, *start.model, start.processor)),
       data_(make_datasets(cfg, *start.model, processor_)),
       loader_(data_.train, {.batch_size = cfg.batch_size,
                             .shuffle = cfg.data != "random",  // real data: every epoch anew

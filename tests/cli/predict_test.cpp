@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -276,6 +277,64 @@ TEST(Predict, TextOutputTopKAndBadFiles) {
   r = predict("--model " + model + " --image-size 36 " + images + "png_rgb8.png");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("images processed to 36"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A greyscale model: kiln train on Fashion-MNIST saves the loader's
+// normalization as the checkpoint's processor, and kiln predict labels the
+// README's quick start images (four of Fashion-MNIST's test images as PNGs)
+// with the scores of the model on the data set's own pixels.
+TEST(Predict, AGreyModelTrainedOnFashionMnistLabelsItsTestImages) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kiln-predict-grey-" + std::to_string(::getpid()));
+  const std::string ckpt = (dir / "fmnist").string();
+  const std::string train = test_util::kiln_cli_path() +
+                            " train --model vit-fmnist --data fashion-mnist --batch-size 32 "
+                            "--steps 20 --optimizer adamw --lr 2e-3 --save " +
+                            ckpt + " > /dev/null";
+  ASSERT_EQ(std::system(train.c_str()), 0) << train;
+  const io::Pretrained m = io::load_pretrained(ckpt);
+  ASSERT_TRUE(m.has_processor);
+  const data::FashionMnistOptions fm;
+  EXPECT_FLOAT_EQ(static_cast<float>(m.processor.image_mean[0]), fm.mean);
+  EXPECT_FLOAT_EQ(static_cast<float>(m.processor.image_std[0]), fm.std);
+
+  // The PNGs through the saved processor give the data set's pixels.
+  const std::string images = std::string(KILN_SOURCE_DIR) + "/examples/images/";
+  const std::vector<std::pair<std::string, int64_t>> files{
+      {"ankle-boot-0.png", 0}, {"bag-18.png", 18}, {"sneaker-9.png", 9}, {"trouser-2.png", 2}};
+  std::vector<std::string> paths;
+  for (const auto& [name, index] : files) paths.push_back(images + name);
+  data::ImageFiles png(paths, m.processor, 28, 1);
+  data::FashionMnist test({.split = "test"});
+  ASSERT_EQ(png.image_shape(), (Shape{1, 28, 28}));
+  std::vector<float> pixels(4 * 28 * 28), want(28 * 28);
+  for (size_t i = 0; i < files.size(); ++i) {
+    int32_t label = -1;
+    png.get(static_cast<int64_t>(i), pixels.data() + i * 28 * 28, &label);
+    ASSERT_EQ(png.error(static_cast<int64_t>(i)), "");
+    test.get(files[i].second, want.data(), &label);
+    for (int j = 0; j < 28 * 28; ++j)
+      ASSERT_NEAR(pixels[i * 28 * 28 + j], want[j], 2e-6) << files[i].first << " pixel " << j;
+  }
+  // kiln predict's scores are the model's softmax on those pixels.
+  const Array logits =
+      m.model->apply(m.params, m.state, Array::from_vector(pixels, {4, 1, 28, 28})).logits;
+  const std::vector<float> probs = softmax(logits, -1).to_vector<float>();
+  const PredictRun r = predict("--model " + ckpt + " --json --top-k 10 " + images);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<json> got = lines(r.out);
+  ASSERT_EQ(got.size(), 4u) << r.out;
+  const std::vector<std::string> names = m.model->label_names();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i]["file"], images + files[i].first);
+    ASSERT_EQ(got[i]["predictions"].size(), 10u);
+    for (const json& p : got[i]["predictions"]) {
+      const auto at = std::find(names.begin(), names.end(), p["label"].get<std::string>());
+      ASSERT_NE(at, names.end()) << p;
+      EXPECT_NEAR(p["score"].get<double>(), probs[i * 10 + (at - names.begin())], 1e-4) << p;
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -531,9 +531,11 @@ int run_predict(const cli::PredictFlags& f) {
         "--model " + f.model +
             ": no classifier (a ViTModel checkpoint): fine-tune it first (kiln train --init-from " +
             f.model + " --data ...)");
-  if (m.model->num_channels() != 3)
-    fail("predict", "--model " + f.model + " takes " + std::to_string(m.model->num_channels()) +
-                        "-channel images; predict reads RGB images (num_channels 3)");
+  const int64_t channels = m.model->num_channels();
+  if (channels != 3 && channels != 1)
+    fail("predict", "--model " + f.model + " takes " + std::to_string(channels) +
+                        "-channel images; predict reads RGB (num_channels 3) or greyscale "
+                        "(num_channels 1) images");
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : m.params) p = p.to(device);
   // A ViT takes its own size; a convolutional model the processor's output.
@@ -542,7 +544,7 @@ int run_predict(const cli::PredictFlags& f) {
                           : pp.do_center_crop                 ? pp.crop_size
                           : pp.do_resize && !pp.shortest_edge ? pp.size
                                                               : m.model->image_size();
-  data::ImageFiles images(files, m.processor, size);
+  data::ImageFiles images(files, m.processor, size, channels);
   train::PredictOptions opt{.batch_size = f.batch_size,
                             .top_k = f.top_k,
                             .compiled = f.mode == "jit",
