@@ -29,6 +29,14 @@ def test_reference_experiment(mode, compile_model):
     assert float(re.fullmatch(r"average step time: ([0-9.e-]+)", lines[-1]).group(1)) > 0
 
 
+def test_readme_example_learns():
+    # The README's Python example (tests/readme/readme_test.sh checks that the
+    # README shows this file): 100 SGD steps from a loss of ln 10.
+    out = _run("readme.py")
+    loss = float(re.fullmatch(r"loss after 100 steps: ([0-9.]+)\n", out).group(1))
+    assert loss < 0.1, out
+
+
 def test_mlp_fashion_mnist_learns():
     out = _run("mlp_fashion_mnist.py", "--epochs", "1")
     acc = float(re.search(r"test accuracy ([0-9.]+)%", out).group(1))
