@@ -4,6 +4,10 @@
 #       examples/readme.py and examples/readme.cpp, which the suite runs;
 #   readme_test.sh links SOURCE_DIR  every relative link of README.md and
 #       docs/*.md names a file of the tree, and a #fragment a heading of it;
+#   readme_test.sh snippets SOURCE_DIR BUILD_DIR CXX [PYTHON]  every ```cpp
+#       block of README.md and docs/*.md compiles against the public headers,
+#       links libkiln and runs (a block without main() is main's body), and
+#       every ```python block runs with the built package (when PYTHON is given);
 #   readme_test.sh quickstart SOURCE_DIR BUILD_DIR  the commands marked
 #       `<!-- readme-test` run as written, from a copy of the tree's layout
 #       (build/ and examples/ linked), and give a trained model that labels
@@ -59,6 +63,46 @@ case "$what" in
     [ "$bad" = 0 ] || exit 1
     echo "README.md and docs/: every relative link resolves"
     ;;
+  snippets)
+    build=$(cd "$3" && pwd) cxx=$4 py=${5:-}
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    for md in "$readme" "$src"/docs/*.md; do
+      name=$(basename "$md" .md)
+      awk -v dir="$work" -v name="$name" '
+        /^```(cpp|python)$/ { ext = ($0 ~ /cpp/) ? "cpp" : "py"; n++; start = NR
+                              file = dir "/" name "-" n "-line" NR + 1 "." ext; next }
+        /^```/ && file { close(file); file = ""; next }
+        file { print > file }' "$md"
+    done
+    count=0
+    for f in "$work"/*.cpp; do
+      [ -e "$f" ] || continue
+      what=$(basename "$f" .cpp)
+      if ! grep -q 'int main' "$f"; then  # the body of main(), its includes above it
+        { grep -E '^(#include|using namespace)' "$f"; echo "int main() {";
+          grep -vE '^(#include|using namespace)' "$f"; echo "}"; } > "$f.main.cpp"
+        mv "$f.main.cpp" "$f"
+      fi
+      if ! "$cxx" -std=c++20 -O1 -fopenmp -I"$src/include" "$f" -o "${f%.cpp}" -L"$build" -lkiln \
+          -Wl,-rpath,"$build" 2> "$f.err"; then
+        echo "${what%%-*}.md: the C++ block at line ${what##*-line} does not compile:" >&2
+        head -n 30 "$f.err" >&2
+        exit 1
+      fi
+      "${f%.cpp}" > "$f.out" 2>&1 ||
+        { echo "${what%%-*}.md: the C++ block at line ${what##*-line} fails:" >&2; cat "$f.out" >&2; exit 1; }
+      count=$((count + 1))
+    done
+    for f in "$work"/*.py; do
+      [ -e "$f" ] && [ -n "$py" ] || continue
+      what=$(basename "$f" .py)
+      (cd "$work" && PYTHONPATH="$build/python" "$py" "$f") > "$f.out" 2>&1 ||
+        { echo "${what%%-*}.md: the Python block at line ${what##*-line} fails:" >&2; cat "$f.out" >&2; exit 1; }
+      count=$((count + 1))
+    done
+    echo "README.md and docs/: $count code blocks compiled and run"
+    ;;
   quickstart)
     build=$(cd "$3" && pwd)
     commands=$(block '<!-- readme-test')
@@ -94,5 +138,5 @@ case "$what" in
       { echo "quick start: $first of the 4 images labelled right first, expected 3 or more" >&2; exit 1; }
     echo "quick start: trained, evaluated (accuracy $acc%) and labelled $first of the 4 images right"
     ;;
-  *) echo "readme_test.sh: unknown check '$what' (examples, links or quickstart)" >&2; exit 2 ;;
+  *) echo "readme_test.sh: unknown check '$what' (examples, links, snippets or quickstart)" >&2; exit 2 ;;
 esac
