@@ -64,7 +64,7 @@ class Tokenizer:
         return self._t.vocab_size
 
     def token_id(self, token: str) -> int | None:
-        """The id of a token ("<|endoftext|>"), or None."""
+        """The id of a token (``"<|endoftext|>"``), or None."""
         return self._t.token_id(token)
 
     def __repr__(self) -> str:

@@ -2,7 +2,7 @@
 kiln's C++ update rules: SGD (momentum, dampening, Nesterov, weight decay)
 and AdamW, learning-rate schedules (constant, cosine, linear, with warm-up)
 and global-norm clipping. The state is a tree of arrays (the step count
-among them), so a whole training step jits:
+among them), so a whole training step jits::
 
     opt = kiln.optim.AdamW(lr=1e-3, schedule=kiln.optim.Schedule("cosine", 10, 1000))
     state = opt.init(params)
@@ -168,7 +168,7 @@ class AdamW(Optimizer):
 
 def clip_by_global_norm(grads: Any, max_norm: float) -> tuple[Any, Array]:
     """The gradients scaled so that their global L2 norm is at most max_norm
-    (torch.nn.utils.clip_grad_norm_), and the norm before clipping."""
+    (``torch.nn.utils.clip_grad_norm_``), and the norm before clipping."""
     paths, leaves, d = tree.flatten_with_path(grads)
     names = [_param_name(p) for p in paths]
     clipped, norm = _kiln._clip_by_global_norm(dict(zip(names, leaves)), float(max_norm))
