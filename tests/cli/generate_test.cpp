@@ -47,14 +47,15 @@ CliRun kiln_cli(const std::string& args) {
 
 const std::string kFixtures = std::string(KILN_FIXTURES_DIR);
 
-// A small GPT-2 of the fixture tokenizer's 1,200 tokens, saved with it.
+// A small GPT-2 of the fixture tokenizer's 1,200 tokens (or `vocab` ids, more
+// than the tokenizer has), saved with it.
 struct TinyLm {
   fs::path dir = fs::temp_directory_path() / ("kiln-tiny-lm-" + std::to_string(::getpid()));
   std::shared_ptr<const nn::Model> model;
   Params params;
-  TinyLm() {
+  explicit TinyLm(int64_t vocab = 1200) {
     nn::GPT2Config c;
-    c.vocab_size = 1200, c.n_positions = 48, c.n_embd = 32, c.n_layer = 2, c.n_head = 2;
+    c.vocab_size = vocab, c.n_positions = 48, c.n_embd = 32, c.n_layer = 2, c.n_head = 2;
     c.bos_token_id = c.eos_token_id = 0;  // <|endoftext|>
     model = nn::gpt2_model(c);
     params = model->init(random::Key(11));
@@ -122,6 +123,38 @@ TEST(Generate, BadInputGetsClearErrors) {
   r = kiln_cli("generate --model " + lm.dir.string() + " --prompt ''");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--prompt is empty"), std::string::npos) << r.err;
+}
+
+// A model whose vocab_size exceeds its tokenizer's: the sampled ids beyond
+// the tokenizer have no text and are left out (transformers' decode skips
+// them), and stderr says how many.
+TEST(Generate, IdsBeyondTheTokenizerAreLeftOutOfTheText) {
+  TinyLm lm(4800);
+  const std::string prompt = "the GNU General Public License";
+  const data::Tokenizer tok = data::Tokenizer::from_folder(lm.dir.string());
+  const std::vector<int32_t> ids = tok.encode(prompt);
+  const Array got = nn::generate(*nn::as_gpt2(*lm.model), lm.params,
+                                 Array::from_vector(ids, {1, static_cast<int64_t>(ids.size())}),
+                                 {.max_new_tokens = 20, .temperature = 1.0, .seed = 3});
+  std::vector<int32_t> known;
+  int64_t beyond = 0;
+  for (int32_t id : got.to_vector<int32_t>()) {
+    if (id < 1200)
+      known.push_back(id);
+    else
+      ++beyond;
+  }
+  ASSERT_GT(beyond, 0) << "the draw has no id beyond the tokenizer: pick another seed";
+  const CliRun r =
+      kiln_cli("generate --model " + lm.dir.string() + " --prompt " + shell_quote(prompt) +
+               " --max-new-tokens 20 --temperature 1 --seed 3 --ignore-eos");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, tok.decode(known) + "\n");
+  EXPECT_NE(r.err.find(std::to_string(beyond) +
+                       " generated ids are beyond the tokenizer's 1200 tokens (the model's "
+                       "vocab_size is 4800)"),
+            std::string::npos)
+      << r.err;
 }
 
 // kiln eval of a language model on text: the library's held-out next-token

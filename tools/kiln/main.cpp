@@ -623,7 +623,24 @@ int run_generate(const cli::GenerateFlags& f) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::vector<int32_t> all = out.to(Device::cpu()).to_vector<int32_t>();
-  std::printf("%s\n", tok.decode(all).c_str());
+  // A model's vocab_size may exceed its tokenizer's (padded, as GPT-2's
+  // 50257 to 50304): ids beyond the tokenizer have no text and are left out,
+  // as transformers' decode leaves them out.
+  std::vector<int32_t> known;
+  int64_t beyond = 0;
+  for (int32_t id : all) {
+    if (id < tok.vocab_size())
+      known.push_back(id);
+    else
+      ++beyond;
+  }
+  std::printf("%s\n", tok.decode(known).c_str());
+  if (beyond > 0)
+    std::fprintf(stderr,
+                 "kiln generate: %lld generated ids are beyond the tokenizer's %lld tokens (the "
+                 "model's vocab_size is %lld): they have no text and are left out\n",
+                 (long long)beyond, (long long)tok.vocab_size(),
+                 (long long)lm->config().vocab_size);
   const int64_t added = static_cast<int64_t>(all.size() - ids.size());
   std::fprintf(stderr, "kiln generate: %zu prompt tokens, %lld new in %s (%.1f tokens/s, %s, %s)\n",
                ids.size(), (long long)added, fmt_seconds(seconds).c_str(),
