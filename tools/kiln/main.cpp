@@ -406,36 +406,6 @@ int run_train(const cli::TrainFlags& f) {
   return 0;
 }
 
-// kiln eval of a language model: the next token's loss, perplexity and
-// accuracy on text or token data (the held-out blocks, as kiln train's
-// evaluation, or --split train), with the model's folder's tokenizer.
-int run_eval_lm(const cli::EvalFlags& f, const io::Checkpoint& ck, const std::string& what) {
-  train::TrainConfig cfg;
-  cfg.model = ck.model;
-  cfg.data = f.data;
-  cfg.seq_len = f.seq_len;
-  cfg.tokenizer = !f.tokenizer.empty()    ? f.tokenizer
-                  : !f.checkpoint.empty() ? f.checkpoint
-                                          : io::resolve_model_source(f.model);
-  train::DataSplits splits = train::load_data(cfg, std::nullopt);
-  std::printf("%s\n", splits.description.c_str());
-  auto ds = f.split == "train" ? splits.train : splits.eval;
-  if (!ds) fail("eval", "--data " + f.data + " has no held-out blocks");
-  const Device device = parse_device(f.device, "--device");
-  Params params = ck.params, state = ck.model_state;
-  for (auto& [name, p] : params) p = p.to(device);
-  for (auto& [name, v] : state) v = v.to(device);
-  const auto r = train::evaluate(cfg.model, params, state, *ds, f.batch_size > 0 ? f.batch_size : 8,
-                                 cfg.layout, f.mode != "eager");
-  std::printf(
-      "%s on %s %s: loss %.4f (perplexity %.2f), next-token accuracy %.2f%% (top-5 %.2f%%) on "
-      "%lld tokens (%s)\n",
-      what.c_str(), f.data.c_str(), f.split == "train" ? "train" : "held-out", r.loss,
-      std::exp(r.loss), 100 * r.accuracy, 100 * r.top5, (long long)r.tokens,
-      fmt_seconds(r.seconds).c_str());
-  return 0;
-}
-
 int run_eval(const cli::EvalFlags& f) {
   if (!f.image_size.empty() && f.model.empty())
     fail("eval", "--image-size goes with --model (a checkpoint is evaluated at its own size)");
@@ -478,32 +448,56 @@ int run_eval(const cli::EvalFlags& f) {
   cfg.data = f.data;
   cfg.data_dir = f.data_dir;
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
+  // A language model: the next token's loss, perplexity and accuracy on text
+  // or token data (the held-out blocks, as kiln train's evaluation), with the
+  // folder's tokenizer.
   const bool lm = cfg.model->causal_lm();
   if (!lm && (f.seq_len > 0 || !f.tokenizer.empty()))
     fail("eval", std::string(f.seq_len > 0 ? "--seq-len" : "--tokenizer") + " goes with a " +
                      "language model; " + what + " is " + cfg.model->architecture());
-  if (lm) return run_eval_lm(f, ck, what);
-  const std::vector<std::string> labels = train::data_labels(cfg);
-  const std::vector<std::string> names = cfg.model->label_names();
-  if (labels.size() == names.size())
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] != labels[i] && names[i] != "LABEL_" + std::to_string(i)) {
-        std::printf(
-            "note: the model's label %lld is '%s', the data's '%s' (label i is counted as "
-            "class i)\n",
-            (long long)i, names[i].c_str(), labels[i].c_str());
-        break;
-      }
-  train::DataSplits splits = train::load_data(cfg, processor);
+  if (lm) {
+    cfg.seq_len = f.seq_len;
+    cfg.tokenizer = !f.tokenizer.empty()    ? f.tokenizer
+                    : !f.checkpoint.empty() ? f.checkpoint
+                                            : io::resolve_model_source(f.model);
+  } else {
+    const std::vector<std::string> labels = train::data_labels(cfg);
+    const std::vector<std::string> names = cfg.model->label_names();
+    if (labels.size() == names.size())
+      for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] != labels[i] && names[i] != "LABEL_" + std::to_string(i)) {
+          std::printf(
+              "note: the model's label %lld is '%s', the data's '%s' (label i is counted as "
+              "class i)\n",
+              (long long)i, names[i].c_str(), labels[i].c_str());
+          break;
+        }
+  }
+  train::DataSplits splits = train::load_data(cfg, lm ? std::nullopt : processor);
+  if (lm) std::printf("%s\n", splits.description.c_str());
   auto ds = f.split == "train" ? splits.train : splits.eval;
   if (!ds)
     fail("eval", "--data " + f.data +
-                     " has no held-out split (an image folder needs 10 or more files per class)");
+                     (lm ? " has no held-out blocks"
+                         : " has no held-out split (an image folder needs 10 or more files per "
+                           "class)"));
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
   for (auto& [name, v] : ck.model_state) v = v.to(device);
   auto r = train::evaluate(cfg.model, ck.params, ck.model_state, *ds,
-                           f.batch_size > 0 ? f.batch_size : 256, cfg.layout, f.mode != "eager");
+                           f.batch_size > 0 ? f.batch_size
+                           : lm             ? 8
+                                            : 256,
+                           cfg.layout, f.mode != "eager");
+  if (lm) {
+    std::printf(
+        "%s on %s %s: loss %.4f (perplexity %.2f), next-token accuracy %.2f%% (top-5 %.2f%%) on "
+        "%lld tokens (%s)\n",
+        what.c_str(), f.data.c_str(), f.split == "train" ? "train" : "held-out", r.loss,
+        std::exp(r.loss), 100 * r.accuracy, 100 * r.top5, (long long)r.tokens,
+        fmt_seconds(r.seconds).c_str());
+    return 0;
+  }
   std::printf("%s on %s %s: loss %.4f, accuracy %.2f%% (%lld images, top-5 %.2f%%, %s)\n",
               what.c_str(), f.data.c_str(),
               f.split == "train"          ? "train"
