@@ -31,7 +31,9 @@ if [ -z "$from" ]; then
   ninja -C build-gpu -j"${KILN_JOBS:-2}" kiln-cli kiln-tests
   from=build-gpu
 fi
-for f in kiln kiln-tests libkiln.so; do
+# kiln's layers, one library each (CMakeLists.txt); build/libkiln.so is a linker script.
+libs=(libkiln-engine.so libkiln-nn.so libkiln-io.so libkiln-train.so)
+for f in kiln kiln-tests "${libs[@]}"; do
   [ -f "$from/$f" ] || { echo "bench/gpu/bundle.sh: no $from/$f (build it first)" >&2; exit 1; }
 done
 # Only what the check runs travels (the object files stay here, ignored by
@@ -39,7 +41,7 @@ done
 mkdir -p "$outdir"
 dest=$outdir/bundle
 rm -rf "$dest" && mkdir -p "$dest/lib"
-cp "$from/kiln" "$from/kiln-tests" "$from/libkiln.so" "$dest/"
+cp "$from/kiln" "$from/kiln-tests" "${libs[@]/#/$from/}" "$dest/"
 # The tests find fixtures and the kiln command by this build's paths.
 echo "$PWD" > "$dest/source_dir"
 echo "$(git log -1 --format='%h %s' | cut -c1-72)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')" \
@@ -47,15 +49,15 @@ echo "$(git log -1 --format='%h %s' | cut -c1-72)$(git diff --quiet HEAD -- 2>/d
 if [ -f ../shared/reference/reference_train.py ]; then
   mkdir -p "$dest/reference" && cp ../shared/reference/reference_train.py "$dest/reference/"
 fi
-strip --strip-unneeded "$dest/kiln" "$dest/kiln-tests" "$dest/libkiln.so"
+strip --strip-unneeded "$dest/kiln" "$dest/kiln-tests" "${libs[@]/#/$dest/}"
 if [ -n "${KILN_BUNDLE_FROM:-}" ]; then
   tar -C "$outdir" -cf - bundle | xz -0 -T2 > "$outdir/bundle.tar.xz.tmp" && mv "$outdir/bundle.tar.xz.tmp" "$outdir/bundle.tar.xz"
   echo "bench/gpu/bundle.sh: $outdir/bundle.tar.xz from $from ($(du -m "$outdir/bundle.tar.xz" | cut -f1) MiB; for rehearsals here only)"
   exit 0
 fi
 # Libraries every Linux with a C++ runtime has, and the driver's: not copied.
-system='^(linux-vdso|libc\.|libm\.|libdl\.|librt\.|libpthread\.|ld-linux|libstdc\+\+|libgcc_s|libcuda\.|libkiln\.)'
-for bin in "$dest/kiln" "$dest/kiln-tests" "$dest/libkiln.so"; do
+system='^(linux-vdso|libc\.|libm\.|libdl\.|librt\.|libpthread\.|ld-linux|libstdc\+\+|libgcc_s|libcuda\.|libkiln[.-])'
+for bin in "$dest/kiln" "$dest/kiln-tests" "${libs[@]/#/$dest/}"; do
   ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $system ]] && continue
     [ -e "$dest/lib/$name" ] || cp -L "$path" "$dest/lib/$name"

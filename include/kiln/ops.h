@@ -212,6 +212,11 @@ struct AttentionOptions {
 };
 Array attention(const Array& q, const Array& k, const Array& v,
                 const AttentionOptions& options = {});
+// Whether `device`'s backend runs the fused attention on `dtype` inputs, giving
+// `dtype` (the packed form above, or q, k and v without a bias): bf16 mixed
+// precision hands it bf16 inputs only where it does.
+bool fused_attention_runs_in(Device device, DType dtype);
+bool sdpa_runs_in(Device device, DType dtype, bool causal);
 
 // ---- convolution ----
 // PyTorch's Conv1d/Conv2d (cross-correlation, without bias; a bias is
@@ -307,6 +312,12 @@ Array attention_grad(const Array& q, const Array& k, const Array& v, const Array
 // sum(dy * x̂) and sum(dy) over all rows (x̂ the normalized x).
 Array layer_norm_param_grad(const Array& x, const Array& dy, double eps);
 Array scatter_add(const Array& indices, const Array& updates, int axis, const Shape& shape);
+
+// In place, as PyTorch's detach_(): a computed array forgets the graph that
+// computed it (its primitive and inputs, which it kept alive), keeping its
+// value; a pending one (traced or lazy, no value yet) is left as it is.
+// Returns whether it dropped one.
+bool drop_graph(const Array& a);
 
 // Kernel time per primitive, collected when KILN_PROFILE=1: whether it is
 // on, the table so far (one line per primitive, most time first; with

@@ -59,5 +59,9 @@ void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
 
 // Fills out[0..n) with a standard normal draw (serial; for data loaders).
 void fill_normal(const Key& key, float* out, int64_t n);
+// Elements 2·block and 2·block + 1 of uniform(key, shape)'s draw in [0, 1),
+// as doubles on the host: a data set's per-sample draws (shuffles, crops,
+// flips), equal to the device's draw of the same key.
+void uniform_block(const Key& key, uint64_t block, double out[2]);
 
 }  // namespace kiln::random

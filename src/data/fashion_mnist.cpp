@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "kiln/data.h"
-#include "ops/draws.h"
 
 namespace kiln::data {
 
@@ -161,7 +160,7 @@ void FashionMnist::get(int64_t index, int64_t epoch, float* image, int32_t* labe
     random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
                                     static_cast<uint32_t>(index));
     double v[2];
-    random::draw_block(random::draw_spec(k, RandomKind::Uniform, 0, 1), 0, v);
+    random::uniform_block(k, 0, v);
     flip = v[0] < 0.5;
   }
   const float scale = 1.0f / (255.0f * opt_.std), shift = opt_.mean / opt_.std;

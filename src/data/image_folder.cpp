@@ -8,7 +8,6 @@
 
 #include "data/pillow.h"
 #include "kiln/data.h"
-#include "ops/draws.h"
 
 namespace kiln::data {
 namespace {
@@ -163,11 +162,10 @@ void ImageFolder::get(int64_t index, int64_t epoch, float* out, int32_t* label) 
     random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
                                     static_cast<uint32_t>(index));
     double v[2];
-    random::DrawSpec spec = random::draw_spec(k, RandomKind::Uniform, 0, 1);
-    random::draw_block(spec, 0, v);
+    random::uniform_block(k, 0, v);
     oy = std::min<int64_t>(rh - H, static_cast<int64_t>(v[0] * (rh - H + 1)));
     ox = std::min<int64_t>(rw - W, static_cast<int64_t>(v[1] * (rw - W + 1)));
-    random::draw_block(spec, 1, v);
+    random::uniform_block(k, 1, v);
     flip = v[0] < 0.5;
   }
   const double sy = static_cast<double>(img.height) / rh, sx = static_cast<double>(img.width) / rw;
@@ -208,12 +206,11 @@ void ImageFolder::get_processed(int64_t index, int64_t epoch, float* out) const 
   if (opt_.augment && epoch >= 0) {
     random::Key k = random::fold_in(random::fold_in(random::Key(opt_.seed), uint32_t(epoch)),
                                     static_cast<uint32_t>(index));
-    const random::DrawSpec spec = random::draw_spec(k, RandomKind::Uniform, 0, 1);
     double pair[2];
     uint64_t block = 0;
     int used = 2;
     const std::function<double()> uniform = [&] {
-      if (used == 2) random::draw_block(spec, block++, pair), used = 0;
+      if (used == 2) random::uniform_block(k, block++, pair), used = 0;
       return pair[used++];
     };
     if (opt_.random_crop) {

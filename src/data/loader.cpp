@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "kiln/data.h"
-#include "ops/draws.h"
 
 namespace kiln::data {
 
@@ -65,12 +64,10 @@ std::vector<int64_t> Loader::order_for(int64_t epoch) const {
   if (opt_.shuffle) {
     // Fisher-Yates driven by counter-based draws: the order is a function of
     // (seed, epoch) alone.
-    random::DrawSpec spec =
-        random::draw_spec(random::fold_in(random::Key(opt_.seed), static_cast<uint32_t>(epoch)),
-                          RandomKind::Uniform, 0, 1);
+    const random::Key key = random::fold_in(random::Key(opt_.seed), static_cast<uint32_t>(epoch));
     double v[2];
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) {
-      random::draw_block(spec, static_cast<uint64_t>(i), v);
+      random::uniform_block(key, static_cast<uint64_t>(i), v);
       int64_t j = std::min<int64_t>(i, static_cast<int64_t>(v[0] * static_cast<double>(i + 1)));
       std::swap(order[i], order[j]);
     }

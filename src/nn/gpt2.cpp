@@ -7,7 +7,6 @@
 
 #include "config_json.h"
 #include "kiln/compiler.h"
-#include "ops/dispatch.h"
 
 namespace kiln::nn {
 namespace {
@@ -83,9 +82,7 @@ struct Block {
   // bf16 mixed precision runs the fused attention on bf16 q, k and v where
   // the backend has that kernel.
   static bool bf16_attention(const Scope& s, const Array& q) {
-    return s.matmul_dtype() == DType::bf16 &&
-           backend_supports(q.device(), Primitive(Op::Sdpa, SdpaAttrs{1.0, true, false}),
-                            {DType::bf16, DType::bf16, DType::bf16}, DType::bf16);
+    return s.matmul_dtype() == DType::bf16 && sdpa_runs_in(q.device(), DType::bf16, true);
   }
 
   // The rest of the block from the attention's context [B, T, H, D].

@@ -3,8 +3,6 @@
 
 #include <cmath>
 
-#include "ops/dispatch.h"
-
 namespace kiln::nn {
 
 Init Init::kaiming_normal_fan_out(int64_t fan_out) {
@@ -284,9 +282,7 @@ Array MultiHeadAttention::operator()(Scope& s, const Array& x) const {
     // bf16 mixed precision runs the fused attention on bf16 q, k and v (its
     // softmax in f32) where the backend has that kernel (cpu and cuda); its
     // bf16 output feeds the output projection without a cast.
-    if (dt == DType::bf16 &&
-        backend_supports(x.device(), Primitive(Op::Attention, AttentionAttrs{scale}), {DType::bf16},
-                         DType::bf16))
+    if (dt == DType::bf16 && fused_attention_runs_in(x.device(), DType::bf16))
       packed = astype(packed, DType::bf16);
     ctx = reshape(attention(packed, scale), {b, t, a});
   } else {

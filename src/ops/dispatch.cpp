@@ -143,6 +143,15 @@ bool backend_supports(Device device, const Primitive& prim, const std::vector<DT
   return !table->supports || table->supports(prim, inputs, out);
 }
 
+bool fused_attention_runs_in(Device device, DType dtype) {
+  return backend_supports(device, Primitive(Op::Attention, AttentionAttrs{1.0}), {dtype}, dtype);
+}
+
+bool sdpa_runs_in(Device device, DType dtype, bool causal) {
+  return backend_supports(device, Primitive(Op::Sdpa, SdpaAttrs{1.0, causal, false}),
+                          {dtype, dtype, dtype}, dtype);
+}
+
 KernelProfile& kernel_profile() {
   static KernelProfile* p = [] {
     auto* k = new KernelProfile();  // never destroyed: kernels may run during exit
@@ -339,6 +348,12 @@ std::shared_ptr<ArrayNode> view_of(const ArrayNode& n) {
 void detach(ArrayNode& node) {
   node.primitive.reset();
   node.drop_inputs();
+}
+
+bool drop_graph(const Array& a) {
+  if (!a.valid() || !a.node()->buffer) return false;
+  detach(*a.node());
+  return true;
 }
 
 namespace {

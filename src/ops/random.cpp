@@ -70,6 +70,10 @@ void fill_normal(const Key& key, float* out, int64_t n) {
   }
 }
 
+void uniform_block(const Key& key, uint64_t block, double out[2]) {
+  draw_block(draw_spec(key, RandomKind::Uniform, 0, 1), block, out);
+}
+
 std::vector<Key> split(const Key& key, int num) {
   if (num < 1) fail("random.split", "num must be positive, got " + std::to_string(num));
   std::vector<Key> keys;

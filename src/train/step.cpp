@@ -5,10 +5,8 @@
 #include <cmath>
 
 #include "buckets.h"
-#include "core/array_node.h"
 #include "internal.h"
 #include "kiln/distributed.h"
-#include "ops/dispatch.h"
 
 namespace kiln::train {
 
@@ -129,8 +127,7 @@ LossAndGrads TrainStep::loss_and_grads(const Params& p, const Params& model_stat
   // step's state would keep that step's activations alive, and through the
   // next step's state every step's. Computed values drop it (traced and lazy
   // ones have no value yet: their graphs end with the executable's run).
-  for (auto& [name, v] : next_state)
-    if (v.node()->buffer) detach(*v.node());
+  for (auto& [name, v] : next_state) drop_graph(v);
   return {loss, grads, std::move(next_state)};
 }
 

@@ -14,7 +14,6 @@
 #include "internal.h"
 #include "kiln/distributed.h"
 #include "kiln/gpt2.h"
-#include "ops/dispatch.h"
 #include "step.h"
 
 namespace kiln::train {
@@ -359,7 +358,7 @@ void Trainer::step(int64_t step) {
          << "\n";
   if (cb_.on_step && rank_ == 0) cb_.on_step(st);
   if (step == first_step_ + cfg_.warmup - 1) {  // the timed steps start
-    kernel_profile().reset();                   // KILN_PROFILE
+    kernel_profile_reset();                     // KILN_PROFILE
     dist::reset_stats();
   }
   if (cfg_.check_replicas > 0 && step % cfg_.check_replicas == 0) check_replicas(step);

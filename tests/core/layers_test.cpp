@@ -128,6 +128,32 @@ TEST(Layers, LowerNeverIncludesHigher) {
   EXPECT_GT(checked, 100);  // the scan found the includes
 }
 
+// The library each layer is built into (CMakeLists.txt): a layer reaches
+// the layers of another library through their public headers alone, so
+// that nothing above the engine depends on its internals.
+std::string library_of(const std::string& layer) {
+  if (layer == "nn" || layer == "optim") return "kiln-nn";
+  if (layer == "data" || layer == "io") return "kiln-io";
+  if (layer == "train") return "kiln-train";
+  return "kiln-engine";
+}
+
+TEST(Layers, AnotherLibrarysLayersThroughPublicHeadersOnly) {
+  int checked = 0;
+  for (const auto& [file, layer] : library_files()) {
+    if (file.parent_path().filename() == "kiln") continue;  // a public header
+    for (const std::string& inc : includes_of(file)) {
+      const std::string to = layer_of_include(inc);
+      if (to.empty() || inc.rfind("kiln/", 0) == 0) continue;
+      ++checked;
+      EXPECT_EQ(library_of(to), library_of(layer))
+          << file << " (" << library_of(layer) << ") includes \"" << inc << "\", internal to "
+          << library_of(to) << ": add a public entry point to its include/kiln/ header";
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
 // Families are plug-ins (issue 43): outside the ViT family's own files (its
 // header kiln/nn.h, src/nn/vit*.cpp) and its Python bindings, the library
 // and the command line take an nn::Model and never name ViTConfig.
