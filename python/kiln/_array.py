@@ -1,5 +1,8 @@
 """kiln.Array's Python side: dtypes, creation, numpy and DLPack interop,
-indexing and the methods that take keyword arguments."""
+and the methods of kiln.Array written in Python (indexing, the numpy and
+DLPack protocols, the forms that take Python's dtypes, devices and shapes).
+The class itself is defined once, in python/src/arrays.cpp, whose methods
+of those names call the functions here."""
 from __future__ import annotations
 
 import builtins
@@ -376,10 +379,8 @@ def _astype(self: Array, d: Any) -> Array:
 
 
 def _to(self: Array, device: Any) -> Array:
-    return _kiln_to(self, _device(device))
+    return self._to_device(_device(device))
 
-
-_kiln_to = Array.to
 
 def _bool(self: Array) -> bool:
     return bool(self.item())
@@ -417,29 +418,6 @@ def _numpy(self: Array) -> np.ndarray:
     """A writable numpy copy."""
     return np.array(self)
 
-
-Array.__getitem__ = _getitem
-Array.__array__ = _array_protocol
-Array.__array_priority__ = 100  # numpy defers `ndarray + Array` to Array.__radd__
-Array.__dlpack__ = _dlpack
-Array.__dlpack_device__ = _dlpack_device
-Array.__repr__ = _repr
-Array.__iter__ = _iter
-Array.__bool__ = _bool
-Array.__float__ = _float
-Array.__int__ = _int
-Array.__index__ = _index
-Array.reshape = _reshape
-Array.transpose = _transpose
-Array.astype = _astype
-Array.to = _to
-Array.sum = _sum
-Array.mean = _mean
-Array.max = _max
-Array.argmax = _argmax
-Array.flatten = _flatten
-Array.tolist = _tolist
-Array.numpy = _numpy
 
 __all__: Sequence[str] = [
     "Array", "Device", "DType", "KilnError", "float32", "float64", "bfloat16", "float16",

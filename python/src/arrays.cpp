@@ -240,10 +240,8 @@ void bind_arrays(nb::module_& m) {
       .def("eval", &Array::eval, NoGil(), "Runs whatever is pending to produce this array.")
       .def("item", &item, "The value of a one-element array as a Python number.")
       .def(
-          "to", [](const Array& a, const Device& d) { return a.to(d); }, "device"_a, NoGil(),
-          "The same values on `device`.")
-      .def(
-          "astype", [](const Array& a, DType d) { return kiln::astype(a, d); }, "dtype"_a, NoGil())
+          "_to_device", [](const Array& a, const Device& d) { return a.to(d); }, "device"_a,
+          NoGil(), "The same values on `device` (a Device; `to` takes its names too).")
       .def(
           "_host_view", [](const Array& a) { return view_of<nb::numpy, nb::ro>(a, true); },
           "A read-only numpy array over this host array's memory (bf16 and f16 as uint16).")
@@ -296,6 +294,71 @@ void bind_arrays(nb::module_& m) {
            "other"_a.none());
   // Arrays compare elementwise, so they are not hashable (as numpy's and JAX's).
   nb::setattr(array, "__hash__", nb::none());
+  // numpy defers `ndarray + Array` to Array.__radd__.
+  nb::setattr(array, "__array_priority__", nb::int_(100));
+
+  // The methods written in Python (python/kiln/_array.py): numpy-style
+  // indexing, the numpy and DLPack protocols, and the forms that take
+  // Python's dtypes, devices, shapes and axes. Declared here with the rest,
+  // so that kiln.Array has this one definition (and its stub every method);
+  // each calls its function in kiln._array.
+  struct PythonMethod {
+    const char* name;  // the method
+    const char* impl;  // its function in kiln._array
+    const char* sig;   // its signature, for the stub and help()
+    const char* doc;
+  };
+  static const PythonMethod kMethods[] = {
+      {"__getitem__", "_getitem", "def __getitem__(self, key: typing.Any, /) -> Array",
+       "NumPy's indexing: integers, slices, None, ..., integer and boolean arrays."},
+      {"__array__", "_array_protocol",
+       "def __array__(self, dtype: typing.Any = None, copy: bool | None = None) -> "
+       "numpy.ndarray",
+       "numpy's view (the host's memory where it can) or copy of the values."},
+      {"__dlpack__", "_dlpack",
+       "def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, "
+       "dl_device: typing.Any = None, copy: bool | None = None) -> typing.Any",
+       "A DLPack capsule over this array's memory."},
+      {"__dlpack_device__", "_dlpack_device", "def __dlpack_device__(self) -> tuple[int, int]",
+       "DLPack's (device type, index) of this array."},
+      {"__repr__", "_repr", "def __repr__(self) -> str", nullptr},
+      {"__iter__", "_iter", "def __iter__(self) -> typing.Iterator[Array]",
+       "The rows along the first axis."},
+      {"__bool__", "_bool", "def __bool__(self) -> bool", nullptr},
+      {"__float__", "_float", "def __float__(self) -> float", nullptr},
+      {"__int__", "_int", "def __int__(self) -> int", nullptr},
+      {"__index__", "_index", "def __index__(self) -> int", nullptr},
+      {"reshape", "_reshape", "def reshape(self, *shape: typing.Any) -> Array",
+       "The same values in `shape` (ints, or one sequence; -1 once: inferred)."},
+      {"transpose", "_transpose", "def transpose(self, *axes: typing.Any) -> Array",
+       "The axes permuted (ints, or one sequence); none: reversed."},
+      {"astype", "_astype", "def astype(self, dtype: typing.Any) -> Array",
+       "The values converted to `dtype` (a kiln dtype, a name, a numpy dtype or type)."},
+      {"to", "_to", "def to(self, device: typing.Any) -> Array",
+       "The same values on `device` (a Device or its name: 'cpu', 'ref', 'cuda:0')."},
+      {"sum", "_sum", "def sum(self, axis: typing.Any = None, keepdims: bool = False) -> Array",
+       nullptr},
+      {"mean", "_mean", "def mean(self, axis: typing.Any = None, keepdims: bool = False) -> Array",
+       nullptr},
+      {"max", "_max", "def max(self, axis: typing.Any = None, keepdims: bool = False) -> Array",
+       nullptr},
+      {"argmax", "_argmax",
+       "def argmax(self, axis: int | None = None, keepdims: bool = False) -> Array",
+       "The index of the largest value (of the flattened array when axis is None)."},
+      {"flatten", "_flatten", "def flatten(self) -> Array", "The values as one axis."},
+      {"tolist", "_tolist", "def tolist(self) -> typing.Any", "The values as nested lists."},
+      {"numpy", "_numpy", "def numpy(self) -> numpy.ndarray", "A writable numpy copy."},
+  };
+  for (const PythonMethod& m : kMethods) {
+    const char* impl = m.impl;
+    auto call = [impl](nb::handle self, nb::args args, nb::kwargs kwargs) {
+      return nb::module_::import_("kiln._array").attr(impl)(self, *args, **kwargs);
+    };
+    if (m.doc)
+      array.def(m.name, call, nb::sig(m.sig), m.doc);
+    else
+      array.def(m.name, call, nb::sig(m.sig));
+  }
 }
 
 // The bindings of creation and elementwise ops.

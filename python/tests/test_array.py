@@ -1,5 +1,6 @@
 """kiln.Array: creation, dtypes, numpy and DLPack interop, indexing, methods."""
 import gc
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -195,3 +196,23 @@ def test_docstrings_come_from_the_cpp_comments():
     for f in (kiln.zeros, kiln.asarray, kiln.grad, kiln.jit, kiln.nn.ViTForImageClassification,
               kiln.optim.AdamW, kiln.data.Loader, kiln.train.run, kiln.random.normal):
         assert f.__doc__ and f.__doc__.strip(), f
+
+
+def test_array_is_defined_once_in_the_module():
+    # kiln.Array's every method is declared by the module's class
+    # (python/src/arrays.cpp): none is a Python function patched on afterwards,
+    # so the stub lists them all.
+    import inspect
+
+    patched = [name for name, value in vars(kiln.Array).items()
+               if inspect.isfunction(value) or inspect.isgeneratorfunction(value)]
+    assert patched == []
+    for name in ["__getitem__", "__array__", "__dlpack__", "reshape", "astype", "to", "sum",
+                 "numpy", "tolist"]:
+        assert type(vars(kiln.Array)[name]).__name__ == "nb_method", name
+    stub = (Path(kiln.__file__).parent / "_kiln.pyi").read_text()
+    assert "def __getitem__(self, key: Any, /) -> Array:" in stub
+    assert "def to(self, device: Any) -> Array:" in stub
+    a = kiln.asarray(np.arange(6, dtype=np.float32)).reshape(2, 3)
+    assert a[1, ::2].tolist() == [3.0, 5.0]
+    assert a.to("cpu").astype("bf16").dtype == kiln.bfloat16
