@@ -10,6 +10,12 @@
 # (KILN_FRESH_CACHE, default /var/cache/kiln-fresh) so that later runs skip the
 # bootstrap; everything kiln needs must then come from its own scripts. The
 # main command is shortened through its documented flags (vit-tiny, 3 steps).
+# This machine's compiler cache (ccache) is lent to the root, as CI caches
+# compiles between runs (KILN_FRESH_CCACHE=0: not): the root's ccache, which
+# its own scripts install, compiles every object whose sources, headers,
+# compiler and flags it has not seen, and checks each cached one against the
+# root's own headers, so a header that the scripts fail to install still
+# fails the build; nothing is linked or tested from it.
 # The full log goes to KILN_FRESH_LOG (default /tmp/kiln-fresh-check.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,9 +65,15 @@ if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
   cp "$PIP_CERT" "$root/etc/kiln-fresh-network-ca.crt"
   ca_env=(PIP_CERT=/etc/kiln-fresh-network-ca.crt)
 fi
+ccache_dir=""
+if [ "${KILN_FRESH_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  ccache_dir=$(ccache -k cache_dir 2>/dev/null || true)
+  [ -d "$ccache_dir" ] || ccache_dir=""
+fi
+mkdir -p "$root/root/.cache/ccache"
 git clone -q --no-hardlinks "$repo" "$root/root/kiln"
 git -C "$root/root/kiln" checkout -q "$commit"
-echo "fresh-check: commit $commit in a clean Debian 12 root ($(elapsed) s)"
+echo "fresh-check: commit $commit in a clean Debian 12 root ($(elapsed) s; ccache: ${ccache_dir:-none lent})"
 
 # The two commands, exactly as the README gives them (the main one shortened
 # through its flags), in a private mount namespace so that the mounts end with it.
@@ -84,8 +96,9 @@ unshare --mount --propagation private /bin/bash -c '
   mount -t sysfs sys "$root/sys"
   mount --bind /dev "$root/dev"
   mount --bind /dev/pts "$root/dev/pts"
-  shift
-  exec env -i "$@" /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" "${ca_env[@]}" </dev/null >>"$log" 2>&1 || status=$?
+  [ -n "$2" ] && mount --bind "$2" "$root/root/.cache/ccache"
+  shift 2
+  exec env -i "$@" /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" "$ccache_dir" "${ca_env[@]}" </dev/null >>"$log" 2>&1 || status=$?
 
 grep -E '^fresh-check:|tests passed|tests failed|^average step time' "$log" || true
 if [ "$status" -ne 0 ]; then
