@@ -60,11 +60,16 @@ tar -C "$root" -xzf "$base"
 # and the CA bundle its HTTPS traffic is checked against where the environment
 # names one (PIP_CERT, as here, where an intercepting proxy signs PyPI's pages).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-ca_env=()
+root_env=()
 if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
   cp "$PIP_CERT" "$root/etc/kiln-fresh-network-ca.crt"
-  ca_env=(PIP_CERT=/etc/kiln-fresh-network-ca.crt)
+  root_env=(PIP_CERT=/etc/kiln-fresh-network-ca.crt)
 fi
+# This machine's locale, which ccache hashes (the compiler's messages
+# follow it): the root's compiles find this machine's cached ones.
+for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do
+  if [ -n "${!v:-}" ]; then root_env+=("$v=${!v}"); fi
+done
 ccache_dir=""
 if [ "${KILN_FRESH_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   ccache_dir=$(ccache -k cache_dir 2>/dev/null || true)
@@ -79,7 +84,7 @@ echo "fresh-check: commit $commit in a clean Debian 12 root ($(elapsed) s; ccach
 # through its flags), in a private mount namespace so that the mounts end with it.
 cat >"$root/root/fresh-run.sh" <<'RUN'
 set -euo pipefail
-export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8
+export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cd /root/kiln
 t0=$(date +%s)
 bash scripts/test.sh
@@ -98,7 +103,7 @@ unshare --mount --propagation private /bin/bash -c '
   mount --bind /dev/pts "$root/dev/pts"
   [ -n "$2" ] && mount --bind "$2" "$root/root/.cache/ccache"
   shift 2
-  exec env -i "$@" /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" "$ccache_dir" "${ca_env[@]}" </dev/null >>"$log" 2>&1 || status=$?
+  exec env -i "$@" /usr/sbin/chroot "$root" /bin/bash /root/fresh-run.sh' _ "$root" "$ccache_dir" "${root_env[@]}" </dev/null >>"$log" 2>&1 || status=$?
 
 grep -E '^fresh-check:|tests passed|tests failed|^average step time' "$log" || true
 if [ "$status" -ne 0 ]; then

@@ -160,7 +160,7 @@ TEST_F(Dist, TwoRanksOnTwoHostsTrainAsOneProcessDoes) {
     line += "; $MPIRUN_TWO_HOSTS " + train(run_flags(i) + " --save " + path("two" +
             std::to_string(i)) + " --log-json " + path("two" + std::to_string(i) + ".jsonl"));
   line += "; $MPIRUN_TWO_HOSTS hostname -I";
-  Shell r = shell("bash " KILN_SOURCE_DIR "/tests/dist/two_hosts.sh run t" +
+  Shell r = shell(std::string("bash ") + KILN_SOURCE_DIR + "/tests/dist/two_hosts.sh run t" +
                 std::to_string(::getpid() % 100000) + " '" + line + "'");
   if (r.status == 77) GTEST_SKIP() << r.output;  // no network namespaces here
   ASSERT_EQ(r.status, 0) << r.output;
