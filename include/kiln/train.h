@@ -290,6 +290,22 @@ std::vector<std::string> data_labels(const TrainConfig& cfg);
 // data), loaded once: the command line shows its model and notes first.
 std::optional<io::Pretrained> load_init(const TrainConfig& cfg);
 
+// A run set up from a config, as `kiln train` and kiln.train.run start it:
+// the checkpoint of cfg.resume_dir (load_resume; the run continues its model)
+// or else the pretrained model of cfg.init_from (load_init), each loaded
+// once and its model put in the config; `epochs` passes over the training
+// split (0: cfg.steps) turned into steps (steps_for_epochs); then validate().
+struct Setup {
+  TrainConfig config;
+  std::optional<io::Checkpoint> resumed;
+  std::optional<io::Pretrained> init;
+};
+Setup prepare(TrainConfig cfg, int64_t epochs = 0);
+
+// `epochs` passes over `train_samples` samples: cfg's steps, and its warm-up
+// cut to fit them as the default schedule would.
+void steps_for_epochs(TrainConfig& cfg, int64_t epochs, int64_t train_samples);
+
 // The loader threads a run uses: cfg.workers where it is set; else 2 on the
 // cpu, whose cores the model's kernels need, and on an accelerator, whose
 // host is otherwise idle, half the host's cores (2 to 8): the GPU check

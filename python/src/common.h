@@ -20,7 +20,6 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "command_line.h"
 #include "kiln/data.h"
 #include "kiln/gpt2.h"
 #include "kiln/io.h"
@@ -29,6 +28,7 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/tokenizer.h"
+#include "kiln/train.h"
 #include "kiln_docstrings.h"
 
 namespace nb = nanobind;
@@ -109,6 +109,7 @@ void bind_io(nb::module_& m);
 void bind_layers(nb::module_& m);
 void bind_models(nb::module_& m);
 void bind_optim(nb::module_& m);
-void bind_data_train(nb::module_& m);
+void bind_data(nb::module_& m);
+void bind_train(nb::module_& m);
 
 }  // namespace kiln_python

@@ -1,5 +1,5 @@
 // kiln's Python module: data sets and loaders (Python data sets included),
-// the tokenizer, and the training run.
+// the tokenizer, and the machine's threads (the training run: train.cpp).
 #include "common.h"
 
 namespace kiln_python {
@@ -59,98 +59,7 @@ struct PyLoader {
   }
 };
 
-nb::dict step_dict(const kiln::train::StepTiming& s) {
-  nb::dict d;
-  d["step"] = s.step;
-  d["seconds"] = s.seconds;
-  d["data_seconds"] = s.data_seconds;
-  d["loss"] = s.loss;
-  d["lr"] = s.lr;
-  return d;
-}
-
-nb::dict eval_dict(const kiln::train::EvalResult& e) {
-  nb::dict d;
-  d["step"] = e.step;
-  d["loss"] = e.loss;
-  d["accuracy"] = e.accuracy;
-  d["top5"] = e.top5;
-  d["samples"] = e.samples;
-  d["seconds"] = e.seconds;
-  if (e.has_ema) {
-    d["ema_loss"] = e.ema_loss;
-    d["ema_accuracy"] = e.ema_accuracy;
-    d["ema_top5"] = e.ema_top5;
-  }
-  return d;
-}
-
-nb::dict report_dict(const kiln::train::TrainReport& r) {
-  nb::dict d;
-  nb::list steps, evals;
-  for (auto& s : r.steps) steps.append(step_dict(s));
-  for (auto& e : r.evals) evals.append(eval_dict(e));
-  d["steps"] = steps;
-  d["evals"] = evals;
-  d["mean"] = r.mean;
-  d["median"] = r.median;
-  d["p90"] = r.p90;
-  d["min"] = r.min;
-  d["max"] = r.max;
-  d["images_per_second"] = r.images_per_second;
-  d["data_wait_share"] = r.data_wait_share;
-  d["first_step_seconds"] = r.first_step_seconds;
-  d["compile_ms"] = r.compile_ms;
-  d["compiles"] = r.compiles;
-  d["parameters"] = r.parameters;
-  d["peak_rss_mib"] = r.peak_rss_mib;
-  d["wall_seconds"] = r.wall_seconds;
-  d["flops_per_step"] = r.flops_per_step;
-  return d;
-}
-
-// kiln train with these flags (as the command line takes them), calling
-// back into Python after each step, evaluation and save; Ctrl-C (any
-// pending signal whose handler raises) stops the run at the next step.
-nb::dict train_run(const std::vector<std::string>& flags, nb::object on_step, nb::object on_eval,
-                   nb::object on_save) {
-  std::vector<std::string> args = {"kiln", "train"};
-  args.insert(args.end(), flags.begin(), flags.end());
-  std::ostringstream out, err;
-  kiln::cli::CommandLine cl = kiln::cli::parse_command_line(args, out, err);
-  if (cl.command != kiln::cli::Command::train) {
-    std::string msg = err.str().empty() ? out.str() : err.str();
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    kiln::fail("train", msg.empty() ? "nothing to run" : msg);
-  }
-  if (cl.train.threads > 0) kiln::set_num_threads(cl.train.threads);
-  auto call = [](const nb::object& fn, nb::object arg) {
-    if (PyErr_CheckSignals() != 0) throw nb::python_error();
-    if (!fn.is_none()) fn(arg);
-  };
-  kiln::train::Callbacks cb;
-  cb.on_step = [&](const kiln::train::StepTiming& s) {
-    nb::gil_scoped_acquire gil;
-    call(on_step, step_dict(s));
-  };
-  cb.on_eval = [&](const kiln::train::EvalResult& e) {
-    nb::gil_scoped_acquire gil;
-    call(on_eval, eval_dict(e));
-  };
-  cb.on_save = [&](int64_t step, const std::string& dir) {
-    nb::gil_scoped_acquire gil;
-    call(on_save, nb::make_tuple(step, dir));
-  };
-  kiln::train::TrainReport report;
-  {
-    nb::gil_scoped_release release;
-    kiln::cli::TrainSetup setup = kiln::cli::prepare_train(cl.train);
-    report = kiln::train::run(setup.config, std::move(setup.resumed), cb, std::move(setup.init));
-  }
-  return report_dict(report);
-}
-
-void bind_data_train(nb::module_& m) {
+void bind_data(nb::module_& m) {
   // ---- data ----
   using kiln::data::Dataset;
   nb::class_<Dataset>(m, "_Dataset")
@@ -249,10 +158,6 @@ void bind_data_train(nb::module_& m) {
                    [](const PyLoader& l) { return l.loader->batches_per_epoch(); })
       .def_prop_ro("position", [](const PyLoader& l) { return l.loader->position(); })
       .def_prop_ro("wait_seconds", [](const PyLoader& l) { return l.loader->wait_seconds(); });
-
-  // ---- train ----
-  m.def("_train_run", &train_run, "flags"_a, "on_step"_a.none(), "on_eval"_a.none(),
-        "on_save"_a.none());
 
   // ---- the machine ----
   m.def("set_num_threads", &kiln::set_num_threads, "n"_a, kiln_doc("set_num_threads"));

@@ -23,5 +23,6 @@ NB_MODULE(_kiln, m) {
   bind_layers(m);
   bind_models(m);
   bind_optim(m);
-  bind_data_train(m);
+  bind_data(m);
+  bind_train(m);
 }

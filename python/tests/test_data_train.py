@@ -1,6 +1,8 @@
 """kiln.data (kiln's data sets, Python data sets, the threaded loader) and
-kiln.train.run (kiln train's flags, callbacks, interruption)."""
+kiln.train.run (its TrainConfig, callbacks, interruption)."""
 import os
+from pathlib import Path
+import shutil
 import signal
 import threading
 
@@ -98,11 +100,55 @@ def test_train_run_with_callbacks():
     assert report["parameters"] > 0
 
 
-def test_train_run_errors_name_the_flag():
-    with pytest.raises(kiln.KilnError, match="--batch-sise"):
+def test_train_run_errors_name_the_option():
+    with pytest.raises(kiln.KilnError, match="no option 'batch_sise'"):
         kiln.train.run(model="vit-tiny", batch_sise=4)
-    with pytest.raises(kiln.KilnError, match="--mode"):
+    with pytest.raises(kiln.KilnError, match="mode 'fast', expected eager, lazy or jit"):
         kiln.train.run(model="vit-tiny", mode="fast")
+    with pytest.raises(kiln.KilnError, match=r"TrainConfig.batch_size = '4': expected an int"):
+        kiln.train.TrainConfig(batch_size="4")
+    with pytest.raises(kiln.KilnError, match=r"TrainConfig.augment = 1: expected a bool"):
+        kiln.train.TrainConfig(augment=1)
+    with pytest.raises(kiln.KilnError, match="unknown preset|vit-tinny"):
+        kiln.train.TrainConfig(model="vit-tinny")
+    # The run's own checks (train::validate), as the command's: they name the flag.
+    with pytest.raises(kiln.KilnError, match="--batch-size"):
+        kiln.train.run(model="vit-tiny", batch_size=0)
+    with pytest.raises(kiln.KilnError, match="--epochs needs a finite data set"):
+        kiln.train.run(model="vit-tiny", epochs=1)
+
+
+def test_train_config_binds_the_runs_settings():
+    c = kiln.train.TrainConfig(model="vit-fmnist", data="fashion-mnist", batch_size=16,
+                               mode="torch_xla", crop_scale=(0.5, 1), image_size=(28, 28),
+                               attention="unfused", lr=0.5, rand_augment="rand-m9-mstd0.5-inc1")
+    assert (c.model, c.data, c.batch_size, c.mode, c.lr) == ("vit-fmnist", "fashion-mnist", 16,
+                                                             "lazy", 0.5)
+    assert c.crop_scale == (0.5, 1.0) and c.image_size == (28, 28) and c.attention == "unfused"
+    d = c.replace(steps=7, mode="jax")
+    assert (d.steps, d.mode, d.batch_size) == (7, "jit", 16) and c.mode == "lazy"
+    options = c.options()
+    assert options["batch_size"] == 16 and options["model"] == "vit-fmnist"
+    assert kiln.train.TrainConfig(**options).options() == options
+    assert "batch_size=16" in repr(c)
+    assert c.rand_augment == "rand-m9-n2-p0.5-mstd0.5-mmax10-inc1"
+    assert c.replace(rand_augment=None).rand_augment is None
+
+
+def test_train_run_from_a_config_for_an_epoch(tmp_path):
+    # An image folder of vit-fmnist's 10 classes, 10 grey images each: every
+    # 10th held out, 90 to train.
+    images = sorted((Path(__file__).parents[2] / "examples" / "images").glob("*.png"))
+    for c in range(10):
+        (tmp_path / f"class{c}").mkdir()
+        for i in range(10):
+            shutil.copy(images[(c + i) % len(images)], tmp_path / f"class{c}" / f"{i}.png")
+    steps = []
+    config = kiln.train.TrainConfig(model="vit-fmnist", data=f"imagefolder:{tmp_path}",
+                                    batch_size=30, mode="jit", warmup=1)
+    report = kiln.train.run(config, epochs=1, on_step=steps.append)
+    assert [s["step"] for s in steps] == [1, 2, 3]  # 90 images, 30 a step
+    assert len(report["steps"]) == 3 and report["evals"][-1]["samples"] == 10
 
 
 def test_train_run_stops_on_ctrl_c_and_on_callback_errors():

@@ -216,4 +216,38 @@ std::optional<io::Pretrained> load_init(const TrainConfig& cfg) {
   return m;
 }
 
+Setup prepare(TrainConfig cfg, int64_t epochs) {
+  if (epochs < 0) fail("train", "--epochs " + std::to_string(epochs) + ": expected 0 or more");
+  if (epochs > 0 && cfg.data == "random")
+    fail("train",
+         "--epochs needs a finite data set (--data fashion-mnist, imagefolder:PATH, text:PATH "
+         "or tokens:PATH)");
+  Setup s{std::move(cfg), std::nullopt, std::nullopt};
+  TrainConfig& c = s.config;
+  s.resumed = load_resume(c);
+  if (s.resumed) {
+    c.model = s.resumed->model;
+    c.model_name = c.resume_dir;
+  } else {
+    s.init = load_init(c);
+  }
+  if (s.init) {
+    c.model = s.init->model;
+    c.model_name =
+        c.init_from == s.init->dir ? c.init_from : c.init_from + " (" + s.init->dir + ")";
+  }
+  if (epochs > 0) steps_for_epochs(c, epochs, load_data(c).train->size());
+  validate(c);
+  return s;
+}
+
+void steps_for_epochs(TrainConfig& cfg, int64_t epochs, int64_t train_samples) {
+  int64_t per_epoch = train_samples / cfg.batch_size;
+  if (per_epoch == 0)
+    fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
+                      std::to_string(train_samples) + " training samples");
+  cfg.steps = std::max<int64_t>(1, epochs * per_epoch / cfg.accumulate);
+  if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
+}
+
 }  // namespace kiln::train

@@ -73,13 +73,13 @@ TEST(CommandLine, TrainFlagsParseStraightIntoTheTrainConfig) {
                     "--batch-size", "40"});
   ASSERT_EQ(e.cl.command, cli::Command::train) << e.err;
   cfg = cli::train_config(e.cl.train);
-  cli::steps_for_epochs(cfg, e.cl.train.epochs, 100);
+  train::steps_for_epochs(cfg, e.cl.train.epochs, 100);
   EXPECT_EQ(cfg.steps, 4);
   EXPECT_EQ(cfg.warmup, 2);
-  cli::steps_for_epochs(cfg, 1, 50);
+  train::steps_for_epochs(cfg, 1, 50);
   EXPECT_EQ(cfg.steps, 1);
   EXPECT_EQ(cfg.warmup, 0);
-  EXPECT_THROW(cli::steps_for_epochs(cfg, 1, 39), Error);  // fewer samples than a batch
+  EXPECT_THROW(train::steps_for_epochs(cfg, 1, 39), Error);  // fewer samples than a batch
 }
 
 TEST(CommandLine, BadCommandLinesGiveAnExitStatusAndAMessage) {

@@ -590,44 +590,13 @@ train::TrainConfig train_config(const TrainFlags& f) {
   range(f.crop_ratio, cfg.crop_ratio, "--crop-ratio", "width / height");
   cfg.fused_attention = f.attention == "fused";
   cfg.all_reduce_always = f.all_reduce == "always";
-  if (f.epochs > 0) {
-    if (cfg.data == "random")
-      fail("train",
-           "--epochs needs a finite data set (--data fashion-mnist, imagefolder:PATH, text:PATH "
-           "or tokens:PATH)");
-    if (f.steps_given)
-      fail("train", "--epochs and --steps both set the length of the run; give one");
-  }
+  if (f.epochs > 0 && f.steps_given)
+    fail("train", "--epochs and --steps both set the length of the run; give one");
   return cfg;
 }
 
-TrainSetup prepare_train(const TrainFlags& f) {
-  TrainSetup s{train_config(f), std::nullopt, std::nullopt};
-  train::TrainConfig& cfg = s.config;
-  s.resumed = train::load_resume(cfg);
-  if (s.resumed) {
-    cfg.model = s.resumed->model;
-    cfg.model_name = cfg.resume_dir;
-  } else {
-    s.init = train::load_init(cfg);
-  }
-  if (s.init) {
-    cfg.model = s.init->model;
-    cfg.model_name =
-        cfg.init_from == s.init->dir ? cfg.init_from : cfg.init_from + " (" + s.init->dir + ")";
-  }
-  if (f.epochs > 0) steps_for_epochs(cfg, f.epochs, train::load_data(cfg).train->size());
-  train::validate(cfg);
-  return s;
-}
-
-void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_samples) {
-  int64_t per_epoch = train_samples / cfg.batch_size;
-  if (per_epoch == 0)
-    fail("train", "--batch-size " + std::to_string(cfg.batch_size) + " is larger than the " +
-                      std::to_string(train_samples) + " training samples");
-  cfg.steps = std::max<int64_t>(1, epochs * per_epoch / cfg.accumulate);
-  if (cfg.warmup >= cfg.steps) cfg.warmup = std::min<int64_t>(2, cfg.steps - 1);
+train::Setup prepare_train(const TrainFlags& f) {
+  return train::prepare(train_config(f), f.epochs);
 }
 
 std::vector<std::string> command_line_words() {

@@ -96,27 +96,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args, std::ostrea
 // where --steps and --warmup are not given, the model from --config or the
 // preset, and the command line's own checks (--epochs). The checks of the
 // config itself are train::validate's; --resume's checkpoint is loaded by
-// train::load_resume, and data by train::load_data: with --epochs the caller
-// turns the training split's size into steps (steps_for_epochs).
+// train::load_resume, and data by train::load_data: train::prepare turns
+// --epochs into steps (train::steps_for_epochs).
 train::TrainConfig train_config(const TrainFlags& f);
-// A training run set up from `kiln train`'s flags, as the command and
-// kiln.train.run start it: the config (train_config's, with the model of
-// --resume's checkpoint or of --init-from, and --epochs turned into steps),
-// checked by train::validate, and the checkpoint or pretrained model it
-// starts from, each loaded once.
-struct TrainSetup {
-  train::TrainConfig config;
-  std::optional<io::Checkpoint> resumed;
-  std::optional<io::Pretrained> init;
-};
-TrainSetup prepare_train(const TrainFlags& f);
+// A training run set up from `kiln train`'s flags: train::prepare of
+// train_config's config and --epochs.
+train::Setup prepare_train(const TrainFlags& f);
 
 // --image-size's value, H (a square) or HxW, or none when it is not one.
 std::optional<nn::Size2d> parse_image_size(const std::string& s);
-
-// --epochs passes over `train_samples` images: the steps of cfg, and the
-// warm-up cut to fit them as the default schedule would.
-void steps_for_epochs(train::TrainConfig& cfg, int64_t epochs, int64_t train_samples);
 
 // The long flag names of every subcommand (`--batch-size`), and the
 // subcommands' names: the words fuzz/'s command-line dictionary is made of.

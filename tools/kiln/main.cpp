@@ -368,7 +368,7 @@ int run_train(const cli::TrainFlags& f) {
               (long long)f.config.batch_size, f.config.compile_model ? "True" : "False");
   std::fflush(stdout);
   if (f.threads > 0) set_num_threads(f.threads);
-  cli::TrainSetup setup = cli::prepare_train(f);
+  train::Setup setup = cli::prepare_train(f);
   train::TrainConfig& cfg = setup.config;
   std::optional<io::Checkpoint>& resumed = setup.resumed;
   std::optional<io::Pretrained>& init = setup.init;
