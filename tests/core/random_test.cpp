@@ -42,6 +42,44 @@ TEST(Random, ValuesDoNotDependOnThreadCount) {
   EXPECT_EQ(tn1, tn2);
 }
 
+// The host's per-sample draws (data sets) are the device's draw of the key.
+TEST(Random, UniformBlockIsTheDrawOfTheSameKey) {
+  const random::Key key = random::fold_in(random::Key(7), 3);
+  const std::vector<double> device =
+      random::uniform(key, {10}, 0.0, 1.0, DType::f64).to_vector<double>();
+  for (uint64_t j = 0; j < 5; ++j) {
+    double v[2];
+    random::uniform_block(key, j, v);
+    EXPECT_EQ(v[0], device[2 * j]) << j;
+    EXPECT_EQ(v[1], device[2 * j + 1]) << j;
+    EXPECT_GE(v[0], 0.0);
+    EXPECT_LT(v[0], 1.0);
+  }
+}
+
+// drop_graph: a computed array keeps its value and lets its inputs go; a
+// pending one is left as it is.
+TEST(Random, DropGraphKeepsTheValueAndLetsTheInputsGo) {
+  // A value computed inside an eager differentiation keeps the traced
+  // graph (as a training step's new BatchNorm statistics do).
+  Array x = random::normal(random::Key(1), {4});
+  Array y;
+  grad([&](const Array& a) {
+    y = a * 2.0;
+    return sum(y);
+  })(x);
+  ASSERT_TRUE(y.is_materialized());
+  ASSERT_FALSE(y.inputs().empty());
+  const std::vector<float> before = y.to_vector<float>();
+  EXPECT_TRUE(drop_graph(y));
+  EXPECT_TRUE(y.inputs().empty());
+  EXPECT_EQ(y.to_vector<float>(), before);
+  LazyScope lazy;
+  Array z = x + 1.0;
+  EXPECT_FALSE(drop_graph(z));
+  EXPECT_FALSE(z.inputs().empty());
+}
+
 TEST(Random, PrefixOfALargerDrawIsTheSmallerDraw) {
   random::Key key(3);
   auto small = random::uniform(key, {10}).to_vector<float>();
