@@ -291,7 +291,9 @@ std::vector<std::string> data_labels(const TrainConfig& cfg);
 std::optional<io::Pretrained> load_init(const TrainConfig& cfg);
 
 // A run set up from a config, as `kiln train` and kiln.train.run start it:
-// the checkpoint of cfg.resume_dir (load_resume; the run continues its model)
+// compile_model dropped outside eager mode (lazy and jit compile the whole
+// step already), a new fixed-size model (a ViT) made for cfg.image_size, the
+// checkpoint of cfg.resume_dir (load_resume; the run continues its model)
 // or else the pretrained model of cfg.init_from (load_init), each loaded
 // once and its model put in the config; `epochs` passes over the training
 // split (0: cfg.steps) turned into steps (steps_for_epochs); then validate().

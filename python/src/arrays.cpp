@@ -300,12 +300,12 @@ void bind_arrays(nb::module_& m) {
   // The methods written in Python (python/kiln/_array.py): numpy-style
   // indexing, the numpy and DLPack protocols, and the forms that take
   // Python's dtypes, devices, shapes and axes. Declared here with the rest,
-  // so that kiln.Array has this one definition (and its stub every method);
-  // each calls its function in kiln._array.
+  // so that kiln.Array has this one definition and its type stub (_kiln.pyi)
+  // lists every method; each calls its function in kiln._array.
   struct PythonMethod {
     const char* name;  // the method
     const char* impl;  // its function in kiln._array
-    const char* sig;   // its signature, for the stub and help()
+    const char* sig;   // its signature, for the type stub (_kiln.pyi) and help()
     const char* doc;
   };
   static const PythonMethod kMethods[] = {

@@ -102,6 +102,33 @@ Field plain(const std::string& name, T TrainConfig::*member, const char* expecte
           doc};
 }
 
+// A field of one of TrainConfig's option structs (mixup's, erasing's).
+template <typename O, typename T>
+Field nested(const std::string& name, O TrainConfig::*outer, T O::*inner, const char* expected,
+             const char* doc) {
+  return {name, [outer, inner](const TrainConfig& c) { return nb::cast(c.*outer.*inner); },
+          [outer, inner, name, expected](TrainConfig& c, nb::handle v) {
+            c.*outer.*inner = value_as<T>(v, name, expected);
+          },
+          doc};
+}
+
+// An option that is one of two words, each standing for a value of the field
+// (layout: nchw or nhwc; attention: fused or unfused).
+template <typename T>
+Field either(const std::string& name, T TrainConfig::*member, const char* word_a, T a,
+             const char* word_b, T b, const char* doc) {
+  const std::string expected = std::string("'") + word_a + "' or '" + word_b + "'";
+  return {name, [=](const TrainConfig& c) { return nb::cast(c.*member == a ? word_a : word_b); },
+          [=](TrainConfig& c, nb::handle v) {
+            const auto s = value_as<std::string>(v, name, expected.c_str());
+            if (s != word_a && s != word_b)
+              kiln::fail("train", "TrainConfig." + name + " = '" + s + "': expected " + expected);
+            c.*member = s == word_a ? a : b;
+          },
+          doc};
+}
+
 // The pair of a MIN,MAX option (crop_scale, crop_ratio).
 Field range(const std::string& name, double (TrainConfig::*member)[2], const char* doc) {
   return {name,
@@ -137,24 +164,15 @@ const std::vector<Field>& fields() {
            c.mode = kiln::train::parse_mode(value_as<std::string>(h, "mode", "a mode name"));
          },
          "eager, lazy or jit (or pytorch, torch_xla, jax)"});
-    v.push_back({"layout",
-                 [](const TrainConfig& c) {
-                   return nb::cast(c.layout == kiln::nn::Layout::NHWC ? "nhwc" : "nchw");
-                 },
-                 [](TrainConfig& c, nb::handle h) {
-                   const auto s = value_as<std::string>(h, "layout", "'nchw' or 'nhwc'");
-                   if (s != "nchw" && s != "nhwc")
-                     kiln::fail("train",
-                                "TrainConfig.layout = '" + s + "': expected 'nchw' or 'nhwc'");
-                   c.layout = s == "nhwc" ? kiln::nn::Layout::NHWC : kiln::nn::Layout::NCHW;
-                 },
-                 "the images' layout: nchw or nhwc (channels last)"});
+    v.push_back(either("layout", &TrainConfig::layout, "nchw", kiln::nn::Layout::NCHW, "nhwc",
+                       kiln::nn::Layout::NHWC, "the images' layout: nchw or nhwc (channels last)"));
     v.push_back({"image_size",
                  [](const TrainConfig& c) -> nb::object {
-                   if (c.image_size.height == 0) return nb::none();
-                   return nb::make_tuple(c.image_size.height, c.image_size.width);
+                   return c.image_size.height == 0 ? nb::none() : size2d(c.image_size);
                  },
-                 [](TrainConfig& c, nb::handle h) { c.image_size = to_size2d(h, "image_size"); },
+                 [](TrainConfig& c, nb::handle h) {
+                   c.image_size = h.is_none() ? kiln::nn::Size2d(0) : to_size2d(h, "image_size");
+                 },
                  "the images' size, H or (H, W); None: the model's"});
     v.push_back(plain("batch_size", &TrainConfig::batch_size, "an int", "images per step"));
     v.push_back(plain("accumulate", &TrainConfig::accumulate, "an int",
@@ -223,37 +241,19 @@ const std::vector<Field>& fields() {
                       "no decay on biases, norms and embeddings"));
     v.push_back(plain("layer_decay", &TrainConfig::layer_decay, "a number",
                       "layer-wise learning-rate decay (0: off)"));
-    v.push_back({"mixup", [](const TrainConfig& c) { return nb::cast(c.mixup.mixup_alpha); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.mixup.mixup_alpha = value_as<double>(h, "mixup", "a number");
-                 },
-                 "mixup's Beta(a, a) (0: off)"});
-    v.push_back({"cutmix", [](const TrainConfig& c) { return nb::cast(c.mixup.cutmix_alpha); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.mixup.cutmix_alpha = value_as<double>(h, "cutmix", "a number");
-                 },
-                 "cutmix's Beta(a, a) (0: off)"});
-    v.push_back({"mixup_prob", [](const TrainConfig& c) { return nb::cast(c.mixup.prob); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.mixup.prob = value_as<double>(h, "mixup_prob", "a number");
-                 },
-                 "the chance that a batch is mixed"});
-    v.push_back({"mixup_switch_prob",
-                 [](const TrainConfig& c) { return nb::cast(c.mixup.switch_prob); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.mixup.switch_prob = value_as<double>(h, "mixup_switch_prob", "a number");
-                 },
-                 "with both: the chance of cutmix"});
-    v.push_back({"reprob", [](const TrainConfig& c) { return nb::cast(c.erasing.prob); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.erasing.prob = value_as<double>(h, "reprob", "a number");
-                 },
-                 "random erasing's probability (0: off)"});
-    v.push_back({"remode", [](const TrainConfig& c) { return nb::cast(c.erasing.mode); },
-                 [](TrainConfig& c, nb::handle h) {
-                   c.erasing.mode = value_as<std::string>(h, "remode", "a mode name");
-                 },
-                 "random erasing's fill: pixel, rand or const"});
+    v.push_back(nested("mixup", &TrainConfig::mixup, &kiln::data::MixupOptions::mixup_alpha,
+                       "a number", "mixup's Beta(a, a) (0: off)"));
+    v.push_back(nested("cutmix", &TrainConfig::mixup, &kiln::data::MixupOptions::cutmix_alpha,
+                       "a number", "cutmix's Beta(a, a) (0: off)"));
+    v.push_back(nested("mixup_prob", &TrainConfig::mixup, &kiln::data::MixupOptions::prob,
+                       "a number", "the chance that a batch is mixed"));
+    v.push_back(nested("mixup_switch_prob", &TrainConfig::mixup,
+                       &kiln::data::MixupOptions::switch_prob, "a number",
+                       "with both: the chance of cutmix"));
+    v.push_back(nested("reprob", &TrainConfig::erasing, &kiln::data::ErasingOptions::prob,
+                       "a number", "random erasing's probability (0: off)"));
+    v.push_back(nested("remode", &TrainConfig::erasing, &kiln::data::ErasingOptions::mode,
+                       "a mode name", "random erasing's fill: pixel, rand or const"));
     v.push_back(plain("beta1", &TrainConfig::beta1, "a number", "AdamW's beta1"));
     v.push_back(plain("beta2", &TrainConfig::beta2, "a number", "AdamW's beta2"));
     v.push_back(plain("label_smoothing", &TrainConfig::label_smoothing, "a number",
@@ -282,30 +282,12 @@ const std::vector<Field>& fields() {
     v.push_back(plain("precision", &TrainConfig::precision, "fp32, bf16 or tf32",
                       "fp32, or bf16 mixed precision (tf32: CUDA)"));
     v.push_back(plain("device", &TrainConfig::device, "a device name", "cpu, ref or cuda[:N]"));
-    v.push_back(
-        {"attention",
-         [](const TrainConfig& c) { return nb::cast(c.fused_attention ? "fused" : "unfused"); },
-         [](TrainConfig& c, nb::handle h) {
-           const auto s = value_as<std::string>(h, "attention", "'fused' or 'unfused'");
-           if (s != "fused" && s != "unfused")
-             kiln::fail("train",
-                        "TrainConfig.attention = '" + s + "': expected 'fused' or 'unfused'");
-           c.fused_attention = s == "fused";
-         },
-         "self-attention as one fused primitive, or unfused"});
+    v.push_back(either("attention", &TrainConfig::fused_attention, "fused", true, "unfused", false,
+                       "self-attention as one fused primitive, or unfused"));
     v.push_back(plain("bucket_mb", &TrainConfig::bucket_mb, "a number",
                       "data-parallel gradient buckets' size (MB)"));
-    v.push_back(
-        {"all_reduce",
-         [](const TrainConfig& c) { return nb::cast(c.all_reduce_always ? "always" : "auto"); },
-         [](TrainConfig& c, nb::handle h) {
-           const auto s = value_as<std::string>(h, "all_reduce", "'auto' or 'always'");
-           if (s != "auto" && s != "always")
-             kiln::fail("train",
-                        "TrainConfig.all_reduce = '" + s + "': expected 'auto' or 'always'");
-           c.all_reduce_always = s == "always";
-         },
-         "average through the buckets even alone (always)"});
+    v.push_back(either("all_reduce", &TrainConfig::all_reduce_always, "auto", false, "always", true,
+                       "average through the buckets even alone (always)"));
     v.push_back(plain("check_replicas", &TrainConfig::check_replicas, "an int",
                       "compare the ranks' parameters every N steps"));
     v.push_back(plain("dist_timeout", &TrainConfig::dist_timeout, "a number",
@@ -332,13 +314,6 @@ void set_options(TrainConfig& c, const nb::kwargs& options) {
 nb::dict train_run(TrainConfig cfg, int64_t epochs, int threads, nb::object on_step,
                    nb::object on_eval, nb::object on_save) {
   if (threads > 0) kiln::set_num_threads(threads);
-  // As the command line: compile_model only changes the eager mode, and a
-  // new fixed-size model (a ViT) takes image_size (init_from's is resized
-  // when it is loaded).
-  if (cfg.mode != kiln::train::Mode::eager) cfg.compile_model = false;
-  if (cfg.image_size.height > 0 && cfg.init_from.empty() && cfg.resume_dir.empty() &&
-      cfg.model->fixed_image_size())
-    cfg.model = cfg.model->with_image_size(cfg.image_size, "image_size");
   auto call = [](const nb::object& fn, nb::object arg) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
     if (!fn.is_none()) fn(arg);

@@ -201,7 +201,7 @@ def test_docstrings_come_from_the_cpp_comments():
 def test_array_is_defined_once_in_the_module():
     # kiln.Array's every method is declared by the module's class
     # (python/src/arrays.cpp): none is a Python function patched on afterwards,
-    # so the stub lists them all.
+    # so the type stub (_kiln.pyi) lists them all.
     import inspect
 
     patched = [name for name, value in vars(kiln.Array).items()
@@ -210,9 +210,9 @@ def test_array_is_defined_once_in_the_module():
     for name in ["__getitem__", "__array__", "__dlpack__", "reshape", "astype", "to", "sum",
                  "numpy", "tolist"]:
         assert type(vars(kiln.Array)[name]).__name__ == "nb_method", name
-    stub = (Path(kiln.__file__).parent / "_kiln.pyi").read_text()
-    assert "def __getitem__(self, key: Any, /) -> Array:" in stub
-    assert "def to(self, device: Any) -> Array:" in stub
+    type_stub = (Path(kiln.__file__).parent / "_kiln.pyi").read_text()
+    assert "def __getitem__(self, key: Any, /) -> Array:" in type_stub
+    assert "def to(self, device: Any) -> Array:" in type_stub
     a = kiln.asarray(np.arange(6, dtype=np.float32)).reshape(2, 3)
     assert a[1, ::2].tolist() == [3.0, 5.0]
     assert a.to("cpu").astype("bf16").dtype == kiln.bfloat16

@@ -124,7 +124,7 @@ def test_train_config_binds_the_runs_settings():
                                attention="unfused", lr=0.5, rand_augment="rand-m9-mstd0.5-inc1")
     assert (c.model, c.data, c.batch_size, c.mode, c.lr) == ("vit-fmnist", "fashion-mnist", 16,
                                                              "lazy", 0.5)
-    assert c.crop_scale == (0.5, 1.0) and c.image_size == (28, 28) and c.attention == "unfused"
+    assert c.crop_scale == (0.5, 1.0) and c.image_size == 28 and c.attention == "unfused"
     d = c.replace(steps=7, mode="jax")
     assert (d.steps, d.mode, d.batch_size) == (7, "jit", 16) and c.mode == "lazy"
     options = c.options()

@@ -224,6 +224,13 @@ Setup prepare(TrainConfig cfg, int64_t epochs) {
          "or tokens:PATH)");
   Setup s{std::move(cfg), std::nullopt, std::nullopt};
   TrainConfig& c = s.config;
+  // As in the reference script, compile_model only changes the eager mode;
+  // lazy and jit compile the whole step already.
+  if (c.mode != Mode::eager) c.compile_model = false;
+  // A new fixed-size model (a ViT) takes image_size (a convolutional model
+  // takes any size); init_from's model is resized when it is loaded.
+  if (c.image_size.height > 0 && c.init_from.empty() && c.model->fixed_image_size())
+    c.model = c.model->with_image_size(c.image_size, "--image-size " + nn::to_string(c.image_size));
   s.resumed = load_resume(c);
   if (s.resumed) {
     c.model = s.resumed->model;

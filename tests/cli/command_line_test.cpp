@@ -50,7 +50,8 @@ TEST(CommandLine, TrainFlagsParseStraightIntoTheTrainConfig) {
     EXPECT_EQ(p.cl.train.mode, flag);  // as spelled, for the reference script's header
     train::TrainConfig cfg = cli::train_config(p.cl.train);
     EXPECT_EQ(cfg.mode, mode) << flag;
-    EXPECT_EQ(cfg.compile_model, mode == train::Mode::eager) << flag;
+    // --compile-model changes only the eager mode (train::prepare).
+    EXPECT_EQ(train::prepare(cfg).config.compile_model, mode == train::Mode::eager) << flag;
   }
   Parsed p = parse({"train", "--lr", "0.5", "--save", "ck", "--save-every", "3", "--optimizer",
                     "adamw", "--layout", "nhwc", "--attention", "unfused", "--precision", "bf16",

@@ -557,9 +557,6 @@ CommandLine parse_command_line(const std::vector<std::string>& args_in, std::ost
 train::TrainConfig train_config(const TrainFlags& f) {
   train::TrainConfig cfg = f.config;
   cfg.mode = train::parse_mode(f.mode);
-  // As in the reference script, --compile-model only changes the eager mode;
-  // lazy and jit compile the whole step already.
-  if (cfg.mode != train::Mode::eager) cfg.compile_model = false;
   default_schedule(f, cfg);
   if (!f.config_file.empty()) {
     cfg.model = io::load_model_config(f.config_file);
@@ -568,13 +565,7 @@ train::TrainConfig train_config(const TrainFlags& f) {
     cfg.model = nn::model_from_preset(f.model);
     cfg.model_name = f.model;
   }
-  if (!f.image_size.empty()) {
-    cfg.image_size = *parse_image_size(f.image_size);
-    // A new ViT's images (a convolutional model takes any size); --init-from's
-    // model is resized when it is loaded.
-    if (cfg.init_from.empty() && cfg.model->fixed_image_size())
-      cfg.model = cfg.model->with_image_size(cfg.image_size, "--image-size " + f.image_size);
-  }
+  if (!f.image_size.empty()) cfg.image_size = *parse_image_size(f.image_size);
   cfg.layout = f.layout == "nhwc" ? nn::Layout::NHWC : nn::Layout::NCHW;
   cfg.random_crop = !f.no_crop;
   if (!f.rand_augment.empty())

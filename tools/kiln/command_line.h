@@ -92,12 +92,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args, std::ostrea
                                std::ostream& err);
 
 // The TrainConfig of `kiln train`'s flags: the mode parsed (its aliases
-// resolved), --compile-model dropped outside eager mode, the default schedule
-// where --steps and --warmup are not given, the model from --config or the
-// preset, and the command line's own checks (--epochs). The checks of the
-// config itself are train::validate's; --resume's checkpoint is loaded by
-// train::load_resume, and data by train::load_data: train::prepare turns
-// --epochs into steps (train::steps_for_epochs).
+// resolved), the default schedule where --steps and --warmup are not given,
+// the model from --config or the preset, and the command line's own checks
+// (--epochs with --steps). train::prepare does the rest, as for
+// kiln.train.run: --compile-model dropped outside eager mode, a new ViT
+// resized to --image-size, --resume's checkpoint or --init-from's model
+// loaded, --epochs turned into steps, and train::validate's checks.
 train::TrainConfig train_config(const TrainFlags& f);
 // A training run set up from `kiln train`'s flags: train::prepare of
 // train_config's config and --epochs.
