@@ -9,8 +9,8 @@
 
 #include <cstdlib>
 
-#include "backend/cpu/amx.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/tiles.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -176,16 +176,17 @@ void BM_sgemm_per_head(benchmark::State& state, BatchedGemm g) {
 
 // The fused attention primitive on ViT-S/16's packed qkv at batch 32, forward
 // (2 GEMMs per head) and backward (5 GEMMs per head: the scores are recomputed).
-// amx: whether kiln's AMX kernels may run (bf16 on an AMX CPU; else oneMKL).
-void BM_attention(benchmark::State& state, bool backward, DType dt, bool amx) {
+// tiles: whether kiln's tile kernels may run (bf16 on a CPU with AMX or
+// AVX512-BF16; else oneMKL).
+void BM_attention(benchmark::State& state, bool backward, DType dt, bool tiles) {
   Array qkv = astype(random::normal(random::Key(1), {32, kT, 3, 6, kD}), dt);
   Array dout = astype(random::normal(random::Key(2), {32, kT, 6, kD}), dt);
-  cpu::set_amx_kernels(amx);
+  cpu::set_tile_kernels(tiles);
   for (auto _ : state) {
     Array r = backward ? attention_grad(qkv, dout, 0.125) : attention(qkv, 0.125);
     benchmark::DoNotOptimize(r.raw());
   }
-  cpu::set_amx_kernels(true);
+  cpu::set_tile_kernels(true);
   set_flops(state, (backward ? 5.0 : 2.0) * 2.0 * kHeads * kT * kT * kD);
 }
 
@@ -431,13 +432,13 @@ int register_all() {
   }
   for (DType dt : {DType::f32, DType::bf16})
     for (bool backward : {false, true})
-      for (bool amx : {true, false}) {
-        if (!amx && (dt != DType::bf16 || !cpu::amx_kernels())) continue;
+      for (bool tiles : {true, false}) {
+        if (!tiles && (dt != DType::bf16 || cpu::tile_kernels().empty())) continue;
         benchmark::RegisterBenchmark(
             (std::string("attention_") + name_of(dt) +
-             (backward ? "/backward/fused" : "/forward/fused") + (amx ? "" : "/no_amx"))
+             (backward ? "/backward/fused" : "/forward/fused") + (tiles ? "" : "/no_tiles"))
                 .c_str(),
-            BM_attention, backward, dt, amx)
+            BM_attention, backward, dt, tiles)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }

@@ -26,7 +26,10 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(pixel_values=images).logits, labels)
+        # bf16: autocast's mixed precision, as torch_vit.py runs it.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = model(pixel_values=images).logits
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
         loss.backward()
         opt.step()
         return loss.item()
@@ -37,7 +40,8 @@ def main():
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(timed):
             step()
-    print(f"PyTorch {torch.__version__} eager, {args.model}, {timed} profiled steps, self CPU time:")
+    mode = "autocast bf16" if args.precision == "bf16" else "f32"
+    print(f"PyTorch {torch.__version__} eager ({mode}), {args.model}, {timed} profiled steps, self CPU time:")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

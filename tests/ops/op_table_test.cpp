@@ -14,9 +14,9 @@
 #include <set>
 
 #include "../gpu_device.h"
-#include "backend/cpu/amx.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/tiles.h"
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "ops/dispatch.h"
@@ -2030,32 +2030,35 @@ void expect_bf16_attention_matches_f64(Device dev, int64_t max_tokens,
   }
 }
 
-// The cpu's bf16 attention: on a CPU with AMX, head dims that are multiples
-// of 32 run on kiln's own AMX kernels (amx.h; the shapes above cover one
-// tile and odd tile counts of tokens); the other head dims, and all of them
-// with those kernels turned off, on oneMKL's bf16 GEMM where the CPU has a
-// bf16 unit; under scripts/test-isa.sh's AVX2 caps, widened to f32. The ref
-// backend (f64 loops over the bf16 values) agrees as well.
+// The cpu's bf16 attention: on a CPU with a bf16 unit, head dims that are
+// multiples of 32 run on kiln's own tile kernels (tiles.h: AMX or
+// AVX512-BF16; the shapes above cover one tile and odd tile counts of
+// tokens); the other head dims, and all of them with those kernels turned
+// off, on oneMKL's bf16 GEMM; under scripts/test-isa.sh's AVX2 caps, widened
+// to f32. The ref backend (f64 loops over the bf16 values) agrees as well.
 TEST(Attention, Bf16KernelsMatchF64OnTheRoundedInputs) {
-  for (bool amx : {true, false}) {
-    SCOPED_TRACE(amx ? "kiln's AMX kernels where the CPU has them" : "kiln's AMX kernels off");
-    cpu::set_amx_kernels(amx);
+  for (bool tiles : {true, false}) {
+    SCOPED_TRACE(tiles ? "kiln's tile kernels where the CPU has a bf16 unit"
+                       : "kiln's tile kernels off");
+    cpu::set_tile_kernels(tiles);
     expect_bf16_attention_matches_f64(Device::cpu(), std::numeric_limits<int64_t>::max());
   }
-  cpu::set_amx_kernels(true);
+  cpu::set_tile_kernels(true);
   expect_bf16_attention_matches_f64(Device::ref(), 37);  // the ref backend's loops are slow
 }
 
-// Where oneDNN runs bf16 GEMMs on AMX (and nothing caps the ISA below it),
-// Linux grants kiln the tile state and the attention takes kiln's AMX
-// kernels: the test above then checks them, not only the fallback.
-TEST(Attention, AmxKernelsRunWhereTheCpuHasAmx) {
-  if (cpu::bf16_gemm_unit() != "AMX") GTEST_SKIP() << "oneDNN runs no AMX kernels on this CPU";
-  EXPECT_TRUE(cpu::amx_kernels());
-  cpu::set_amx_kernels(false);
-  EXPECT_FALSE(cpu::amx_kernels());
-  cpu::set_amx_kernels(true);
-  EXPECT_TRUE(cpu::amx_kernels());
+// Where oneDNN runs bf16 GEMMs on a bf16 unit (and nothing caps the ISA
+// below it), the attention takes kiln's tile kernels on that unit (on AMX
+// once Linux grants the tile state): the test above then checks them, not
+// only the fallback.
+TEST(Attention, TileKernelsRunWhereTheCpuHasABf16Unit) {
+  const std::string unit = cpu::bf16_gemm_unit();
+  if (unit.empty()) GTEST_SKIP() << "oneDNN runs no bf16 GEMMs on a bf16 unit here";
+  EXPECT_EQ(cpu::tile_kernels(), unit);
+  cpu::set_tile_kernels(false);
+  EXPECT_EQ(cpu::tile_kernels(), "");
+  cpu::set_tile_kernels(true);
+  EXPECT_EQ(cpu::tile_kernels(), unit);
 }
 
 // The cuda backend's bf16 attention likewise, at ViT's token count too, on

@@ -1,0 +1,239 @@
+// kiln cpu backend: kiln's own bf16 tile kernels (tiles.h), on AMX or on
+// AVX512-BF16.
+#include "backend/cpu/tiles.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 11)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KILN_TILES_BUILT 1
+#define KILN_AMX __attribute__((target("amx-tile,amx-bf16")))
+#define KILN_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define KILN_TILES_BUILT 0
+#endif
+
+namespace kiln::cpu {
+namespace {
+
+std::atomic<bool> g_tiles_on{true};
+
+enum class Unit { none, amx, dpbf16 };
+
+// The unit this CPU offers, decided once: oneDNN's choice for its bf16 GEMMs
+// (which an ONEDNN_MAX_CPU_ISA cap lowers), and for AMX Linux's grant of the
+// tile state.
+Unit cpu_unit() {
+#if KILN_TILES_BUILT
+  static const Unit unit = [] {
+    const std::string gemm = bf16_gemm_unit();
+    if (gemm == "AMX") {
+      constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+      if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return Unit::amx;
+      return Unit::dpbf16;  // every AMX CPU has AVX512-BF16 as well
+    }
+    return gemm == "AVX512-BF16" ? Unit::dpbf16 : Unit::none;
+  }();
+  return unit;
+#else
+  return Unit::none;
+#endif
+}
+
+Unit unit() {
+  return g_tiles_on.load(std::memory_order_relaxed) ? cpu_unit() : Unit::none;
+}
+
+}  // namespace
+
+std::string tile_kernels() {
+  switch (unit()) {
+    case Unit::amx: return "AMX";
+    case Unit::dpbf16: return "AVX512-BF16";
+    case Unit::none: break;
+  }
+  return "";
+}
+
+void set_tile_kernels(bool on) {
+  g_tiles_on.store(on, std::memory_order_relaxed);
+}
+
+namespace tiles {
+#if KILN_TILES_BUILT
+namespace {
+
+// ---- AMX
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// One block of MI x NJ accumulator tiles (tmm0, tmm1 along n; tmm2, tmm3
+// the next 16 rows) over kt steps of 32: A tiles tmm4, tmm5, B tiles tmm6,
+// tmm7. (Tile numbers are immediates, hence the constant branches.)
+template <int MI, int NJ>
+KILN_AMX void amx_block(int64_t kt, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                        float* c, int64_t ldc) {
+  const int64_t sa = lda * 2, sb = ldb * 2, sc = ldc * 4;
+  _tile_zero(0);
+  if constexpr (NJ > 1) _tile_zero(1);
+  if constexpr (MI > 1) _tile_zero(2);
+  if constexpr (MI > 1 && NJ > 1) _tile_zero(3);
+  for (int64_t k = 0; k < kt; ++k) {
+    const uint16_t* bk = b + k * 16 * ldb;
+    _tile_loadd(6, bk, sb);
+    if constexpr (NJ > 1) _tile_loadd(7, bk + 32, sb);
+    _tile_loadd(4, a + k * 32, sa);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NJ > 1) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MI > 1) {
+      _tile_loadd(5, a + 16 * lda + k * 32, sa);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NJ > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, sc);
+  if constexpr (NJ > 1) _tile_stored(1, c + 16, sc);
+  if constexpr (MI > 1) _tile_stored(2, c + 16 * ldc, sc);
+  if constexpr (MI > 1 && NJ > 1) _tile_stored(3, c + 16 * ldc + 16, sc);
+}
+
+KILN_AMX void amx_begin() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.bytes_per_row[t] = 64;
+  // GCC 12's _tile_loadconfig tells the compiler that it reads 8 bytes of
+  // the 64, which lets it drop the stores of the rest: make them all happen.
+  __asm__ __volatile__("" : : "m"(cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+KILN_AMX void amx_end() {
+  _tile_release();
+}
+
+// Whole tiles of 16 rows and columns and 32 along k.
+KILN_AMX void amx_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                       const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  const int64_t mt = (m + 15) / 16, nt = (n + 15) / 16, kt = (k + 31) / 32;
+  for (int64_t i = 0; i < mt; i += 2) {
+    const uint16_t* ai = a + i * 16 * lda;
+    float* ci = c + i * 16 * ldc;
+    for (int64_t j = 0; j < nt; j += 2) {
+      const uint16_t* bj = b + j * 32;
+      float* cij = ci + j * 16;
+      if (i + 1 < mt && j + 1 < nt)
+        amx_block<2, 2>(kt, ai, lda, bj, ldb, cij, ldc);
+      else if (i + 1 < mt)
+        amx_block<2, 1>(kt, ai, lda, bj, ldb, cij, ldc);
+      else if (j + 1 < nt)
+        amx_block<1, 2>(kt, ai, lda, bj, ldb, cij, ldc);
+      else
+        amx_block<1, 1>(kt, ai, lda, bj, ldb, cij, ldc);
+    }
+  }
+}
+
+// ---- AVX512-BF16: C[8 rows][16·NV] in 8·NV registers, each step along k
+// one pair of A's columns (broadcast, a 32-bit load) against NV rows of
+// 16 pairs of B (one 512-bit load each): 8·NV vdpbf16ps to NV + 8 loads.
+
+constexpr int kRows = 8;
+
+template <int NV>
+KILN_DPBF16 __attribute__((always_inline)) inline void dp_block(int64_t kp, const uint16_t* a,
+                                                                int64_t lda, const uint16_t* b,
+                                                                int64_t ldb, float* c,
+                                                                int64_t ldc) {
+  __m512 acc[kRows][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < kp; ++r) {
+    const uint16_t* br = b + r * ldb;
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = (__m512bh)_mm512_loadu_si512(br + 32 * j);
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      int32_t pair;
+      __builtin_memcpy(&pair, a + i * lda + 2 * r, sizeof pair);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + i * ldc + 16 * j, acc[i][j]);
+}
+
+// Rows in blocks of 8, k in pairs (of the padding only what these need:
+// T = 197 tokens run 200 rows and 99 pairs where AMX's tiles take 208 and
+// 112); columns in blocks of 3 vectors (24 accumulators), or of 2 where the
+// column tiles are even (head dims of 64: two blocks of 16 accumulators
+// rather than one of 24 and one of 8). The block of columns is outermost, so
+// that its rows of B stay in L1 while the rows of A go by.
+template <int NV>
+KILN_DPBF16 void dp_columns(int64_t m, int64_t kp, const uint16_t* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; i += kRows)
+    dp_block<NV>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+}
+
+KILN_DPBF16 void dp_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                         const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  const int64_t kp = (k + 1) / 2, nt = (n + 15) / 16;
+  const int step = nt % 3 != 0 && nt % 2 == 0 ? 2 : 3;
+  for (int64_t j = 0; j < nt; j += step) {
+    const uint16_t* bj = b + j * 32;
+    float* cj = c + j * 16;
+    switch (std::min<int64_t>(step, nt - j)) {
+      case 3: dp_columns<3>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+      case 2: dp_columns<2>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+      default: dp_columns<1>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+    }
+  }
+}
+
+}  // namespace
+
+void begin() {
+  if (unit() == Unit::amx) amx_begin();
+}
+
+void end() {
+  if (unit() == Unit::amx) amx_end();
+}
+
+void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+          int64_t ldb, float* c, int64_t ldc) {
+  switch (unit()) {
+    case Unit::amx: return amx_gemm(m, n, k, a, lda, b, ldb, c, ldc);
+    case Unit::dpbf16: return dp_gemm(m, n, k, a, lda, b, ldb, c, ldc);
+    case Unit::none: break;
+  }
+  fail("tiles", "kiln's tile kernels do not run on this CPU (tile_kernels() is empty)");
+}
+#else
+void begin() {
+  fail("tiles", "kiln was built without its tile kernels");
+}
+void end() {}
+void gemm(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*,
+          int64_t) {
+  fail("tiles", "kiln was built without its tile kernels");
+}
+#endif
+}  // namespace tiles
+}  // namespace kiln::cpu

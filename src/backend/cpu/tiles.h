@@ -1,0 +1,40 @@
+// kiln cpu backend: kiln's own bf16 tile kernels for the small GEMMs that
+// libraries run badly: those of the fused attention (T x T x D per head,
+// where oneMKL spends a third of its time packing on AMX and runs at a third
+// of oneDNN's rate on AVX512-BF16). Two units run them: AMX (Intel's tile
+// matrix unit) and AVX512-BF16's dot products (vdpbf16ps; AMD Zen 4 and
+// Intel Cooper Lake have them without AMX), on the same operand layouts.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kiln::cpu {
+
+// The unit kiln's tile kernels run on: "AMX" where oneDNN runs its bf16
+// GEMMs on AMX and Linux grants the process the tile state (asked once),
+// "AVX512-BF16" where oneDNN runs them on AVX512-BF16, or "" (none: no bf16
+// unit, an ONEDNN_MAX_CPU_ISA cap below it, or a test turned them off).
+std::string tile_kernels();
+// Tests turn kiln's tile kernels off (false) to check the other path on the
+// same CPU, then back on.
+void set_tile_kernels(bool on);
+
+namespace tiles {
+
+// The calling thread's set-up for gemm: call begin() before gemm on a thread
+// and end() when done with it (on AMX they load the tile configuration and
+// release the tile state). Only where tile_kernels() is not "".
+void begin();
+void end();
+
+// C [m, n] = A [m, k] · B [k, n]: C f32 (ldc floats a row), A bf16
+// row-major (lda elements a row), B in the pair layout of AMX and vdpbf16ps
+// (row r holds, for each column j, B[2r][j] and B[2r + 1][j]; ldb elements a
+// row). The buffers are the caller's, padded to whole AMX tiles: m and n
+// rounded up to 16, k to 32, with zeros along k past k (in A's columns and
+// B's rows); C's padding rows and columns may be written.
+void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+          int64_t ldb, float* c, int64_t ldc);
+
+}  // namespace tiles
+}  // namespace kiln::cpu
