@@ -382,9 +382,9 @@ void attention_grad_bf16(const Array& qkv_a, const Array& dout_a, const Attentio
 // products, sums and roundings as above, with the operands laid out per job
 // as the kernels take them (a few µs of shuffles a job where oneMKL packs
 // each GEMM's operands itself): A row-major, B in the pair layout, both
-// zero-padded to whole
-// tiles (16 rows and columns, 32 along k), which the buffers of a thread keep
-// from their allocation (each job writes only inside its sizes).
+// zero-padded to whole tiles (16 rows and columns, 32 along k), which the
+// buffers of a thread keep from their allocation (each job writes only
+// inside its sizes).
 
 inline __mmask32 lanes32(int64_t n) {
   return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
