@@ -60,15 +60,5 @@ TEST(CpuTiles, GemmIsTheProductOnPaddedOperands) {
       }
 }
 
-// Turned off, the kernels say so, and the attention takes its other path
-// (tests/ops/op_table_test.cpp checks both).
-TEST(CpuTiles, TurnedOffTheyNameNoUnit) {
-  const std::string unit = cpu::tile_kernels();
-  cpu::set_tile_kernels(false);
-  EXPECT_EQ(cpu::tile_kernels(), "");
-  cpu::set_tile_kernels(true);
-  EXPECT_EQ(cpu::tile_kernels(), unit);
-}
-
 }  // namespace
 }  // namespace kiln
