@@ -89,5 +89,30 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
   }
 }
 
+// The weights' gradients, Aᵀ·B with A [k, m] and B [k, n] (k the batch's
+// rows), in bf16 against f64 on the same rounded values, m below n and above
+// it: on AMX the first runs as its transpose Bᵀ·A written through C's
+// transposed strides (matmul.cpp's runs_transposed).
+TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
+  const int64_t k = 200;
+  uint32_t seed = 11;
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{24, 80}, {80, 24}, {33, 47}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + ", n " + std::to_string(n));
+    Array a = astype(random::normal(random::Key(seed++), {k, m}), DType::bf16);
+    Array b = astype(random::normal(random::Key(seed++), {k, n}), DType::bf16);
+    auto want = matmul(astype(a, DType::f64), astype(b, DType::f64), {true, false, DType::f64})
+                    .to_vector<double>();
+    for (DType out : {DType::f32, DType::bf16}) {
+      Array got = matmul(a, b, {true, false, out});
+      ASSERT_EQ(got.shape(), (Shape{m, n}));
+      auto v = astype(got, DType::f64).to_vector<double>();
+      const double tol = out == DType::f32 ? 2e-6 * std::sqrt(double(k)) : 8e-3;
+      for (size_t i = 0; i < v.size(); ++i)
+        ASSERT_NEAR(v[i], want[i], tol * std::max(1.0, std::fabs(want[i])))
+            << name_of(out) << " result at flat index " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

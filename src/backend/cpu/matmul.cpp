@@ -68,7 +68,24 @@ struct CachedMatmul {
   size_t scratchpad_bytes;
   std::vector<dnnl::memory::desc> operand_mds;  // one per binary post-op
   bool bias = false;                            // the first epilogue step is the primitive's bias
+  bool transposed = false;                      // runs as Cᵀ = Bᵀ·A (runs_transposed)
 };
+
+// Whether a weight-gradient GEMM, C [m, n] = Aᵀ·B with A [k, m] and B [k, n]
+// (k the batch's rows), runs as its transpose Cᵀ [n, m] = Bᵀ·A into a
+// buffer of its own, then transposed into C: on AMX oneDNN 2.6's brgemm runs
+// these faster with the longer side as the rows, e.g. fc2's dW of ViT-S
+// (m = 384, n = 1536, k = 6304) at 1.43 against 1.07 TFLOP/s, and with its
+// operands out of cache (as in a training step) 1.05 against 0.88:
+// bench/results/2026-12-06-bf16-xeon-amx/. The same sums, in another order.
+// (The shape is checked first: bf16_gemm_unit's probe is a GEMM of its own.)
+bool runs_transposed(const GemmShape& s) {
+  if (!(s.in == DType::bf16 && s.ta && !s.tb && s.m < s.n && s.batch_a == 1 && s.batch_b == 1 &&
+        s.epilogue.empty()))
+    return false;
+  static const bool amx = bf16_gemm_unit() == "AMX";
+  return amx;
+}
 
 // Whether epilogue step 0 runs as the matmul's bias argument (an f32 row
 // added to the accumulator) rather than a binary post-op: the same sum, 5-15%
@@ -133,6 +150,19 @@ class MatmulCache {
     dnnl::memory::desc c_md(c_dims, dnnl_type(s.out), c_strides);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (runs_transposed(s)) {
+      // src: B [k, n] read as Bᵀ; weights: A [k, m]; dst: Cᵀ [n, m], which
+      // run_primitive transposes into C (oneDNN 2.6's brgemm writes only
+      // plain results). Kept only where brgemm runs it.
+      dnnl::memory::desc ta_md(dims{s.n, s.k}, dnnl_type(s.in), dims{1, s.n});
+      dnnl::memory::desc tb_md(dims{s.k, s.m}, dnnl_type(s.in), dims{s.m, 1});
+      dnnl::memory::desc tc_md(dims{s.n, s.m}, dnnl_type(s.out), dims{s.m, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ta_md, tb_md, tc_md), attr, cpu_engine());
+      if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
+        CachedMatmul entry{pd, dnnl::matmul(pd), pd.scratchpad_desc().get_size(), {}, false, true};
+        return cache_.emplace(s, std::move(entry)).first->second;
+      }
+    }
     std::vector<dnnl::memory::desc> operand_mds;
     const bool bias = bias_first(s.epilogue);
     dnnl::memory::desc bias_md;
@@ -173,15 +203,36 @@ MatmulCache& matmul_cache() {
   return cache;
 }
 
+// y [cols, rows] = xᵀ for x [rows, cols], in blocks of 32 x 32.
+template <typename T>
+void transpose_into(const T* x, int64_t rows, int64_t cols, T* y) {
+  constexpr int64_t kBlock = 32;
+  const int64_t row_blocks = (rows + kBlock - 1) / kBlock;
+  parallel_for(row_blocks, kBlock * cols, [&](int64_t b0, int64_t b1) {
+    for (int64_t i0 = b0 * kBlock; i0 < std::min(rows, b1 * kBlock); i0 += kBlock)
+      for (int64_t j0 = 0; j0 < cols; j0 += kBlock)
+        for (int64_t j = j0; j < std::min(cols, j0 + kBlock); ++j)
+          for (int64_t i = i0; i < std::min(rows, i0 + kBlock); ++i)
+            y[j * rows + i] = x[i * cols + j];
+  });
+}
+
 // operands: the data of each binary epilogue step, in step order.
 void run_primitive(const GemmShape& s, const void* a, const void* b, void* c,
                    const std::vector<const void*>& operands = {}) {
   const CachedMatmul& mm = matmul_cache().get(s);
+  std::optional<Buffer> ct;  // Cᵀ, for a GEMM that runs transposed
+  void* dst = c;
+  if (mm.transposed) {
+    std::swap(a, b);
+    ct.emplace(&cpu_allocator(), std::max<size_t>(s.m * s.n * size_of(s.out), 1), Device::cpu());
+    dst = ct->data();
+  }
   thread_local dnnl::stream stream(cpu_engine());
   auto& eng = cpu_engine();
   dnnl::memory am(mm.pd.src_desc(), eng, const_cast<void*>(a));
   dnnl::memory bm(mm.pd.weights_desc(), eng, const_cast<void*>(b));
-  dnnl::memory cm(mm.pd.dst_desc(), eng, c);
+  dnnl::memory cm(mm.pd.dst_desc(), eng, dst);
   // Scratchpad from kiln's caching allocator: no fresh pages per call.
   Buffer scratch(&cpu_allocator(), std::max<size_t>(mm.scratchpad_bytes, 1), Device::cpu());
   dnnl::memory sm(mm.pd.scratchpad_desc(), eng, scratch.data());
@@ -201,6 +252,11 @@ void run_primitive(const GemmShape& s, const void* a, const void* b, void* c,
   }
   mm.prim.execute(stream, args);
   stream.wait();
+  if (!mm.transposed) return;
+  if (s.out == DType::f32)
+    transpose_into(static_cast<const float*>(dst), s.n, s.m, static_cast<float*>(c));
+  else
+    transpose_into(static_cast<const uint16_t*>(dst), s.n, s.m, static_cast<uint16_t*>(c));
 }
 
 // An f32 copy of a bf16 array (exact: every bf16 is an f32), in a buffer
