@@ -91,8 +91,8 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
 
 // The weights' gradients, Aᵀ·B with A [k, m] and B [k, n] (k the batch's
 // rows), in bf16 against f64 on the same rounded values, m below n and above
-// it: on AMX the first runs as its transpose Bᵀ·A written through C's
-// transposed strides (matmul.cpp's runs_transposed).
+// it: on AMX the first runs as its transpose Bᵀ·A, then transposed into C
+// (matmul.cpp's runs_transposed).
 TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
   const int64_t k = 200;
   uint32_t seed = 11;

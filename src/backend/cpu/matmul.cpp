@@ -78,7 +78,8 @@ struct CachedMatmul {
 // (m = 384, n = 1536, k = 6304) at 1.43 against 1.07 TFLOP/s, and with its
 // operands out of cache (as in a training step) 1.05 against 0.88:
 // bench/results/2026-12-06-bf16-xeon-amx/. The same sums, in another order.
-// (The shape is checked first: bf16_gemm_unit's probe is a GEMM of its own.)
+// (The shape is checked first, and MatmulCache::get asks before it takes its
+// lock: bf16_gemm_unit's probe is a GEMM of its own.)
 bool runs_transposed(const GemmShape& s) {
   if (!(s.in == DType::bf16 && s.ta && !s.tb && s.m < s.n && s.batch_a == 1 && s.batch_b == 1 &&
         s.epilogue.empty()))
@@ -135,6 +136,7 @@ void append_post_op(dnnl::post_ops& ops, const EpilogueStep& st, const dnnl::mem
 class MatmulCache {
  public:
   const CachedMatmul& get(const GemmShape& s) {
+    const bool transposed = runs_transposed(s);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(s);
     if (it != cache_.end()) return it->second;
@@ -150,7 +152,7 @@ class MatmulCache {
     dnnl::memory::desc c_md(c_dims, dnnl_type(s.out), c_strides);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (runs_transposed(s)) {
+    if (transposed) {
       // src: B [k, n] read as Bᵀ; weights: A [k, m]; dst: Cᵀ [n, m], which
       // run_primitive transposes into C (oneDNN 2.6's brgemm writes only
       // plain results). Kept only where brgemm runs it.
