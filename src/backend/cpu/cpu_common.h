@@ -111,6 +111,24 @@ void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
   }
 }
 
+// y [outer, rows, cols] = x [outer, cols, rows] with its two inner axes
+// swapped, by 32 x 32 tiles so that both sides stay in cache lines.
+template <typename T>
+void transpose_tiles(const T* x, int64_t outer, int64_t rows, int64_t cols, T* y) {
+  constexpr int64_t B = 32;
+  const int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;
+  parallel_for(outer * tr * tc, B * B, [&](int64_t b, int64_t e) {
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t o = job / (tr * tc), t = job % (tr * tc);
+      const int64_t i0 = (t / tc) * B, j0 = (t % tc) * B;
+      const T* xs = x + o * rows * cols;
+      T* ys = y + o * rows * cols;
+      for (int64_t i = i0; i < std::min(rows, i0 + B); ++i)
+        for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) ys[i * cols + j] = xs[j * rows + i];
+    }
+  });
+}
+
 // The width of the column blocks a column reduction over [outer, reduced,
 // inner] gives each job: at most `widest`; with one outer slice (a bias
 // gradient) the columns are cut into a multiple of the thread count of equal

@@ -48,8 +48,7 @@ void transpose_kernel(const KernelContext&, const Primitive& p,
     using T = decltype(t);
     T* dst = static_cast<T*>(y);
     const T* x = static_cast<const T*>(in[0].raw());
-    // Swapping the two innermost axes: go by 32x32 tiles so that both sides
-    // stay in cache lines.
+    // Swapping the two innermost axes: by tiles (transpose_tiles).
     size_t r = v.shape.size();
     if (r >= 2 && v.strides[1][r - 1] == v.shape[r - 2] && v.strides[1][r - 2] == 1 &&
         v.shape[r - 1] >= 16 && v.shape[r - 2] >= 16) {
@@ -58,22 +57,8 @@ void transpose_kernel(const KernelContext&, const Primitive& p,
       for (size_t d = 0; d + 2 < r; ++d) outer *= v.shape[d];
       bool plain_outer = true;  // outer axes contiguous in both
       for (size_t d = 0; d + 2 < r; ++d) plain_outer &= v.strides[0][d] == v.strides[1][d];
-      if (plain_outer && (r == 2 || v.strides[0][r - 3] == rows * cols)) {
-        constexpr int64_t B = 32;
-        int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;
-        parallel_for(outer * tr * tc, B * B, [&](int64_t b, int64_t e) {
-          for (int64_t job = b; job < e; ++job) {
-            int64_t o = job / (tr * tc), t = job % (tr * tc);
-            int64_t i0 = (t / tc) * B, j0 = (t % tc) * B;
-            const T* xs = x + o * rows * cols;
-            T* ys = dst + o * rows * cols;
-            for (int64_t i = i0; i < std::min(rows, i0 + B); ++i)
-              for (int64_t j = j0; j < std::min(cols, j0 + B); ++j)
-                ys[i * cols + j] = xs[j * rows + i];
-          }
-        });
-        return;
-      }
+      if (plain_outer && (r == 2 || v.strides[0][r - 3] == rows * cols))
+        return transpose_tiles(x, outer, rows, cols, dst);
     }
     strided_copy(dst, x, v);
   });

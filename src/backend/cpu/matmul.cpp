@@ -205,20 +205,6 @@ MatmulCache& matmul_cache() {
   return cache;
 }
 
-// y [cols, rows] = xᵀ for x [rows, cols], in blocks of 32 x 32.
-template <typename T>
-void transpose_into(const T* x, int64_t rows, int64_t cols, T* y) {
-  constexpr int64_t kBlock = 32;
-  const int64_t row_blocks = (rows + kBlock - 1) / kBlock;
-  parallel_for(row_blocks, kBlock * cols, [&](int64_t b0, int64_t b1) {
-    for (int64_t i0 = b0 * kBlock; i0 < std::min(rows, b1 * kBlock); i0 += kBlock)
-      for (int64_t j0 = 0; j0 < cols; j0 += kBlock)
-        for (int64_t j = j0; j < std::min(cols, j0 + kBlock); ++j)
-          for (int64_t i = i0; i < std::min(rows, i0 + kBlock); ++i)
-            y[j * rows + i] = x[i * cols + j];
-  });
-}
-
 // operands: the data of each binary epilogue step, in step order.
 void run_primitive(const GemmShape& s, const void* a, const void* b, void* c,
                    const std::vector<const void*>& operands = {}) {
@@ -256,9 +242,9 @@ void run_primitive(const GemmShape& s, const void* a, const void* b, void* c,
   stream.wait();
   if (!mm.transposed) return;
   if (s.out == DType::f32)
-    transpose_into(static_cast<const float*>(dst), s.n, s.m, static_cast<float*>(c));
+    transpose_tiles(static_cast<const float*>(dst), 1, s.m, s.n, static_cast<float*>(c));
   else
-    transpose_into(static_cast<const uint16_t*>(dst), s.n, s.m, static_cast<uint16_t*>(c));
+    transpose_tiles(static_cast<const uint16_t*>(dst), 1, s.m, s.n, static_cast<uint16_t*>(c));
 }
 
 // An f32 copy of a bf16 array (exact: every bf16 is an f32), in a buffer
