@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of kiln for a bounded time. Builds the libFuzzer harnesses
 # of fuzz/ (one per parser: safetensors, config, idx, image, checkpoint,
-# plot_log, command_line, pretrained, preprocessor) with clang, ASan and UBSan into build-fuzz/, then runs
+# plot_log, command_line, pretrained, preprocessor, tokenizer) with clang, ASan
+# and UBSan into build-asan/, the instrumented build that the sanitizer stage
+# shares (scripts/build-instrumented.sh; after it, nothing is left to build), then runs
 # each for KILN_FUZZ_SECONDS on a copy of its seeds (fuzz/corpus/<name>/; the
 # committed corpus is never modified), KILN_JOBS harnesses at a time.
 #
 # Fails, naming the harness and the input, when an input crashes a harness:
 # a signal, a sanitizer report, an exception other than kiln::Error, one input
 # running over 10 s, or over 2 GB of memory (RSS or a single allocation). The
-# input is kept in build-fuzz/crashes/<name>/; once kiln is fixed, commit it to
+# input is kept in build-asan/crashes/<name>/; once kiln is fixed, commit it to
 # tests/fuzz/regressions/<name>/, where the normal test build replays it
 # (tests/fuzz/fuzz_regressions_test.cpp).
 #
@@ -16,8 +18,8 @@
 #   KILN_FUZZ_TARGETS  the harnesses to run (default: all), e.g. "idx image"
 #   KILN_JOBS          build jobs, and harnesses run at once (default 2)
 #
-# Reproduce a crash: build-fuzz/kiln-fuzz-<name> build-fuzz/crashes/<name>/crash-...
-# Regenerate the seeds: ninja -C build-fuzz kiln-fuzz-corpus && build-fuzz/kiln-fuzz-corpus fuzz
+# Reproduce a crash: build-asan/kiln-fuzz-<name> build-asan/crashes/<name>/crash-...
+# Regenerate the seeds: ninja -C build-asan kiln-fuzz-corpus && build-asan/kiln-fuzz-corpus fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,15 +27,7 @@ seconds="${KILN_FUZZ_SECONDS:-30}"
 jobs="${KILN_JOBS:-2}"
 targets=(${KILN_FUZZ_TARGETS:-safetensors config idx image checkpoint plot_log command_line pretrained preprocessor tokenizer})
 
-# kiln's own dependencies, and libFuzzer with the sanitizers' runtimes and
-# clang's OpenMP for libkiln.
-bash scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev
-
-# Debug: assertions stay on (KILN_FUZZ builds at -O1). oneMKL is left out:
-# the parsers never reach a GEMM.
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON \
-  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_MKL=OFF -DKILN_CUDA=OFF -DKILN_MPI=OFF | grep "^-- kiln:" || true
-ninja -C build-fuzz -j"$jobs" kiln-fuzz
+KILN_JOBS=$jobs bash scripts/build-instrumented.sh kiln-fuzz
 echo "kiln fuzz: set up and built in $SECONDS s"
 
 # Scratch space in memory where there is some; the harnesses write their
@@ -47,13 +41,13 @@ export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 
 # Runs one harness; its log is $work/<name>.log.
 fuzz_one() {
-  local name=$1 crashes="$root/build-fuzz/crashes/$1" dict=()
+  local name=$1 crashes="$root/build-asan/crashes/$1" dict=()
   mkdir -p "$work/$name/corpus" "$work/$name/tmp" "$crashes"
   cp fuzz/corpus/"$name"/* "$work/$name/corpus/"
   [ -f "fuzz/$name.dict" ] && dict=(-dict="$root/fuzz/$name.dict")
   # From an empty directory with no stdin: a path in a fuzzed command line
   # reaches none of the tree's files and cannot wait for a terminal.
-  (cd "$work/$name/tmp" && TMPDIR="$work/$name/tmp" "$root/build-fuzz/kiln-fuzz-$name" \
+  (cd "$work/$name/tmp" && TMPDIR="$work/$name/tmp" "$root/build-asan/kiln-fuzz-$name" \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$crashes/" "${dict[@]}" "$work/$name/corpus" </dev/null)
 }
@@ -69,7 +63,7 @@ report() {  # name, exit status
   input=$(grep -o 'Test unit written to .*' "$log" | tail -1 | sed 's/Test unit written to //')
   echo "kiln fuzz: FAILED: kiln-fuzz-$name on ${input:-an input it did not write (see the log)}"
   tail -n 60 "$log" | sed 's/^/    /'
-  echo "    reproduce: build-fuzz/kiln-fuzz-$name ${input:-}"
+  echo "    reproduce: build-asan/kiln-fuzz-$name ${input:-}"
   echo "    once fixed, keep it: cp ${input:-INPUT} tests/fuzz/regressions/$name/"
   failed+=("kiln-fuzz-$name: ${input:-see its log}")
 }
@@ -83,7 +77,7 @@ wait_for_one() {
   unset "name_of[$pid]"
 }
 for name in "${targets[@]}"; do
-  [ -x "build-fuzz/kiln-fuzz-$name" ] || { echo "kiln fuzz: no harness '$name'" >&2; exit 2; }
+  [ -x "build-asan/kiln-fuzz-$name" ] || { echo "kiln fuzz: no harness '$name'" >&2; exit 2; }
   while [ "${#name_of[@]}" -ge "$jobs" ]; do wait_for_one; done
   fuzz_one "$name" >"$work/$name.log" 2>&1 &
   name_of[$!]=$name

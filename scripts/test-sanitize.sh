@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer
-# (gcc), built into build-asan/: any report fails the test that caused it.
-# CI runs it after scripts/test.sh.
+# (clang, -O1), from the instrumented build that scripts/fuzz.sh shares
+# (scripts/build-instrumented.sh, build-asan/): any report fails the test
+# that caused it. CI runs it after scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_SANITIZE=address,undefined \
-  -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF -DKILN_MPI=OFF | grep '^-- kiln:' || true
-ninja -C build-asan -j"${KILN_JOBS:-2}"
+bash scripts/build-instrumented.sh
 cd build-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}

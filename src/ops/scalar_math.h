@@ -70,10 +70,12 @@ KILN_HD inline float float_from_bits(int bits) {
 // ---- float math that the compiler can vectorize ----
 // Results below FLT_MIN (x < ln FLT_MIN = -87.3365) are flushed to 0, so that
 // exp(-inf) is 0 (a masked softmax entry) rather than FLT_MIN; x >= 88.38
-// gives inf (2^128: a little early, exp(88.72) is FLT_MAX); NaN stays NaN.
+// gives inf (2^128: a little early, exp(88.72) is FLT_MAX); NaN stays NaN
+// (it goes through the polynomial as ln FLT_MIN: converting a NaN to int is
+// undefined behaviour, which clang's UBSan reports).
 KILN_HD inline float exp_approx(float x0) {
   constexpr float kLnMin = -87.33654f;
-  const float x = x0 < kLnMin ? kLnMin : (x0 > 88.5f ? 88.5f : x0);
+  const float x = x0 >= kLnMin ? (x0 > 88.5f ? 88.5f : x0) : kLnMin;
   // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorizes, unlike nearbyint).
   float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
@@ -81,7 +83,7 @@ KILN_HD inline float exp_approx(float x0) {
                                                 r * (0.04166664928f + r * (0.008333335072f +
                                                                            r * 0.001388888922f)))));
   const float y = p * m::float_from_bits((static_cast<int>(n) + 127) << 23);
-  return x0 < kLnMin ? 0.0f : y;
+  return x0 >= kLnMin ? y : (x0 < kLnMin ? 0.0f : x0);
 }
 
 // erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).

@@ -4,8 +4,16 @@
 // built without -march, so this file compiles the helpers for AVX-512 itself
 // and runs them where the CPU has it; the kernels' portable loops are checked
 // on every CPU by the attention tests, and under scripts/test-isa.sh's caps.
+// (clang, which builds the sanitized suite, spells the pragma its own way;
+// its intrinsics' header comes first, as they carry their own targets.)
+#if defined(__clang__)
+#include <immintrin.h>
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl")
+#endif
 #define KILN_CPU_AVX512_BY_PRAGMA 1
 #include "backend/cpu/avx512.h"
 
@@ -20,7 +28,11 @@ void exp_16(const float* x, float* y) {
   _mm512_storeu_ps(y, avx512::exp16(_mm512_loadu_ps(x)));
 }
 }  // namespace
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #include <gtest/gtest.h>
 

@@ -599,7 +599,7 @@ TEST(Passes, HandWrittenAttentionBecomesTheFusedKernels) {
   for (auto [backward, scale] : {std::pair{false, '*'}, {true, '*'}, {true, '/'}, {true, ' '}}) {
     SCOPED_TRACE(std::string(backward ? "with the backward" : "forward only") + ", scale '" +
                  scale + "'");
-    auto f = [&](const std::vector<Array>& x) {
+    auto f = [&, backward = backward, scale = scale](const std::vector<Array>& x) {
       return hand_written_attention(x, backward, scale);
     };
     Graph g = compiler::fuse_attention(trace(f, shapes));

@@ -82,7 +82,8 @@ TEST(Activations, GradientsMatchFiniteDifferences) {
   Array x = Array::from_vector(kPoints, {static_cast<int64_t>(kPoints.size())});
   const double h = 1e-6;
   for (const auto& [act, f] : definitions()) {
-    auto g = grad([&](const Array& v) { return sum(nn::activate(act, v)); })(x).to_vector<double>();
+    auto g = grad([&, act = act](const Array& v) { return sum(nn::activate(act, v)); })(x)
+                 .to_vector<double>();
     for (size_t i = 0; i < kPoints.size(); ++i) {
       double fd = (f(kPoints[i] + h) - f(kPoints[i] - h)) / (2 * h);
       EXPECT_NEAR(g[i], fd, 1e-6 * std::max(1.0, std::abs(fd)))

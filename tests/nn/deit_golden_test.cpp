@@ -40,7 +40,7 @@ TEST_P(DeiTGolden, LogitsLossAndGradientsMatchTransformers) {
   EXPECT_NO_THROW(model.check(weights, "fixture"));
   const Array x = batch.at(layout == nn::Layout::NCHW ? "pixel_values" : "pixel_values_nhwc");
   const Array labels = batch.at("labels");
-  auto f = [&](const Params& p) {
+  auto f = [&, layout = layout](const Params& p) {
     return mean(softmax_cross_entropy(model.apply(p, x, {.layout = layout}), labels));
   };
   EXPECT_LT(relative_error(model.apply(weights, x, {.layout = layout}), expected.at("logits")), 1e-5);

@@ -72,7 +72,7 @@ TEST_P(ResNetGolden, TrainingForwardBackwardAndStatisticsMatchTransformers) {
   const nn::ResNetOutput out = g.model.apply(g.params, g.state, x, true, layout);
   EXPECT_LT(relative_error(out.logits, g.expected.at("logits")), 1e-5);
   g.expect_state(out.state, "state.");
-  auto [loss, grads] = value_and_grad([&](const Params& p) {
+  auto [loss, grads] = value_and_grad([&, layout = layout](const Params& p) {
     return g.model.loss(g.model.apply(p, g.state, x, true, layout).logits, labels);
   })(g.params);
   const double want = g.expected.at("loss").item<double>();
@@ -102,7 +102,7 @@ TEST_P(ResNetGolden, FiveSgdStepsAndTheirStatisticsMatchTorch) {
   const auto want = g.expected.at("sgd_losses").to_vector<double>();
   ASSERT_EQ(want.size(), 5u);
   for (int step = 0; step < 5; ++step) {
-    auto [loss, grads] = value_and_grad([&](const Params& p) {
+    auto [loss, grads] = value_and_grad([&, layout = layout](const Params& p) {
       return g.model.loss(g.model.apply(p, state, x, true, layout).logits, labels);
     })(params);
     EXPECT_NEAR(loss.item<double>(), want[step], 1e-4 * want[step]) << "step " << step;

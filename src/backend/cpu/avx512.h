@@ -7,7 +7,8 @@
 // _mm512_undefined_ps(), which its -Wuninitialized reports as read
 // uninitialized (a false positive, at the lines of GCC's own header, so the
 // pragmas must come before any include of <immintrin.h>; clang, which builds
-// the fuzz targets, has neither the false positive nor -Wmaybe-uninitialized).
+// the sanitized suite and the fuzz targets, has neither the false positive
+// nor -Wmaybe-uninitialized).
 #pragma once
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
