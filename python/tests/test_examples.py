@@ -45,13 +45,13 @@ def test_mlp_fashion_mnist_learns():
 
 
 def test_resnet_fashion_mnist_learns(tmp_path):
-    out = _run("train_resnet.py", "--epochs", "1", "--steps", "60", "--save",
+    out = _run("train_resnet.py", "--epochs", "1", "--steps", "30", "--batch-size", "64", "--save",
                str(tmp_path / "resnet"))
     acc = float(re.search(r"test accuracy ([0-9.]+)%", out).group(1))
-    assert acc > 60, out  # 60 steps of 128 (chance: 10%)
+    assert acc > 60, out  # 30 steps of 64: 71% (chance: 10%)
     model, params, state = __import__("kiln").models.from_pretrained(str(tmp_path / "resnet"))
     assert model.labels[0] == "T-shirt/top"
-    assert state["resnet.embedder.embedder.normalization.num_batches_tracked"].item() == 60
+    assert state["resnet.embedder.embedder.normalization.num_batches_tracked"].item() == 30
 
 
 def test_finetune(tmp_path):
