@@ -1,20 +1,23 @@
 """kiln.nn's layer classes against torch.nn's modules given the same weights
 (values, gradients, BatchNorm's running statistics), their parameter trees,
-random sites inside and outside jit, and their errors."""
+random sites inside and outside jit, and their errors. torch's results are the
+committed fixture tests/fixtures/python_nn/golden.npz
+(tools/golden/make_python_nn_golden.py), for weights and inputs drawn here as
+the generator draws them."""
+import os
+
 import numpy as np
 import pytest
-import torch
 
 import kiln
 from kiln import nn
 
+GOLDEN = np.load(os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures",
+                              "python_nn", "golden.npz"))
+
 
 def _np(x):
     return np.asarray(x)
-
-
-def _t(a):
-    return torch.tensor(np.asarray(a))
 
 
 def _x(seed, *shape):
@@ -24,15 +27,14 @@ def _x(seed, *shape):
 def test_linear_is_torchs_and_names_its_parameters():
     fc = nn.Linear(6, 4, name="enc.fc")
     assert fc.parameter_shapes() == {"enc.fc.weight": (4, 6), "enc.fc.bias": (4,)}
-    params = fc.init(kiln.random.key(0))
+    init = fc.init(kiln.random.key(0))
+    assert {k: v.shape for k, v in init.items()} == fc.parameter_shapes()
+    params = {"enc.fc.weight": kiln.array(_x(20, 4, 6)), "enc.fc.bias": kiln.array(_x(21, 4))}
     x = _x(1, 3, 6)
-    tfc = torch.nn.Linear(6, 4)
-    tfc.weight.data, tfc.bias.data = _t(params["enc.fc.weight"]), _t(params["enc.fc.bias"])
-    np.testing.assert_allclose(_np(fc(params, x)), tfc(_t(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_np(fc(params, x)), GOLDEN["linear/y"], rtol=1e-5, atol=1e-6)
     # Gradients through the layer, and the same under jit.
     g = kiln.grad(lambda p: kiln.sum(kiln.square(fc(p, x))))(params)
-    tfc(_t(x)).pow(2).sum().backward()
-    np.testing.assert_allclose(_np(g["enc.fc.weight"]), tfc.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(g["enc.fc.weight"]), GOLDEN["linear/dw"], rtol=1e-4, atol=1e-5)
     jitted = kiln.jit(lambda p, a: fc(p, a))
     np.testing.assert_allclose(_np(jitted(params, x)), _np(fc(params, x)), rtol=1e-6, atol=1e-6)
     # torch's own initialization: uniform ±1/√fan_in.
@@ -40,20 +42,25 @@ def test_linear_is_torchs_and_names_its_parameters():
     assert np.abs(w).max() <= 0.05 and np.abs(w).max() > 0.049
 
 
-@pytest.mark.parametrize("kw", [
+CONV_KWS = [
     dict(kernel_size=3, padding=1),
     dict(kernel_size=3, stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
     dict(kernel_size=7, padding=3, groups=4),
     dict(kernel_size=3, padding="same", groups=2),
     dict(kernel_size=4, stride=4),
-])
-def test_conv2d_is_torchs_in_each_layout(kw):
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_KWS)))
+def test_conv2d_is_torchs_in_each_layout(case):
+    kw = CONV_KWS[case]
     conv = nn.Conv2d(4, 8, **kw)
-    params = conv.init(kiln.random.key(2))
-    tconv = torch.nn.Conv2d(4, 8, **kw)
-    tconv.weight.data, tconv.bias.data = _t(params["weight"]), _t(params["bias"])
+    k, groups = kw["kernel_size"], kw.get("groups", 1)
+    assert conv.parameter_shapes() == {"weight": (8, 4 // groups, k, k), "bias": (8,)}
+    params = {"weight": kiln.array(_x(22 + case, 8, 4 // groups, k, k)),
+              "bias": kiln.array(_x(32 + case, 8))}
     x = _x(3, 2, 4, 13, 12)
-    want = tconv(_t(x)).detach().numpy()
+    want = GOLDEN[f"layer_conv2d/{case}/y"]
     np.testing.assert_allclose(_np(conv(params, x)), want, rtol=1e-4, atol=1e-4)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     np.testing.assert_allclose(_np(conv(params, nhwc, layout="NHWC", out_layout="NCHW")), want,
@@ -74,11 +81,11 @@ def test_layer_norm_over_channels_last_or_first():
     ln = nn.LayerNorm(5, eps=1e-6)
     params = {"weight": kiln.array(_x(6, 5)), "bias": kiln.array(_x(7, 5))}
     x = _x(8, 2, 3, 5)
-    want = torch.nn.functional.layer_norm(_t(x), (5,), _t(params["weight"]), _t(params["bias"]), 1e-6)
-    np.testing.assert_allclose(_np(ln(params, x)), want.numpy(), rtol=1e-5, atol=1e-5)
+    want = GOLDEN["layer_norm/y"]
+    np.testing.assert_allclose(_np(ln(params, x)), want, rtol=1e-5, atol=1e-5)
     first = nn.LayerNorm(5, eps=1e-6, channels_first=True)
     xc = np.ascontiguousarray(x.transpose(0, 2, 1))  # [N, C, L]
-    np.testing.assert_allclose(_np(first(params, xc)), want.numpy().transpose(0, 2, 1),
+    np.testing.assert_allclose(_np(first(params, xc)), want.transpose(0, 2, 1),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -86,17 +93,16 @@ def test_batch_norm_trains_its_statistics_as_torch_does():
     bn = nn.BatchNorm2d(3, name="bn")
     params, state = bn.init(kiln.random.key(0)), bn.init_state()
     assert sorted(state) == ["bn.num_batches_tracked", "bn.running_mean", "bn.running_var"]
-    tbn = torch.nn.BatchNorm2d(3)
-    x = _x(9, 4, 3, 5, 5) * 2 + 1
+    x = _x(9, 4, 3, 5, 5) * 2 + 1  # torch.nn.BatchNorm2d(3) as created: weight 1, bias 0
     y, state = bn(params, x, state, train=True)
-    ty = tbn(_t(x))
-    np.testing.assert_allclose(_np(y), ty.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(_np(state["bn.running_mean"]), tbn.running_mean.numpy(), rtol=1e-5)
-    np.testing.assert_allclose(_np(state["bn.running_var"]), tbn.running_var.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(_np(y), GOLDEN["batch_norm2d/y_train"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_np(state["bn.running_mean"]), GOLDEN["batch_norm2d/running_mean"],
+                               rtol=1e-5)
+    np.testing.assert_allclose(_np(state["bn.running_var"]), GOLDEN["batch_norm2d/running_var"],
+                               rtol=1e-5)
     assert int(_np(state["bn.num_batches_tracked"])) == 1
-    tbn.eval()
     ye, same = bn(params, x, state)
-    np.testing.assert_allclose(_np(ye), tbn(_t(x)).detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_np(ye), GOLDEN["batch_norm2d/y_eval"], rtol=1e-4, atol=1e-4)
     assert int(_np(same["bn.num_batches_tracked"])) == 1
 
 
@@ -112,18 +118,14 @@ def test_embedding_reads_rows():
 def test_attention_is_torchs_and_fused_equals_unfused():
     mha = nn.MultiHeadAttention(8, 2, name="attn")
     assert list(mha.parameter_shapes())[:2] == ["attn.query.weight", "attn.query.bias"]
-    params = mha.init(kiln.random.key(5))
+    params = {}
+    for j, name in enumerate(("query", "key", "value", "output")):
+        params[f"attn.{name}.weight"] = kiln.array(_x(40 + j, 8, 8))
+        params[f"attn.{name}.bias"] = kiln.array(_x(50 + j, 8))
+    assert {k: v.shape for k, v in params.items()} == mha.parameter_shapes()
     x = _x(10, 2, 5, 8)
-    p = {k: _t(v) for k, v in params.items()}
-    tx = _t(x)
-
-    def heads(name):
-        return (tx @ p[f"attn.{name}.weight"].T + p[f"attn.{name}.bias"]).reshape(2, 5, 2, 4).transpose(1, 2)
-
-    ctx = torch.nn.functional.scaled_dot_product_attention(heads("query"), heads("key"), heads("value"))
-    want = ctx.transpose(1, 2).reshape(2, 5, 8) @ p["attn.output.weight"].T + p["attn.output.bias"]
     for fused in (True, False):
-        np.testing.assert_allclose(_np(mha(params, x, fused_attention=fused)), want.numpy(),
+        np.testing.assert_allclose(_np(mha(params, x, fused_attention=fused)), GOLDEN["attention/y"],
                                    rtol=1e-4, atol=1e-5)
 
 
@@ -141,20 +143,14 @@ def test_attention_over_q_k_v_is_torchs_sdpa_with_its_gradients():
         return kiln.sum(y * w)
 
     # kiln's causal mask is aligned to the last key (query i sees keys j <= i + S - T):
-    # torch's is_causal aligns to the first, so it gets the mask spelled out.
-    allowed = np.tril(np.ones((T, S), bool), S - T)[None, None] & keep[:, None, None, :]
-    tq, tk, tv, tb = (torch.tensor(a.transpose(0, 2, 1, 3) if a.ndim == 4 and a is not bias else a,
-                                   requires_grad=True) for a in (q, k, v, bias))
-    mask = torch.where(torch.tensor(allowed), tb, torch.tensor(-np.inf))
-    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)
-    (ty.transpose(1, 2) * torch.tensor(w)).sum().backward()
+    # the generator gives torch's SDPA that mask spelled out (its is_causal
+    # aligns to the first).
     q, k, v, bias, w, keep = (kiln.asarray(a) for a in (q, k, v, bias, w, keep))
     got = kiln.attention(q, k, v, causal=True, bias=bias, key_padding_mask=keep)
-    np.testing.assert_allclose(_np(got), ty.transpose(1, 2).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_np(got), GOLDEN["sdpa/y"], rtol=1e-5, atol=1e-6)
     grads = kiln.grad(kiln_loss, argnums=(0, 1, 2, 3))(q, k, v, bias)
-    for g, t in zip(grads[:3], (tq, tk, tv)):
-        np.testing.assert_allclose(_np(g), t.grad.transpose(1, 2).numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(_np(grads[3]), tb.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for g, name in zip(grads, ("dq", "dk", "dv", "dbias")):
+        np.testing.assert_allclose(_np(g), GOLDEN[f"sdpa/{name}"], rtol=1e-4, atol=1e-5)
     with pytest.raises(kiln.KilnError, match="key_padding_mask must be bool"):
         kiln.attention(q, k, v, key_padding_mask=kiln.astype(keep, "float32"))
 
