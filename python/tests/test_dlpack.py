@@ -1,6 +1,7 @@
 """DLPack with numpy, both ways: numpy reads kiln's memory without a copy
 (np.from_dlpack), kiln copies numpy arrays in their own dtype, strided views
-included (kiln.from_dlpack). The same with PyTorch, bfloat16 included, is
+included (kiln.from_dlpack); test_array.py has the basics (copies, devices,
+slices, a pending lazy array). The same with PyTorch, bfloat16 included, is
 test_torch_interop.py, where PyTorch is installed (scripts/test-torch.sh)."""
 import gc
 
@@ -14,20 +15,13 @@ DTYPES = [(kiln.float32, np.float32), (kiln.float64, np.float64), (kiln.float16,
           (kiln.int32, np.int32), (kiln.int64, np.int64), (kiln.bool_, np.bool_)]
 
 
-def _kiln_values(dt):
-    x = kiln.arange(12, dtype=kiln.float32).reshape(3, 4) * 0.75 - 4.0  # memory of kiln's own
-    if dt == kiln.float16:  # (kiln stores float16 but does not compute in it)
-        return kiln.asarray(np.asarray(x).astype(np.float16))
-    return x.astype(dt)
-
-
 def _address(a):
     return a.__array_interface__["data"][0]
 
 
 @pytest.mark.parametrize("kdt,ndt", DTYPES, ids=[np.dtype(n).name for _, n in DTYPES])
-def test_numpy_reads_a_kiln_array_without_a_copy(kdt, ndt):
-    a = _kiln_values(kdt)
+def test_numpy_reads_a_kiln_array_without_a_copy(kdt, ndt, kiln_values):
+    a = kiln_values(kdt)
     n = np.from_dlpack(a)
     assert n.dtype == ndt and n.shape == (3, 4)
     assert _address(n) == _address(np.asarray(a))
@@ -42,12 +36,6 @@ def test_a_numpy_view_outlives_its_kiln_array():
     for _ in range(20):  # allocations that would reuse the memory if it were freed
         kiln.zeros((1000,)) + 5.0
     np.testing.assert_array_equal(n, np.arange(1000, dtype=np.float32) + 1)
-
-
-def test_a_pending_lazy_array_runs_before_numpy_reads_it():
-    with kiln.lazy():
-        a = kiln.ones((3,)) * 4.0
-        np.testing.assert_array_equal(np.from_dlpack(a), [4.0, 4.0, 4.0])
 
 
 def test_jit_refuses_to_donate_memory_that_numpy_views():
@@ -85,8 +73,6 @@ def test_kiln_copies_strided_numpy_views():
         np.testing.assert_array_equal(np.asarray(a), v, err_msg=str(v.strides))
 
 
-def test_unsupported_numpy_dtypes_are_named():
-    with pytest.raises(kiln.KilnError, match=r"uint8.*kiln holds float32"):
-        kiln.from_dlpack(np.zeros(3, dtype=np.uint8))
+def test_unsupported_numpy_dtypes_are_named():  # (uint8: test_array.py)
     with pytest.raises(kiln.KilnError, match="complex64"):
         kiln.from_dlpack(np.zeros(3, dtype=np.complex64))

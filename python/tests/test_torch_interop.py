@@ -22,13 +22,6 @@ DTYPES = [(kiln.float32, torch.float32), (kiln.float64, torch.float64),
           (kiln.int32, torch.int32), (kiln.int64, torch.int64), (kiln.bool_, torch.bool)]
 
 
-def _kiln_values(dt):
-    x = kiln.arange(12, dtype=kiln.float32).reshape(3, 4) * 0.75 - 4.0  # memory of kiln's own
-    if dt == kiln.float16:  # (kiln stores float16 but does not compute in it)
-        return kiln.asarray(np.asarray(x).astype(np.float16))
-    return x.astype(dt)
-
-
 def _f64(a):
     return np.asarray(a).astype(np.float64)
 
@@ -38,8 +31,8 @@ def _address(a):
 
 
 @pytest.mark.parametrize("kdt,tdt", DTYPES, ids=[str(t) for _, t in DTYPES])
-def test_torch_reads_a_kiln_array_without_a_copy(kdt, tdt):
-    a = _kiln_values(kdt)
+def test_torch_reads_a_kiln_array_without_a_copy(kdt, tdt, kiln_values):
+    a = kiln_values(kdt)
     t = torch.from_dlpack(a)
     assert t.dtype == tdt and tuple(t.shape) == (3, 4) and t.device.type == "cpu"
     assert t.data_ptr() == _address(a)
