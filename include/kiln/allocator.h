@@ -27,7 +27,11 @@ struct AllocatorStats {
 
 // The CPU allocator: 64-byte aligned blocks, sizes rounded to a few classes per
 // power of two, and freed blocks kept in per-size free lists for reuse, so a
-// training step that repeats its allocations touches no new pages.
+// training step that repeats its allocations touches no new pages. Blocks of
+// kCpuHugeBlock bytes and more are aligned to 2 MiB and marked for Linux's
+// transparent huge pages (madvise MADV_HUGEPAGE), unless the environment has
+// KILN_HUGE_PAGES=0.
+inline constexpr size_t kCpuHugeBlock = size_t{8} << 20;
 Allocator& cpu_allocator();
 AllocatorStats cpu_allocator_stats();
 void cpu_allocator_trim();  // gives cached blocks back to the system

@@ -3,6 +3,11 @@
 
 #include <sys/resource.h>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "kiln/kiln.h"
 
@@ -130,6 +135,38 @@ TEST(Allocator, ReusesFreedBlocks) {
   EXPECT_EQ(b.raw(), first);
   auto after = cpu_allocator_stats();
   EXPECT_GE(after.cache_hits, before.cache_hits + 1);
+}
+
+// The flags of the mapping that holds address p, from /proc/self/smaps
+// ("" where none does).
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < line.find(' '))
+      inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line.substr(8);
+  }
+  return "";
+}
+
+// Blocks of 8 MiB and more are aligned to huge pages and marked for them:
+// Linux's "hg" flag (MADV_HUGEPAGE) on their mapping.
+TEST(Allocator, LargeBlocksAreMarkedForHugePages) {
+  const char* env = std::getenv("KILN_HUGE_PAGES");
+  if (env && std::string(env) == "0") GTEST_SKIP() << "KILN_HUGE_PAGES=0";
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  Array big = zeros({static_cast<int64_t>(kCpuHugeBlock / 4) + 1});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.raw()) % (2u << 20), 0u);
+  const std::string flags = mapping_flags(big.raw());
+  ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the block";
+  EXPECT_NE((" " + flags + " ").find(" hg "), std::string::npos) << "VmFlags:" << flags;
+  Array small = zeros({1 << 18});  // 1 MiB: small pages, no rounding
+  EXPECT_EQ((" " + mapping_flags(small.raw()) + " ").find(" hg "), std::string::npos);
 }
 
 long minor_faults() {
