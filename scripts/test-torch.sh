@@ -7,8 +7,8 @@
 #
 # The environment is made once per machine and kept in kiln's cache folder
 # ($KILN_CACHE_DIR, else ~/.cache/kiln), named by a hash of
-# python/requirements-torch.txt (pinned and hash-checked) and of the Python it
-# runs on; a clone of another commit with the same requirements finds it
+# python/requirements-torch.txt and python/requirements.txt (pinned versions)
+# and of the Python it runs on; a clone of another commit with the same requirements finds it
 # there, as ccache's objects are found. Unpacking PyTorch's wheels took
 # 60-70 s of each CI run. It is made in a temporary folder, checked (torch
 # imports) and renamed, so an interrupted install leaves nothing behind.
