@@ -92,10 +92,10 @@ def test_train_run_with_callbacks():
     steps, evals = [], []
     report = kiln.train.run(model="vit-fmnist", data="fashion-mnist", steps=4, warmup=1,
                             batch_size=16, mode="jit", optimizer="adamw", lr=1e-3, eval_every=4,
-                            on_step=steps.append, on_eval=evals.append)
+                            eval_samples=500, on_step=steps.append, on_eval=evals.append)
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert all(np.isfinite(s["loss"]) and s["seconds"] > 0 for s in steps)
-    assert len(evals) == 1 and 0 <= evals[0]["accuracy"] <= 1 and evals[0]["samples"] == 10000
+    assert len(evals) == 1 and 0 <= evals[0]["accuracy"] <= 1 and evals[0]["samples"] == 500
     assert report["compiles"] >= 1 and report["median"] > 0 and len(report["steps"]) == 4
     assert report["parameters"] > 0
 

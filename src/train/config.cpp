@@ -148,6 +148,9 @@ void validate(const TrainConfig& cfg) {
                       ", expected a value in (0, 1] (0: off)");
   if (cfg.eval_every < 0 || cfg.save_every < 0)
     fail("train", "--eval-every and --save-every must be >= 0");
+  if (cfg.eval_samples < 0)
+    fail("train", "--eval-samples must be >= 0 (0: the whole held-out split), got " +
+                      std::to_string(cfg.eval_samples));
   matmul_dtype_for(cfg.precision);
   const Device device = parse_device(cfg.device, "--device");
   if (cfg.precision == "tf32" && device.type != DeviceType::cuda)

@@ -14,6 +14,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The first n examples of a data set (--eval-samples).
+class FirstExamples final : public data::Dataset {
+ public:
+  FirstExamples(std::shared_ptr<const data::Dataset> all, int64_t n)
+      : all_(std::move(all)), n_(n) {}
+  int64_t size() const override { return n_; }
+  Shape image_shape() const override { return all_->image_shape(); }
+  DType sample_dtype() const override { return all_->sample_dtype(); }
+  void get_tokens(int64_t index, int32_t* tokens) const override {
+    all_->get_tokens(index, tokens);
+  }
+  void get(int64_t index, float* image, int32_t* label) const override {
+    all_->get(index, image, label);
+  }
+  void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override {
+    all_->get(index, epoch, image, label);
+  }
+
+ private:
+  std::shared_ptr<const data::Dataset> all_;
+  int64_t n_;
+};
+
 // The folder of a language model's tokenizer: --tokenizer, else the
 // pretrained model's or the resumed checkpoint's folder.
 std::string tokenizer_dir(const TrainConfig& cfg) {
@@ -139,8 +162,11 @@ std::optional<data::ImageProcessor> saved_processor(
   return data_processor(cfg, model, given);
 }
 
-DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
-                         const std::optional<data::ImageProcessor>& processor) {
+namespace {
+
+// cfg.data's splits, whole.
+DataSplits all_datasets(const TrainConfig& cfg, const nn::Model& model,
+                        const std::optional<data::ImageProcessor>& processor) {
   if (model.causal_lm()) return lm_datasets(cfg, model);
   if (cfg.data.rfind("text:", 0) == 0 || cfg.data.rfind("tokens:", 0) == 0)
     fail("train", "--data " + cfg.data + " is text for a language model; --model " +
@@ -218,6 +244,16 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                       "', expected random, fashion-mnist, imagefolder:PATH (images), text:PATH or "
                       "tokens:PATH (a language model's)");
   }
+  return d;
+}
+
+}  // namespace
+
+DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
+                         const std::optional<data::ImageProcessor>& processor) {
+  DataSplits d = all_datasets(cfg, model, processor);
+  if (d.eval && cfg.eval_samples > 0 && cfg.eval_samples < d.eval->size())
+    d.eval = std::make_shared<FirstExamples>(d.eval, cfg.eval_samples);
   return d;
 }
 

@@ -457,6 +457,41 @@ TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
 
 // Fashion-MNIST end to end with a tiny model: train with evaluation and a
 // checkpoint, evaluate the checkpoint, plot the log.
+// --eval-samples N evaluates on the test split's first N images: each
+// evaluation counts N, in the report and in the log, and a bad N is refused
+// naming the flag.
+TEST(Cli, EvalSamplesEvaluatesTheTestSplitsFirstImages) {
+  if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  std::string cfg = temp_path("fm-es.json"), log = temp_path("fm-es.jsonl");
+  nn::ViTConfig c = nn::ViTConfig::preset("vit-fmnist");
+  c.hidden_size = 16, c.num_attention_heads = 2, c.intermediate_size = 32, c.num_hidden_layers = 1;
+  c.patch_size = 7;
+  io::save_config(cfg, c);
+  const std::string train = "train --data fashion-mnist --config " + cfg +
+                            " --steps 2 --warmup 1 --batch-size 32 --mode jit --eval-every 1";
+  CliRun r = kiln_cli(train + " --eval-samples 100 --log-json " + log);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("on 100 test images"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("on 10000 test images"), std::string::npos) << r.output;
+  // 100 images in batches of 32: three full batches and one of 4.
+  EXPECT_NE(r.output.find("eval compiles: 2 (one per batch shape; 2 evaluations)"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(log);
+  int evals = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("eval_samples")) continue;
+    ++evals;
+    EXPECT_EQ(j["eval_samples"].get<int64_t>(), 100) << line;
+  }
+  EXPECT_EQ(evals, 2);
+  CliRun bad = kiln_cli(train + " --eval-samples -5");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--eval-samples"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, FashionMnistTrainEvalPlot) {
   if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";

@@ -290,7 +290,7 @@ TEST(Predict, AGreyModelTrainedOnFashionMnistLabelsItsTestImages) {
   const std::string ckpt = (dir / "fmnist").string();
   const std::string train = test_util::kiln_cli_path() +
                             " train --model vit-fmnist --data fashion-mnist --batch-size 32 "
-                            "--steps 20 --optimizer adamw --lr 2e-3 --save " +
+                            "--steps 20 --optimizer adamw --lr 2e-3 --eval-samples 64 --save " +
                             ckpt + " > /dev/null";
   ASSERT_EQ(std::system(train.c_str()), 0) << train;
   const io::Pretrained m = io::load_pretrained(ckpt);

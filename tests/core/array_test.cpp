@@ -178,8 +178,10 @@ long minor_faults() {
 // A ViT-Base-sized MLP chain: [6304,768] @ [768,3072], GELU, LayerNorm. The
 // second run must find all its memory in the allocator's cache. What faults
 // remain come from inside oneDNN's sgemm (about 1.4k pages per call of this
-// shape, measured with perf: its packing buffers in the malloc heap), not
-// from kiln's buffers; they are bounded here relative to the first run.
+// shape, measured with perf: its packing buffers in the malloc heap; none on
+// oneMKL), not from kiln's buffers; they are bounded here. (The first run is
+// no yardstick: kiln's blocks of 8 MiB and more fault in 2 MiB at a time on
+// huge pages, so it takes about 2k faults, as many as oneDNN's buffers.)
 TEST(Allocator, RepeatingAStepCausesAlmostNoPageFaults) {
   Array x = random::normal(random::Key(0), {32 * 197, 768});
   Array w = random::normal(random::Key(1), {3072, 768}) * 0.02;
@@ -201,8 +203,7 @@ TEST(Allocator, RepeatingAStepCausesAlmostNoPageFaults) {
             << "\n";
   EXPECT_EQ(s1.system_allocs, s0.system_allocs) << "the second run allocated from the system";
   EXPECT_EQ(s1.bytes_reserved, s0.bytes_reserved);
-  EXPECT_LT(second * 20, first) << "second run: " << second << " faults, first: " << first;
-  EXPECT_LT(second, 3000);
+  EXPECT_LT(second, 3000) << "second run: " << second << " faults, first: " << first;
 }
 
 }  // namespace

@@ -465,6 +465,8 @@ TEST(Validate, EachBadSettingIsNamed) {
        "--rand-augment] p 1.500000: expected 0 to 1"},
       {[](auto& t) { t.eval_every = -1; }, "--eval-every and --save-every must be >= 0"},
       {[](auto& t) { t.save_every = -2; }, "--eval-every and --save-every must be >= 0"},
+      {[](auto& t) { t.eval_samples = -3; },
+       "--eval-samples must be >= 0 (0: the whole held-out split), got -3"},
       {[](auto& t) { t.precision = "tf32"; }, "--precision tf32 is a CUDA setting"},
       {[](auto& t) { t.precision = "tf32", t.device = "ref"; },
        "--precision tf32 is a CUDA setting (TensorFloat-32 tensor cores) and --device is ref"},

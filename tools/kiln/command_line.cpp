@@ -307,6 +307,9 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
   t->add_option("--eval-every", tc.eval_every,
                 "evaluate on the test split every N steps (always at the end)")
       ->check(kNonNegativeInt);
+  t->add_option("--eval-samples", tc.eval_samples,
+                "evaluate on the test split's first N examples only (0: all of it)")
+      ->check(kNonNegativeInt);
   t->add_option("--save", tc.save_dir,
                 "checkpoint directory (transformers-loadable), written at the end");
   t->add_option("--save-every", tc.save_every, "also save every N steps")->check(kNonNegativeInt);
