@@ -122,10 +122,10 @@ struct TrainConfig {
   // Evaluation on the held-out split every `eval_every` steps (0: only at
   // the end) when the data set has one.
   int64_t eval_every = 0;
-  // Evaluate on the first `eval_samples` examples of the held-out split
-  // (images, or blocks of tokens for a language model) rather than all of it
-  // (0: all): quicker evaluations of a large split (transformers' examples'
-  // max_eval_samples).
+  // Evaluate on `eval_samples` examples of the held-out split (images, or
+  // blocks of tokens for a language model), spread evenly over it (every
+  // size/N-th), rather than all of it (0: all): quicker evaluations of a
+  // large split (transformers' examples' max_eval_samples).
   int64_t eval_samples = 0;
   // Checkpoints: every `save_every` steps (0: only at the end) into save_dir.
   std::string save_dir;

@@ -272,7 +272,7 @@ const std::vector<Field>& fields() {
     v.push_back(plain("eval_every", &TrainConfig::eval_every, "an int",
                       "evaluate every N steps (0: at the end)"));
     v.push_back(plain("eval_samples", &TrainConfig::eval_samples, "an int",
-                      "evaluate on the first N held-out examples (0: all)"));
+                      "evaluate on N held-out examples, spread evenly (0: all)"));
     v.push_back(plain("save", &TrainConfig::save_dir, "a folder", "checkpoints into it"));
     v.push_back(plain("save_every", &TrainConfig::save_every, "an int",
                       "a checkpoint every N steps (0: at the end)"));

@@ -14,25 +14,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The first n examples of a data set (--eval-samples).
-class FirstExamples final : public data::Dataset {
+// n examples of a data set spread evenly over it (--eval-samples): example
+// i is the whole set's i * size / n, so that an image folder's held-out
+// split, which is in class order, gives every class its share.
+class SpreadExamples final : public data::Dataset {
  public:
-  FirstExamples(std::shared_ptr<const data::Dataset> all, int64_t n)
+  SpreadExamples(std::shared_ptr<const data::Dataset> all, int64_t n)
       : all_(std::move(all)), n_(n) {}
   int64_t size() const override { return n_; }
   Shape image_shape() const override { return all_->image_shape(); }
   DType sample_dtype() const override { return all_->sample_dtype(); }
   void get_tokens(int64_t index, int32_t* tokens) const override {
-    all_->get_tokens(index, tokens);
+    all_->get_tokens(at(index), tokens);
   }
   void get(int64_t index, float* image, int32_t* label) const override {
-    all_->get(index, image, label);
+    all_->get(at(index), image, label);
   }
   void get(int64_t index, int64_t epoch, float* image, int32_t* label) const override {
-    all_->get(index, epoch, image, label);
+    all_->get(at(index), epoch, image, label);
   }
 
  private:
+  int64_t at(int64_t index) const { return index * all_->size() / n_; }
   std::shared_ptr<const data::Dataset> all_;
   int64_t n_;
 };
@@ -253,7 +256,7 @@ DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor) {
   DataSplits d = all_datasets(cfg, model, processor);
   if (d.eval && cfg.eval_samples > 0 && cfg.eval_samples < d.eval->size())
-    d.eval = std::make_shared<FirstExamples>(d.eval, cfg.eval_samples);
+    d.eval = std::make_shared<SpreadExamples>(d.eval, cfg.eval_samples);
   return d;
 }
 

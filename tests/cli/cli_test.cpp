@@ -457,10 +457,10 @@ TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
 
 // Fashion-MNIST end to end with a tiny model: train with evaluation and a
 // checkpoint, evaluate the checkpoint, plot the log.
-// --eval-samples N evaluates on the test split's first N images: each
+// --eval-samples N evaluates on N of the test split's images: each
 // evaluation counts N, in the report and in the log, and a bad N is refused
 // naming the flag.
-TEST(Cli, EvalSamplesEvaluatesTheTestSplitsFirstImages) {
+TEST(Cli, EvalSamplesEvaluatesNTestImages) {
   if (!std::filesystem::exists(std::string(data::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   std::string cfg = temp_path("fm-es.json"), log = temp_path("fm-es.jsonl");

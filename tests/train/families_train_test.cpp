@@ -278,6 +278,43 @@ void write_idx_gz(const std::string& path, const Shape& shape, int modulo) {
   gzclose(f);
 }
 
+// --eval-samples N: N examples of the held-out split, spread evenly over it
+// (example i is the whole split's i * size / N), so a split in class order
+// keeps every class.
+TEST(TrainFamilies, EvalSamplesSpreadsOverTheHeldOutSplit) {
+  const std::string data = temp_dir("fmnist-spread");
+  fs::create_directories(data);
+  write_idx_gz(data + "/train-images-idx3-ubyte.gz", {4, 28, 28}, 256);
+  write_idx_gz(data + "/train-labels-idx1-ubyte.gz", {4}, 10);
+  write_idx_gz(data + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
+  write_idx_gz(data + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
+  train::TrainConfig t = run_of(tiny_resnet(1, 10), "jit");
+  t.image_size = 0;
+  t.data = "fashion-mnist";
+  t.data_dir = data;
+  const train::DataSplits whole = train::load_data(t);
+  ASSERT_EQ(whole.eval->size(), 10);
+  t.eval_samples = 4;
+  const train::DataSplits part = train::load_data(t);
+  ASSERT_EQ(part.eval->size(), 4);
+  const int64_t pixels = 28 * 28;
+  std::vector<float> a(pixels), b(pixels);
+  for (int64_t i = 0; i < 4; ++i) {
+    int32_t la = -1, lb = -2;
+    part.eval->get(i, a.data(), &la);
+    whole.eval->get(i * 10 / 4, b.data(), &lb);  // 0, 2, 5, 7
+    EXPECT_EQ(la, lb) << i;
+    EXPECT_EQ(a, b) << i;
+  }
+  int32_t l0 = -1, l1 = -1;
+  part.eval->get(1, a.data(), &l0);
+  whole.eval->get(1, b.data(), &l1);
+  EXPECT_NE(l0, l1);    // not the split's first examples
+  t.eval_samples = 20;  // more than the split holds: all of it
+  EXPECT_EQ(train::load_data(t).eval->size(), 10);
+  fs::remove_all(data);
+}
+
 // A ResNet on Fashion-MNIST-shaped data (28x28 grey, 10 classes):
 // evaluation normalizes by the running statistics, and evaluating the saved
 // checkpoint gives the run's last numbers; --freeze-backbone trains only

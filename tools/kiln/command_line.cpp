@@ -308,7 +308,7 @@ void define_train_optimizer(CLI::App* t, TrainFlags& tf) {
                 "evaluate on the test split every N steps (always at the end)")
       ->check(kNonNegativeInt);
   t->add_option("--eval-samples", tc.eval_samples,
-                "evaluate on the test split's first N examples only (0: all of it)")
+                "evaluate on N examples of the test split, spread evenly over it (0: all of it)")
       ->check(kNonNegativeInt);
   t->add_option("--save", tc.save_dir,
                 "checkpoint directory (transformers-loadable), written at the end");
