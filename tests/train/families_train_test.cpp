@@ -278,20 +278,27 @@ void write_idx_gz(const std::string& path, const Shape& shape, int modulo) {
   gzclose(f);
 }
 
+// A tiny ResNet's jit run on a Fashion-MNIST folder written into `data`
+// (28x28 grey images, 10 classes; `train` and `test` examples).
+train::TrainConfig resnet_on_fashion_mnist(const std::string& data, int64_t train, int64_t test) {
+  fs::create_directories(data);
+  write_idx_gz(data + "/train-images-idx3-ubyte.gz", {train, 28, 28}, 256);
+  write_idx_gz(data + "/train-labels-idx1-ubyte.gz", {train}, 10);
+  write_idx_gz(data + "/t10k-images-idx3-ubyte.gz", {test, 28, 28}, 256);
+  write_idx_gz(data + "/t10k-labels-idx1-ubyte.gz", {test}, 10);
+  train::TrainConfig t = run_of(tiny_resnet(1, 10), "jit");
+  t.image_size = 0;  // Fashion-MNIST's 28
+  t.data = "fashion-mnist";
+  t.data_dir = data;
+  return t;
+}
+
 // --eval-samples N: N examples of the held-out split, spread evenly over it
 // (example i is the whole split's i * size / N), so a split in class order
 // keeps every class.
 TEST(TrainFamilies, EvalSamplesSpreadsOverTheHeldOutSplit) {
   const std::string data = temp_dir("fmnist-spread");
-  fs::create_directories(data);
-  write_idx_gz(data + "/train-images-idx3-ubyte.gz", {4, 28, 28}, 256);
-  write_idx_gz(data + "/train-labels-idx1-ubyte.gz", {4}, 10);
-  write_idx_gz(data + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
-  write_idx_gz(data + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
-  train::TrainConfig t = run_of(tiny_resnet(1, 10), "jit");
-  t.image_size = 0;
-  t.data = "fashion-mnist";
-  t.data_dir = data;
+  train::TrainConfig t = resnet_on_fashion_mnist(data, 4, 10);
   const train::DataSplits whole = train::load_data(t);
   ASSERT_EQ(whole.eval->size(), 10);
   t.eval_samples = 4;
@@ -321,15 +328,7 @@ TEST(TrainFamilies, EvalSamplesSpreadsOverTheHeldOutSplit) {
 // the classifier while the statistics still follow the batches.
 TEST(TrainFamilies, AResNetEvaluatesWithItsRunningStatistics) {
   const std::string data = temp_dir("fmnist"), dir = temp_dir("resnet-fmnist");
-  fs::create_directories(data);
-  write_idx_gz(data + "/train-images-idx3-ubyte.gz", {16, 28, 28}, 256);
-  write_idx_gz(data + "/train-labels-idx1-ubyte.gz", {16}, 10);
-  write_idx_gz(data + "/t10k-images-idx3-ubyte.gz", {10, 28, 28}, 256);
-  write_idx_gz(data + "/t10k-labels-idx1-ubyte.gz", {10}, 10);
-  train::TrainConfig t = run_of(tiny_resnet(1, 10), "jit");
-  t.image_size = 0;  // Fashion-MNIST's 28
-  t.data = "fashion-mnist";
-  t.data_dir = data;
+  train::TrainConfig t = resnet_on_fashion_mnist(data, 16, 10);
   t.save_dir = dir;
   const train::TrainReport report = train::run(t);
   ASSERT_EQ(report.evals.size(), 1u);
