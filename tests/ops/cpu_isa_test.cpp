@@ -114,5 +114,56 @@ TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
   }
 }
 
+// A linear's forward and input-gradient GEMMs, A·Bᵀ and A·B with B no
+// larger than A, in bf16 against f64 on the same rounded values, with odd
+// sizes, both results and the step's epilogue (bias, then an f32 residual):
+// on AMX B is reordered first into oneDNN's blocked layout (matmul.cpp's
+// blocks_weights).
+TEST(CpuIsa, Bf16LinearGemmsEqualF64OnTheRoundedOperands) {
+  struct Case {
+    int64_t m, k, n;
+    bool tb;
+  } cases[] = {{100, 48, 40, true}, {100, 40, 48, false}, {77, 33, 19, true}, {64, 64, 64, false}};
+  uint32_t seed = 23;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("m " + std::to_string(c.m) + ", k " + std::to_string(c.k) + ", n " +
+                 std::to_string(c.n) + (c.tb ? ", B transposed" : ""));
+    Array a = astype(random::normal(random::Key(seed++), {c.m, c.k}), DType::bf16);
+    Array b = astype(random::normal(random::Key(seed++), c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}),
+                     DType::bf16);
+    Array bias = random::normal(random::Key(seed++), {c.n});
+    Array residual = random::normal(random::Key(seed++), {c.m, c.n});
+    auto product = [&](const Array& x, const Array& y, DType out) {
+      return matmul(x, y, {false, c.tb, out});
+    };
+    const Array a64 = astype(a, DType::f64), b64 = astype(b, DType::f64);
+    auto want = product(a64, b64, DType::f64).to_vector<double>();
+    auto want_epi = (product(a64, b64, DType::f64) + astype(bias, DType::f64) +
+                     astype(residual, DType::f64))
+                        .to_vector<double>();
+    auto epilogue = [&](const std::vector<Array>& x) {
+      return std::vector<Array>{product(x[0], x[1], DType::f32) + x[2] + x[3]};
+    };
+    const double tol = 2e-6 * std::sqrt(double(c.k));
+    struct Got {
+      Array value;
+      const std::vector<double>& want;
+      double tol;
+      const char* what;
+    } got[] = {
+        {product(a, b, DType::f32), want, tol, "f32 out"},
+        {product(a, b, DType::bf16), want, 8e-3, "bf16 out"},
+        {jit(epilogue)({a, b, bias, residual})[0], want_epi, tol, "bias and residual"},
+    };
+    for (const Got& g : got) {
+      auto v = astype(g.value, DType::f64).to_vector<double>();
+      ASSERT_EQ(v.size(), g.want.size()) << g.what;
+      for (size_t i = 0; i < v.size(); ++i)
+        ASSERT_NEAR(v[i], g.want[i], g.tol * std::max(1.0, std::fabs(g.want[i])))
+            << g.what << " at flat index " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
