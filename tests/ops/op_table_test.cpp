@@ -1272,6 +1272,43 @@ TEST(Reduce, ColumnSumsDoNotDependOnTheThreadCount) {
   for (size_t i = 4; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 4]) << "run " << i;
 }
 
+// Concatenation splits the output's bytes over the threads, a range across
+// the inputs' pieces and rows: along the first axis (one row, the qkv
+// weights' [1152, 384] from three [384, 384]) and along an inner axis of
+// uneven pieces, on 1, 2 and 3 threads, against the pieces copied on the host.
+TEST(Layout, ConcatenationSplitsItsBytesOverTheThreads) {
+  struct Case {
+    std::vector<Shape> shapes;
+    int axis;
+  } cases[] = {{{{384, 384}, {384, 384}, {384, 384}}, 0},
+               {{{50, 3, 70}, {50, 0, 70}, {50, 11, 70}, {50, 1, 70}}, 1}};
+  uint32_t seed = 40;
+  const int saved = num_threads();
+  for (const Case& c : cases) {
+    std::vector<Array> xs;
+    std::vector<std::vector<float>> host;
+    for (const Shape& sh : c.shapes) {
+      xs.push_back(random::normal(random::Key(seed++), sh));
+      host.push_back(xs.back().to_vector<float>());
+    }
+    // The expected bytes: for each outer index, each input's piece in turn.
+    int64_t outer = 1;
+    for (int i = 0; i < c.axis; ++i) outer *= c.shapes[0][i];
+    std::vector<float> want;
+    for (int64_t o = 0; o < outer; ++o)
+      for (const auto& h : host) {
+        const int64_t piece = static_cast<int64_t>(h.size()) / outer;
+        want.insert(want.end(), h.begin() + o * piece, h.begin() + (o + 1) * piece);
+      }
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      EXPECT_EQ(concatenate(xs, c.axis).to_vector<float>(), want)
+          << "axis " << c.axis << ", " << threads << " threads";
+    }
+  }
+  set_num_threads(saved);
+}
+
 // The ops a case's function runs, and those its gradient runs (traced, not
 // run; the gradient only for differentiable cases).
 // A case's inputs in f64 (seed 5), for the tests that trace its graph.

@@ -82,14 +82,25 @@ void concatenate_kernel(const KernelContext&, const Primitive& p,
   for (int i = 0; i < ax; ++i) outer *= out.shape[i];
   for (size_t i = ax + 1; i < out.shape.size(); ++i) inner *= out.shape[i];
   char* y = static_cast<char*>(alloc_output(out));
-  int64_t row = out.shape[ax] * inner;
-  parallel_for(outer, row, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      int64_t pos = 0;
+  const int64_t row = out.shape[ax] * inner;
+  // The output's bytes split evenly over the threads, each range copied from
+  // the inputs' pieces it covers: a concatenation along the first axis (one
+  // row: the qkv weights, three [384, 384] into [1152, 384]) is split too,
+  // rather than copied by one thread.
+  parallel_for(outer * row, 1, [&](int64_t b, int64_t e) {
+    while (b < e) {
+      const int64_t o = b / row;
+      int64_t pos = b % row, start = 0;
       for (const auto& x : in) {
-        int64_t chunk = x.shape()[ax] * inner;
-        std::memcpy(y + o * row + pos, static_cast<const char*>(x.raw()) + o * chunk, chunk);
-        pos += chunk;
+        const int64_t chunk = x.shape()[ax] * inner;
+        if (pos < start + chunk) {
+          const int64_t n = std::min(e - b, start + chunk - pos);
+          std::memcpy(y + b, static_cast<const char*>(x.raw()) + o * chunk + (pos - start), n);
+          b += n;
+          pos += n;
+          if (b == e) break;
+        }
+        start += chunk;
       }
     }
   });
