@@ -91,13 +91,19 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
 
 // The weights' gradients, Aᵀ·B with A [k, m] and B [k, n] (k the batch's
 // rows), in bf16 against f64 on the same rounded values, m below n and above
-// it: on AMX the first runs as its transpose Bᵀ·A, then transposed into C
-// (matmul.cpp's runs_transposed).
+// it. On AMX, m and n multiples of 32 with k >= 256 run on kiln's own kernel
+// (tiles::gemm_at_b: k over more than one of its chunks, and not a multiple
+// of 32, here), m below n as Bᵀ·A transposed into C; the others on oneDNN,
+// m below n the same way (matmul.cpp's runs_transposed).
 TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
-  const int64_t k = 200;
   uint32_t seed = 11;
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{24, 80}, {80, 24}, {33, 47}}) {
-    SCOPED_TRACE("m " + std::to_string(m) + ", n " + std::to_string(n));
+  struct Case {
+    int64_t k, m, n;
+  } cases[] = {{200, 24, 80}, {200, 80, 24}, {200, 33, 47},
+               {600, 64, 96}, {600, 96, 64}, {300, 32, 32}};
+  for (auto [k, m, n] : cases) {
+    SCOPED_TRACE("k " + std::to_string(k) + ", m " + std::to_string(m) + ", n " +
+                 std::to_string(n));
     Array a = astype(random::normal(random::Key(seed++), {k, m}), DType::bf16);
     Array b = astype(random::normal(random::Key(seed++), {k, n}), DType::bf16);
     auto want = matmul(astype(a, DType::f64), astype(b, DType::f64), {true, false, DType::f64})
@@ -110,6 +116,15 @@ TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
       for (size_t i = 0; i < v.size(); ++i)
         ASSERT_NEAR(v[i], want[i], tol * std::max(1.0, std::fabs(want[i])))
             << name_of(out) << " result at flat index " << i;
+      // Each value is summed along k in one order whatever the thread count.
+      const int saved = num_threads();
+      for (int threads : {1, 3}) {
+        set_num_threads(threads);
+        const auto again = matmul(a, b, {true, false, out});
+        set_num_threads(saved);
+        EXPECT_EQ(astype(again, DType::f64).to_vector<double>(), v)
+            << name_of(out) << " result on " << threads << " threads";
+      }
     }
   }
 }

@@ -36,5 +36,13 @@ void end();
 void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
           int64_t ldb, float* c, int64_t ldc);
 
+// C [m, n] (f32, rows n apart) = Aᵀ·B for A [k, m] and B [k, n], bf16
+// row-major: a weight gradient, k the batch's rows. On AMX, over the
+// threads, each a band of C's rows; every value summed along k in the same
+// order whatever the thread count. Only where tile_kernels() is "AMX" and m
+// and n are multiples of 32 (gemm_at_b_fits).
+bool gemm_at_b_fits(int64_t m, int64_t n);
+void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, float* c);
+
 }  // namespace tiles
 }  // namespace kiln::cpu
