@@ -8,11 +8,12 @@
 // - f32 with a batch: the matmul primitive, fastest on small batched GEMMs;
 // - bf16 on a bf16 unit (AMX or AVX512-BF16): the matmul primitive, f32
 //   accumulation, bf16 or f32 output (on AMX with a linear's weight reordered
-//   into oneDNN's blocked layout first: blocks_weights); where the CPU has no
-//   bf16 unit (AVX2-only CPUs, AVX-512 without BF16, or ONEDNN_MAX_CPU_ISA
-//   below AVX512_CORE_BF16), the bf16 operands are widened to f32 (exactly)
-//   and run on the f32 path: the same products of bf16-rounded values, summed
-//   in f32, at the f32 rate;
+//   into oneDNN's blocked layout first: blocks_weights; and a weight gradient
+//   Aᵀ·B on kiln's own AMX kernel where it fits: amx_weight_gradient); where
+//   the CPU has no bf16 unit (AVX2-only CPUs, AVX-512 without BF16, or
+//   ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16), the bf16 operands are widened
+//   to f32 (exactly) and run on the f32 path: the same products of
+//   bf16-rounded values, summed in f32, at the f32 rate;
 // - f64: a plain blocked loop (reference precision for gradient checks).
 // Primitives are created once per shape and cached.
 #include "backend/cpu/avx512.h"  // first: see its note on GCC's warnings

@@ -1,7 +1,7 @@
 // kiln cpu backend: kiln's own bf16 tile kernels (tiles.h), on AMX or on
 // AVX512-BF16.
 #include "backend/cpu/tiles.h"
-#include "backend/cpu/avx512.h"  // first: see its note on GCC's warnings
+#include "backend/cpu/avx512.h"  // before <immintrin.h>: see its note on GCC's warnings
 
 #include <algorithm>
 #include <atomic>
@@ -332,6 +332,7 @@ bool gemm_at_b_fits(int64_t m, int64_t n) {
 void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, float* c) {
   if (!gemm_at_b_fits(m, n)) fail("tiles", "gemm_at_b needs AMX and m, n multiples of 32");
   const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
+  if (chunks <= 0) return std::fill(c, c + m * n, 0.0f);
   // A band of 32 rows of C a job: one contiguous range of bands a thread.
   parallel_for(m / 32, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
     const int64_t rows = (b1 - b0) * 32;
