@@ -43,6 +43,22 @@ TEST(CpuIsa, Bf16GemmsAreNativeOnlyOnABf16Unit) {
   }
 }
 
+// A bf16 GEMM's result against its f64 value on the same rounded operands:
+// within tol, relative (absolute below 1).
+struct Got {
+  Array value;
+  const std::vector<double>& want;
+  double tol;
+  const char* what;
+};
+void expect_close(const Got& g) {
+  auto v = astype(g.value, DType::f64).to_vector<double>();
+  ASSERT_EQ(v.size(), g.want.size()) << g.what;
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_NEAR(v[i], g.want[i], g.tol * std::max(1.0, std::fabs(g.want[i])))
+        << g.what << " at flat index " << i;
+}
+
 // bf16 operands with f32 accumulation, against f64 on the same bf16-rounded
 // values: unbatched (sgemm's path when widened) and batched (the matmul
 // primitive), bf16 and f32 results, and a compiled epilogue (bias + GELU).
@@ -70,23 +86,12 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
     };
     auto want_epi = gelu(compute({a, b}, DType::f64, DType::f64) + astype(bias, DType::f64))
                         .to_vector<double>();
-    struct Got {
-      Array value;
-      const std::vector<double>& want;
-      double tol;
-      const char* what;
-    } got[] = {
+    const Got got[] = {
         {compute({a, b}, DType::bf16, DType::f32), want, 2e-6 * std::sqrt(double(k)), "f32 out"},
         {compute({a, b}, DType::bf16, DType::bf16), want, 8e-3, "bf16 out"},
         {jit(epilogue)({a, b, bias})[0], want_epi, 2e-6 * std::sqrt(double(k)), "epilogue"},
     };
-    for (const Got& g : got) {
-      auto v = astype(g.value, DType::f64).to_vector<double>();
-      ASSERT_EQ(v.size(), g.want.size()) << g.what;
-      for (size_t i = 0; i < v.size(); ++i)
-        ASSERT_NEAR(v[i], g.want[i], g.tol * std::max(1.0, std::fabs(g.want[i])))
-            << g.what << " at flat index " << i;
-    }
+    for (const Got& g : got) ASSERT_NO_FATAL_FAILURE(expect_close(g));
   }
 }
 
@@ -164,23 +169,12 @@ TEST(CpuIsa, Bf16LinearGemmsEqualF64OnTheRoundedOperands) {
       return std::vector<Array>{product(x[0], x[1], DType::f32) + x[2] + x[3]};
     };
     const double tol = 2e-6 * std::sqrt(double(c.k));
-    struct Got {
-      Array value;
-      const std::vector<double>& want;
-      double tol;
-      const char* what;
-    } got[] = {
+    const Got got[] = {
         {product(a, b, DType::f32), want, tol, "f32 out"},
         {product(a, b, DType::bf16), want, 8e-3, "bf16 out"},
         {jit(epilogue)({a, b, bias, residual})[0], want_epi, tol, "bias and residual"},
     };
-    for (const Got& g : got) {
-      auto v = astype(g.value, DType::f64).to_vector<double>();
-      ASSERT_EQ(v.size(), g.want.size()) << g.what;
-      for (size_t i = 0; i < v.size(); ++i)
-        ASSERT_NEAR(v[i], g.want[i], g.tol * std::max(1.0, std::fabs(g.want[i])))
-            << g.what << " at flat index " << i;
-    }
+    for (const Got& g : got) ASSERT_NO_FATAL_FAILURE(expect_close(g));
   }
 }
 
