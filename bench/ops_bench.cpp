@@ -8,10 +8,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/tiles.h"
 #include "kiln/kiln.h"
+#include "ops/draws.h"
 
 namespace {
 using namespace kiln;
@@ -360,6 +362,36 @@ void BM_bn_fused(benchmark::State& state, DType x_dtype, bool backward) {
   state.SetBytesProcessed(state.iterations() * x.nbytes() * (backward ? 3 : 2));
 }
 
+// ---- the random images of the reference experiment: one 3 x 224 x 224
+// image of standard normals on one thread (the data loader's worker), as
+// random::fill_normal makes it (f32 math) and as it did before 2026-12-07
+// (random::draw_block: the f64 library functions, normal(key)'s own values).
+constexpr int64_t kImage = 3 * 224 * 224;
+void BM_fill_normal(benchmark::State& state) {
+  std::vector<float> x(kImage);
+  uint32_t i = 0;
+  for (auto _ : state) {
+    random::fill_normal(random::fold_in(random::Key(0), i++), x.data(), kImage);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kImage);
+}
+void BM_fill_normal_f64_draws(benchmark::State& state) {
+  std::vector<float> x(kImage);
+  uint32_t i = 0;
+  for (auto _ : state) {
+    const random::DrawSpec s =
+        random::draw_spec(random::fold_in(random::Key(0), i++), RandomKind::Normal);
+    for (int64_t j = 0; j < kImage / 2; ++j) {
+      double v[2];
+      random::draw_block(s, static_cast<uint64_t>(j), v);
+      x[2 * j] = static_cast<float>(v[0]), x[2 * j + 1] = static_cast<float>(v[1]);
+    }
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kImage);
+}
+
 // ---- dispatch: one eager op on one element ----
 void BM_dispatch_add_1elem(benchmark::State& state) {
   Array a = ones({1}), b = ones({1});
@@ -510,6 +542,8 @@ BENCHMARK_CAPTURE(BM_bn_fused, backward_bf16, DType::bf16, true)
     ->Args({256, 56})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_fill_normal)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fill_normal_f64_draws)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_dispatch_add_1elem);
 BENCHMARK(BM_dispatch_exp_1elem);
 BENCHMARK_MAIN();

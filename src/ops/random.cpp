@@ -60,16 +60,6 @@ void draw_block(const DrawSpec& s, uint64_t j, double v[2]) {
   threefry::draw_block(s, j, v);
 }
 
-void fill_normal(const Key& key, float* out, int64_t n) {
-  DrawSpec s = draw_spec(key, RandomKind::Normal);
-  double v[2];
-  for (int64_t j = 0; 2 * j < n; ++j) {
-    draw_block(s, static_cast<uint64_t>(j), v);
-    out[2 * j] = static_cast<float>(v[0]);
-    if (2 * j + 1 < n) out[2 * j + 1] = static_cast<float>(v[1]);
-  }
-}
-
 void uniform_block(const Key& key, uint64_t block, double out[2]) {
   draw_block(draw_spec(key, RandomKind::Uniform, 0, 1), block, out);
 }
