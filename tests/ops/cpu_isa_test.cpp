@@ -140,14 +140,19 @@ TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
 
 // A linear's forward and input-gradient GEMMs, A·Bᵀ and A·B with B no
 // larger than A, in bf16 against f64 on the same rounded values, with odd
-// sizes, both results and the step's epilogue (bias, then an f32 residual):
-// on AMX B is reordered first into oneDNN's blocked layout (matmul.cpp's
-// blocks_weights).
+// sizes, both results and the step's epilogues (bias, then an f32 residual;
+// bias, then GELU; a scalar factor). On AMX, n and k multiples of 32 run on
+// kiln's own kernel (tiles::gemm_ab: here with a last band of fewer than 32
+// rows, k over several of its chunks, n over two of its panels; the same
+// bits on 1, 2 and 3 threads), the others on oneDNN with B reordered first
+// into its blocked layout (matmul.cpp's blocks_weights).
 TEST(CpuIsa, Bf16LinearGemmsEqualF64OnTheRoundedOperands) {
   struct Case {
     int64_t m, k, n;
     bool tb;
-  } cases[] = {{100, 48, 40, true}, {100, 40, 48, false}, {77, 33, 19, true}, {64, 64, 64, false}};
+  } cases[] = {{100, 48, 40, true},   {100, 40, 48, false}, {77, 33, 19, true},
+               {64, 64, 64, false},   {150, 320, 96, true}, {150, 320, 96, false},
+               {300, 4096, 288, true}};
   uint32_t seed = 23;
   for (const Case& c : cases) {
     SCOPED_TRACE("m " + std::to_string(c.m) + ", k " + std::to_string(c.k) + ", n " +
@@ -157,24 +162,47 @@ TEST(CpuIsa, Bf16LinearGemmsEqualF64OnTheRoundedOperands) {
                      DType::bf16);
     Array bias = random::normal(random::Key(seed++), {c.n});
     Array residual = random::normal(random::Key(seed++), {c.m, c.n});
+    Array factor = full({}, 0.5f);
     auto product = [&](const Array& x, const Array& y, DType out) {
       return matmul(x, y, {false, c.tb, out});
     };
     const Array a64 = astype(a, DType::f64), b64 = astype(b, DType::f64);
-    auto want = product(a64, b64, DType::f64).to_vector<double>();
-    auto want_epi = (product(a64, b64, DType::f64) + astype(bias, DType::f64) +
-                     astype(residual, DType::f64))
-                        .to_vector<double>();
-    auto epilogue = [&](const std::vector<Array>& x) {
+    const Array p64 = product(a64, b64, DType::f64), bias64 = astype(bias, DType::f64);
+    auto want = p64.to_vector<double>();
+    auto want_res = (p64 + bias64 + astype(residual, DType::f64)).to_vector<double>();
+    auto want_gelu = gelu(p64 + bias64).to_vector<double>();
+    auto want_scaled = (p64 * 0.5).to_vector<double>();
+    auto with_residual = [&](const std::vector<Array>& x) {
       return std::vector<Array>{product(x[0], x[1], DType::f32) + x[2] + x[3]};
+    };
+    auto with_gelu = [&](const std::vector<Array>& x) {
+      return std::vector<Array>{gelu(product(x[0], x[1], DType::f32) + x[2])};
+    };
+    auto scaled = [&](const std::vector<Array>& x) {
+      return std::vector<Array>{product(x[0], x[1], DType::f32) * x[2]};
     };
     const double tol = 2e-6 * std::sqrt(double(c.k));
     const Got got[] = {
         {product(a, b, DType::f32), want, tol, "f32 out"},
         {product(a, b, DType::bf16), want, 8e-3, "bf16 out"},
-        {jit(epilogue)({a, b, bias, residual})[0], want_epi, tol, "bias and residual"},
+        {jit(with_residual)({a, b, bias, residual})[0], want_res, tol, "bias and residual"},
+        {jit(with_gelu)({a, b, bias})[0], want_gelu, tol, "bias and GELU"},
+        {jit(scaled)({a, b, factor})[0], want_scaled, tol, "a scalar factor"},
     };
     for (const Got& g : got) ASSERT_NO_FATAL_FAILURE(expect_close(g));
+    // kiln's kernel sums each value along k in one order whatever the
+    // thread count.
+    if (!cpu::tiles::gemm_ab_fits(c.m, c.n, c.k)) continue;
+    const int saved = num_threads();
+    for (int threads : {1, 3}) {
+      set_num_threads(threads);
+      const auto again = product(a, b, DType::f32);
+      const auto again_res = jit(with_residual)({a, b, bias, residual})[0];
+      set_num_threads(saved);
+      EXPECT_EQ(again.to_vector<float>(), got[0].value.to_vector<float>()) << threads << " threads";
+      EXPECT_EQ(again_res.to_vector<float>(), got[2].value.to_vector<float>())
+          << threads << " threads";
+    }
   }
 }
 

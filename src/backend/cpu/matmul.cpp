@@ -7,9 +7,11 @@
 //   shapes);
 // - f32 with a batch: the matmul primitive, fastest on small batched GEMMs;
 // - bf16 on a bf16 unit (AMX or AVX512-BF16): the matmul primitive, f32
-//   accumulation, bf16 or f32 output (on AMX with a linear's weight reordered
-//   into oneDNN's blocked layout first: blocks_weights; and a weight gradient
-//   Aᵀ·B on kiln's own AMX kernel where it fits: amx_weight_gradient); where
+//   accumulation, bf16 or f32 output; on AMX a linear's GEMMs run on kiln's
+//   own kernels where they fit (the forward and input gradient, with their
+//   epilogue: amx_linear; the weight gradient Aᵀ·B: amx_weight_gradient),
+//   the other linears with the weight reordered into oneDNN's blocked layout
+//   first (blocks_weights); where
 //   the CPU has no bf16 unit (AVX2-only CPUs, AVX-512 without BF16, or
 //   ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16), the bf16 operands are widened
 //   to f32 (exactly) and run on the f32 path: the same products of
@@ -526,6 +528,96 @@ bool amx_weight_gradient(const GemmShape& s, const void* a, const void* b, void*
   return true;
 }
 
+// A bf16 linear's forward or input-gradient GEMM, C [m, n] = A·B with B
+// [k, n] (or Bᵀ) no larger than A, on kiln's AMX kernel (tiles::gemm_ab)
+// where it fits, with the epilogue (steps, operands as run_primitive takes
+// them) on each block of C's rows as it is made, then C written once (f32,
+// or rounded once to bf16; every post-op's op is one run_pointwise runs).
+// oneDNN 2.6's brgemm ran ViT-S's forward GEMMs at 0.7-1.2 TFLOP/s inside a
+// training step (1.9-2.2 alone): their activations come from memory, and
+// the residual is read and the result written after the sums. The same sums
+// in the same order as oneDNN's (the Fashion-MNIST recipe's losses are the
+// same to the last printed digit); the step 10% faster
+// (bench/results/2026-12-07-amx-linears/). Returns false where it does not
+// run (the GEMM goes to oneDNN).
+bool amx_linear(const GemmShape& s, const void* a, const void* b, void* c,
+                const std::vector<const void*>& operands) {
+  if (!(s.in == DType::bf16 && !s.ta && s.batch_a == 1 && s.batch_b == 1 && s.n <= s.m &&
+        tiles::gemm_ab_fits(s.m, s.n, s.k)))
+    return false;
+  for (const auto& st : s.epilogue)
+    if (!post_op_for(st.op)) return false;
+  const int64_t n = s.n;
+  const bool f32 = s.out == DType::f32;
+#if KILN_CPU_AVX512
+  // The common epilogues (adds of a row or of a whole f32 operand: a bias, a
+  // residual) in registers, 16 values at a time, stored once.
+  bool simple = s.epilogue.size() <= 4;
+  for (const auto& st : s.epilogue)
+    simple = simple && st.op == Op::Add && st.operand >= 0 && st.read != FusedRead::Scalar;
+  if (simple) {
+    tiles::gemm_ab(
+        s.m, n, s.k, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), s.tb,
+        [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* cs, int64_t ldc) {
+          const size_t steps = s.epilogue.size();
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* y = cs + r * ldc;
+            const float* x[4];
+            for (size_t t = 0; t < steps; ++t) {
+              const auto& st = s.epilogue[t];
+              const float* src = static_cast<const float*>(operands[st.operand]);
+              x[t] = st.read == FusedRead::Whole ? src + (i0 + r) * n + j0 : src + j0;
+            }
+            const int64_t row = (i0 + r) * n + j0;
+            for (int64_t j = 0; j < cols; j += 16) {
+              __m512 v = _mm512_loadu_ps(y + j);
+              for (size_t t = 0; t < steps; ++t) v = _mm512_add_ps(v, _mm512_loadu_ps(x[t] + j));
+              if (f32)
+                _mm512_storeu_ps(static_cast<float*>(c) + row + j, v);
+              else
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(c) + row + j),
+                                    avx512::to_bf16_bits(v));
+            }
+          }
+        });
+    return true;
+  }
+#endif
+  tiles::gemm_ab(
+      s.m, n, s.k, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), s.tb,
+      [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* cs, int64_t ldc) {
+        float scalar[64];
+        for (int64_t r = 0; r < rows; ++r) {
+          float* y = cs + r * ldc;
+          for (const auto& st : s.epilogue) {
+            const float* x = nullptr;
+            if (st.operand >= 0) {
+              const float* src = static_cast<const float*>(operands[st.operand]);
+              if (st.read == FusedRead::Whole) {
+                x = src + (i0 + r) * n + j0;
+              } else if (st.read == FusedRead::Row) {
+                x = src + j0;
+              } else {
+                std::fill(scalar, scalar + 64, src[0]);
+                for (int64_t j = 0; j < cols; j += 64)
+                  run_pointwise(st.op, y + j, y + j, scalar, std::min<int64_t>(64, cols - j));
+                continue;
+              }
+            }
+            run_pointwise(st.op, y, y, x, cols);
+          }
+          if (f32) {
+            std::copy(y, y + cols, static_cast<float*>(c) + (i0 + r) * n + j0);
+          } else {
+            uint16_t* d = static_cast<uint16_t*>(c) + (i0 + r) * n + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) d[j] = narrow_bf16(y[j]);
+          }
+        }
+      });
+  return true;
+}
+
 void matmul_kernel(const KernelContext&, const Primitive& p,
                    const std::vector<Array>& in, ArrayNode& out) {
   const Array &a = in[0], &b = in[1];
@@ -558,6 +650,7 @@ void matmul_kernel(const KernelContext&, const Primitive& p,
   }
   if (s.in == DType::f32) return gemm_f32(s, a.raw(), b.raw(), c);
   if (amx_weight_gradient(s, a.raw(), b.raw(), c)) return;
+  if (amx_linear(s, a.raw(), b.raw(), c, {})) return;
   run_primitive(s, a.raw(), b.raw(), c);
 }
 
@@ -673,6 +766,7 @@ void run_epilogue(GemmShape s, const EpilogueAttrs& attrs, const void* a_data, c
     return;
   }
   s.epilogue = attrs.steps;
+  if (amx_linear(s, a_data, b_data, c, operands)) return;
   run_primitive(s, a_data, b_data, c, operands);
 }
 

@@ -1,11 +1,13 @@
-// kiln cpu backend: kiln's own bf16 tile kernels for the small GEMMs that
+// kiln cpu backend: kiln's own bf16 tile kernels for the GEMMs that
 // libraries run badly: those of the fused attention (T x T x D per head,
 // where oneMKL spends a third of its time packing on AMX and runs at a third
-// of oneDNN's rate on AVX512-BF16). Two units run them: AMX (Intel's tile
+// of oneDNN's rate on AVX512-BF16), and on AMX a linear's three GEMMs in a
+// training step (gemm_ab, gemm_at_b). Two units run them: AMX (Intel's tile
 // matrix unit) and AVX512-BF16's dot products (vdpbf16ps; AMD Zen 4 and
 // Intel Cooper Lake have them without AMX), on the same operand layouts.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace kiln::cpu {
@@ -43,6 +45,21 @@ void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const
 // and n are multiples of 32 (gemm_at_b_fits).
 bool gemm_at_b_fits(int64_t m, int64_t n);
 void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, float* c);
+
+// C [m, n] = A [m, k] · B for a linear's forward or input-gradient GEMM:
+// A bf16 row-major (the batch's rows), B a weight, [k, n] row-major or, where
+// tb, stored as Bᵀ [n, k]. On AMX, over the threads, each a range of 32-row
+// bands of C; every value summed along k in the same order whatever the
+// thread count. C is not written here: emit(i0, rows, j0, cols, c, ldc) gets
+// the f32 sums of C's rows [i0, i0 + rows) and columns [j0, j0 + cols), rows
+// ldc apart in a buffer of the thread's (which emit may change), once each,
+// on the thread that computed them. Only where tile_kernels() is "AMX" and n
+// and k are multiples of 32 (gemm_ab_fits).
+using EmitRows =
+    std::function<void(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* c, int64_t ldc)>;
+bool gemm_ab_fits(int64_t m, int64_t n, int64_t k);
+void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
+             const EmitRows& emit);
 
 }  // namespace tiles
 }  // namespace kiln::cpu
