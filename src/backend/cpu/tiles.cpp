@@ -331,11 +331,14 @@ KILN_AMX void amx_at_b_block(int64_t kc, const uint16_t* a, const uint16_t* b, i
 // stays in L2 (kAbPanelBytes), along k in chunks whose band of A stays in L1
 // (kAbChunk); the next band's rows are prefetched into L2 a line a row at a
 // time while the current band computes (a training step's activations come
-// from memory). Measured in ViT-S's bf16 step (bench/ab.sh, 3 rounds each,
+// from memory), and the last band's sums are emitted a few rows at a time
+// between its blocks. Measured in ViT-S's bf16 step (bench/ab.sh, 3 rounds each,
 // bench/results/2026-12-07-amx-linears/): panels of 2 MiB against 1 MiB
 // 0.953 against 0.986 s (ViT-B: 2.88 against 3.22 s with no panels at all);
 // chunks of 256 against 128 and 512, 0.987 against 0.997 and 1.013 s; the
-// prefetch 0.995 against 1.011 s without it.
+// prefetch 0.995 against 1.011 s without it; each band's rows emitted
+// between the next band's blocks rather than after its own, 1.027 against
+// 1.058 s (ViT-B: 3.119 against 3.202 s, 2 rounds).
 constexpr int64_t kAbChunk = 256, kAbPanelBytes = 2 << 20;
 
 // Columns [j0, j0 + 32) of B [k, n] (row-major) into blocks j0/16, j0/16 + 1.
@@ -426,13 +429,30 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
   const int64_t nc = (n / 32 + panels - 1) / panels * 32;
   const int64_t bands = (m + 31) / 32;
   parallel_for(bands, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
-    Buffer sums(&cpu_allocator(), 32 * nc * sizeof(float), Device::cpu());
+    // Two buffers of sums: a band's rows are emitted a few at a time between
+    // the next band's blocks, so that the core converts and stores them
+    // while the tile unit works.
+    Buffer sums(&cpu_allocator(), 2 * 32 * nc * sizeof(float), Device::cpu());
     Buffer tail(&cpu_allocator(), 32 * k * 2, Device::cpu());
-    float* cs = static_cast<float*>(sums.data());
+    float* bufs[2] = {static_cast<float*>(sums.data()), static_cast<float*>(sums.data()) + 32 * nc};
+    struct {
+      int64_t i0 = 0, rows = 0, j0 = 0, cols = 0, done = 0;
+      float* c = nullptr;
+    } pend;  // the band whose rows are still to be emitted
+    const auto emit_to = [&](int64_t upto) {
+      if (upto > pend.done)
+        emit(pend.i0 + pend.done, upto - pend.done, pend.j0, pend.cols, pend.c + pend.done * nc,
+             nc);
+      pend.done = std::max(pend.done, upto);
+    };
+    int parity = 0;
     amx_begin();
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
       const int64_t cols = std::min(nc, n - j0), blocks = cols / 32;
+      const int64_t calls = (k + kc - 1) / kc * blocks;
       for (int64_t band = b0; band < b1; ++band) {
+        float* cs = bufs[parity];
+        parity ^= 1;
         const int64_t rows = std::min<int64_t>(32, m - band * 32);
         const uint16_t* ab = a + band * 32 * k;
         if (rows < 32) {  // the last band, padded with zeros
@@ -445,6 +465,7 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
         const int64_t next = band + 1 < b1 ? band + 1 : j0 + nc < n ? b0 : -1;
         const int64_t pf_total = next >= 0 ? std::min<int64_t>(32, m - next * 32) : 0;
         const uint16_t* pf = next >= 0 ? a + next * 32 * k : a;
+        int64_t call = 0;
         for (int64_t k0 = 0; k0 < k; k0 += kc) {
           const int64_t ks = std::min(kc, k - k0) / 32;
           for (int64_t jb = 0; jb < blocks; ++jb) {
@@ -452,11 +473,14 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
             const uint16_t* bj = pb + ((j0 / 16) + 2 * jb) * (k / 2) * 32 + (k0 / 2) * 32;
             amx_ab_block(ks, ab + k0, k, bj, bj + (k / 2) * 32, cs + jb * 32, nc, k0 == 0,
                          pf + r0 * k + k0, r1 - r0);
+            emit_to(pend.rows * ++call / calls);
           }
         }
-        emit(band * 32, rows, j0, cols, cs, nc);
+        emit_to(pend.rows);
+        pend = {band * 32, rows, j0, cols, 0, cs};
       }
     }
+    emit_to(pend.rows);
     amx_end();
   });
 }
