@@ -57,7 +57,9 @@ Array bernoulli(const Array& key, uint32_t data, const Shape& shape, double p = 
 // Threefry-2x32 with 20 rounds: the block function used by all of the above.
 void threefry2x32(const uint32_t key[2], const uint32_t in[2], uint32_t out[2]);
 
-// Fills out[0..n) with a standard normal draw (serial; for data loaders).
+// Fills out[0..n) with a standard normal draw (serial; for data loaders):
+// normal(key, {n})'s Threefry blocks and Box-Muller transform computed in
+// f32, vectorized, within 1e-6 of normal(key, {n})'s values.
 void fill_normal(const Key& key, float* out, int64_t n);
 // Elements 2·block and 2·block + 1 of uniform(key, shape)'s draw in [0, 1),
 // as doubles on the host: a data set's per-sample draws (shuffles, crops,

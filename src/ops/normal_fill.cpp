@@ -4,7 +4,7 @@
 // approximations of log, sin and cos instead of the f64 library functions.
 // A batch of ViT's random 224 x 224 images (4.8M values) took 90 ms of the
 // two cores' time with the f64 library functions, beside a 1.05 s training
-// step that it slowed by as much (bench/results/2026-12-07-random-images/).
+// step that it slowed by as much (bench/results/2026-12-07-amx-linears/).
 // Built without contracted multiply-adds (CMakeLists.txt), so that every
 // value is the same whatever the vector width the compiler chose.
 #include <algorithm>
@@ -29,7 +29,7 @@ inline uint32_t to_bits(float f) {
   return u;
 }
 
-// log(x) for x in [2^-24, 1] (normal floats): Cephes' logf, within 2 ulp.
+// log(x) for x in [2^-24, 1] (normal floats): Cephes' logf polynomial.
 inline float log_unit(float x) {
   const uint32_t u = to_bits(x);
   float e = static_cast<float>(static_cast<int32_t>(u >> 23) - 126);
