@@ -13,27 +13,18 @@
 
 #include "kiln/random.h"
 #include "ops/draws.h"
+#include "ops/scalar_math.h"
 #include "ops/threefry.h"
 
 namespace kiln::random {
 namespace {
 
-inline float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // log(x) for x in [2^-24, 1] (normal floats): Cephes' logf polynomial.
 inline float log_unit(float x) {
-  const uint32_t u = to_bits(x);
+  const uint32_t u = kiln::m::float_bits(x);
   float e = static_cast<float>(static_cast<int32_t>(u >> 23) - 126);
-  float m = from_bits((u & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  float m =
+      kiln::m::float_from_bits(static_cast<int>((u & 0x007fffffu) | 0x3f000000u));  // [0.5, 1)
   const bool low = m < 0.70710678f;
   e = low ? e - 1.0f : e;
   m = (low ? m + m : m) - 1.0f;

@@ -290,11 +290,14 @@ KILN_DPBF16 void pack_transposed(const uint16_t* a, int64_t k, int64_t m, int64_
 }
 
 // C's tiles [32, 32] at c (rows ldc apart) plus (or, if first, set to) a
-// [32, kc] · b, a packed as pack_transposed writes it (rows kc apart), b in
-// the pair layout (rows 2n apart).
-KILN_AMX void amx_at_b_block(int64_t kc, const uint16_t* a, const uint16_t* b, int64_t n, float* c,
-                             int64_t ldc, bool first) {
-  const int64_t sc = ldc * 4, sa = kc * 2, sb = n * 4;
+// [32, 32·ks] (rows lda apart) · two column blocks of B in the pair layout:
+// step s's tiles at b0 + s·b_step and b1 + s·b_step, rows ldb elements
+// apart. At each step, line s of pf_rows rows of pf (rows lda apart) is
+// prefetched into L2. gemm_at_b's A comes packed, gemm_ab's in place.
+KILN_AMX void amx_block_2x2(int64_t ks, const uint16_t* a, int64_t lda, const uint16_t* b0,
+                            const uint16_t* b1, int64_t ldb, int64_t b_step, float* c, int64_t ldc,
+                            bool first, const uint16_t* pf = nullptr, int64_t pf_rows = 0) {
+  const int64_t sc = ldc * 4, sa = lda * 2, sb = ldb * 2;
   if (first) {
     _tile_zero(0);
     _tile_zero(1);
@@ -306,14 +309,15 @@ KILN_AMX void amx_at_b_block(int64_t kc, const uint16_t* a, const uint16_t* b, i
     _tile_loadd(2, c + 16 * ldc, sc);
     _tile_loadd(3, c + 16 * ldc + 16, sc);
   }
-  for (int64_t s = 0; s < kc / 32; ++s) {
-    const uint16_t* bs = b + s * 32 * n;
-    _tile_loadd(6, bs, sb);
-    _tile_loadd(7, bs + 32, sb);
+  for (int64_t s = 0; s < ks; ++s) {
+    for (int64_t r = 0; r < pf_rows; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + r * lda + s * 32), _MM_HINT_T1);
+    _tile_loadd(6, b0 + s * b_step, sb);
+    _tile_loadd(7, b1 + s * b_step, sb);
     _tile_loadd(4, a + s * 32, sa);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a + 16 * kc + s * 32, sa);
+    _tile_loadd(5, a + 16 * lda + s * 32, sa);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
@@ -364,43 +368,6 @@ KILN_DPBF16 void pack_ab_cols(const uint16_t* w, int64_t k, int64_t j0, uint16_t
     transpose_pairs(x);
     for (int p = 0; p < 16; ++p) _mm512_storeu_si512(d + (r0 + p) * 32, x[p]);
   }
-}
-
-// C's tiles [32, 32] at c (rows ldc apart) plus (or, if first, set to) a
-// [32, 32·ks] (rows lda apart) · the two packed column blocks b0, b1 (ks
-// steps of 16 pair rows); at each step, line s of pf_rows rows of pf (rows
-// lda apart) prefetched into L2.
-KILN_AMX void amx_ab_block(int64_t ks, const uint16_t* a, int64_t lda, const uint16_t* b0,
-                           const uint16_t* b1, float* c, int64_t ldc, bool first,
-                           const uint16_t* pf, int64_t pf_rows) {
-  const int64_t sc = ldc * 4, sa = lda * 2;
-  if (first) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, sc);
-    _tile_loadd(1, c + 16, sc);
-    _tile_loadd(2, c + 16 * ldc, sc);
-    _tile_loadd(3, c + 16 * ldc + 16, sc);
-  }
-  for (int64_t s = 0; s < ks; ++s) {
-    for (int64_t r = 0; r < pf_rows; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(pf + r * lda + s * 32), _MM_HINT_T1);
-    _tile_loadd(6, b0 + s * 512, 64);
-    _tile_loadd(7, b1 + s * 512, 64);
-    _tile_loadd(4, a + s * 32, sa);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a + 16 * lda + s * 32, sa);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, sc);
-  _tile_stored(1, c + 16, sc);
-  _tile_stored(2, c + 16 * ldc, sc);
-  _tile_stored(3, c + 16 * ldc + 16, sc);
 }
 
 }  // namespace
@@ -471,8 +438,8 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
           for (int64_t jb = 0; jb < blocks; ++jb) {
             const int64_t r0 = pf_total * jb / blocks, r1 = pf_total * (jb + 1) / blocks;
             const uint16_t* bj = pb + ((j0 / 16) + 2 * jb) * (k / 2) * 32 + (k0 / 2) * 32;
-            amx_ab_block(ks, ab + k0, k, bj, bj + (k / 2) * 32, cs + jb * 32, nc, k0 == 0,
-                         pf + r0 * k + k0, r1 - r0);
+            amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, cs + jb * 32, nc, k0 == 0,
+                          pf + r0 * k + k0, r1 - r0);
             emit_to(pend.rows * ++call / calls);
           }
         }
@@ -510,8 +477,8 @@ void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_
           pack_transposed(a, k, m, band * 32, k0 + s, pa + (band - b0) * 32 * kc + s, kc);
       for (int64_t band = b0; band < b1; ++band)
         for (int64_t j = 0; j < n; j += 32)
-          amx_at_b_block(kc, pa + (band - b0) * 32 * kc, pb + 2 * j, n, c + band * 32 * n + j, n,
-                         ch == 0);
+          amx_block_2x2(kc / 32, pa + (band - b0) * 32 * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * n,
+                        32 * n, c + band * 32 * n + j, n, ch == 0);
     }
     amx_end();
   });
