@@ -549,40 +549,21 @@ bool amx_linear(const GemmShape& s, const void* a, const void* b, void* c,
     if (!post_op_for(st.op)) return false;
   const int64_t n = s.n;
   const bool f32 = s.out == DType::f32;
-#if KILN_CPU_AVX512
   // The common epilogues (adds of a row or of a whole f32 operand: a bias, a
-  // residual) in registers, 16 values at a time, stored once.
+  // residual) done by the kernel as it writes C.
+  tiles::LinearOut out{c, !f32};
   bool simple = s.epilogue.size() <= 4;
-  for (const auto& st : s.epilogue)
+  for (const auto& st : s.epilogue) {
     simple = simple && st.op == Op::Add && st.operand >= 0 && st.read != FusedRead::Scalar;
+    if (!simple) break;
+    out.add[out.adds] = static_cast<const float*>(operands[st.operand]);
+    out.whole[out.adds++] = st.read == FusedRead::Whole;
+  }
   if (simple) {
-    tiles::gemm_ab(
-        s.m, n, s.k, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), s.tb,
-        [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* cs, int64_t ldc) {
-          const size_t steps = s.epilogue.size();
-          for (int64_t r = 0; r < rows; ++r) {
-            const float* y = cs + r * ldc;
-            const float* x[4];
-            for (size_t t = 0; t < steps; ++t) {
-              const auto& st = s.epilogue[t];
-              const float* src = static_cast<const float*>(operands[st.operand]);
-              x[t] = st.read == FusedRead::Whole ? src + (i0 + r) * n + j0 : src + j0;
-            }
-            const int64_t row = (i0 + r) * n + j0;
-            for (int64_t j = 0; j < cols; j += 16) {
-              __m512 v = _mm512_loadu_ps(y + j);
-              for (size_t t = 0; t < steps; ++t) v = _mm512_add_ps(v, _mm512_loadu_ps(x[t] + j));
-              if (f32)
-                _mm512_storeu_ps(static_cast<float*>(c) + row + j, v);
-              else
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(c) + row + j),
-                                    avx512::to_bf16_bits(v));
-            }
-          }
-        });
+    tiles::gemm_ab(s.m, n, s.k, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b),
+                   s.tb, out);
     return true;
   }
-#endif
   tiles::gemm_ab(
       s.m, n, s.k, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), s.tb,
       [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* cs, int64_t ldc) {

@@ -289,42 +289,57 @@ KILN_DPBF16 void pack_transposed(const uint16_t* a, int64_t k, int64_t m, int64_
   }
 }
 
-// C's tiles [32, 32] at c (rows ldc apart) plus (or, if first, set to) a
-// [32, 32·ks] (rows lda apart) · two column blocks of B in the pair layout:
-// step s's tiles at b0 + s·b_step and b1 + s·b_step, rows ldb elements
-// apart. At each step, line s of pf_rows rows of pf (rows lda apart) is
-// prefetched into L2. gemm_at_b's A comes packed, gemm_ab's in place.
+// C's tiles [32, 32] = c_in (rows ldc apart; zeros where c_in is null) plus
+// a [32, 32·ks] (rows lda apart) · two column blocks of B in the pair
+// layout (step s's tiles at b0 + s·b_step and b1 + s·b_step, rows ldb
+// elements apart), stored at c_out (rows ldo apart). Software-pipelined:
+// step s + 1's tiles are loaded between step s's products. B's tiles are
+// loaded with the T1 hint (tileloaddt1, as oneDNN's brgemm does): B streams
+// from L2 past the A rows that L1 keeps for the next block; with plain
+// loads it evicts them (ViT-S's linears alone: 1.97 against 2.25 TFLOP/s,
+// bench/results/2026-12-07-amx-t1/). At each step, line s of pf_rows rows
+// of pf (rows lda apart) is prefetched into L2. gemm_at_b's A comes
+// packed, gemm_ab's in place.
 KILN_AMX void amx_block_2x2(int64_t ks, const uint16_t* a, int64_t lda, const uint16_t* b0,
-                            const uint16_t* b1, int64_t ldb, int64_t b_step, float* c, int64_t ldc,
-                            bool first, const uint16_t* pf = nullptr, int64_t pf_rows = 0) {
-  const int64_t sc = ldc * 4, sa = lda * 2, sb = ldb * 2;
-  if (first) {
+                            const uint16_t* b1, int64_t ldb, int64_t b_step, const float* c_in,
+                            int64_t ldc, float* c_out, int64_t ldo, const uint16_t* pf = nullptr,
+                            int64_t pf_rows = 0) {
+  const int64_t sc = ldc * 4, so = ldo * 4, sa = lda * 2, sb = ldb * 2;
+  const uint16_t* a1 = a + 16 * lda;
+  _tile_stream_loadd(6, b0, sb);
+  _tile_loadd(4, a, sa);
+  if (c_in) {
+    _tile_loadd(0, c_in, sc);
+    _tile_loadd(1, c_in + 16, sc);
+    _tile_loadd(2, c_in + 16 * ldc, sc);
+    _tile_loadd(3, c_in + 16 * ldc + 16, sc);
+  } else {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, sc);
-    _tile_loadd(1, c + 16, sc);
-    _tile_loadd(2, c + 16 * ldc, sc);
-    _tile_loadd(3, c + 16 * ldc + 16, sc);
   }
+  _tile_stream_loadd(7, b1, sb);
+  _tile_loadd(5, a1, sa);
   for (int64_t s = 0; s < ks; ++s) {
     for (int64_t r = 0; r < pf_rows; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(pf + r * lda + s * 32), _MM_HINT_T1);
-    _tile_loadd(6, b0 + s * b_step, sb);
-    _tile_loadd(7, b1 + s * b_step, sb);
-    _tile_loadd(4, a + s * 32, sa);
+    const bool more = s + 1 < ks;
     _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a + 16 * lda + s * 32, sa);
     _tile_dpbf16ps(2, 5, 6);
+    if (more) _tile_stream_loadd(6, b0 + (s + 1) * b_step, sb);
+    _tile_dpbf16ps(1, 4, 7);
+    if (more) _tile_loadd(4, a + (s + 1) * 32, sa);
     _tile_dpbf16ps(3, 5, 7);
+    if (more) {
+      _tile_stream_loadd(7, b1 + (s + 1) * b_step, sb);
+      _tile_loadd(5, a1 + (s + 1) * 32, sa);
+    }
   }
-  _tile_stored(0, c, sc);
-  _tile_stored(1, c + 16, sc);
-  _tile_stored(2, c + 16 * ldc, sc);
-  _tile_stored(3, c + 16 * ldc + 16, sc);
+  _tile_stored(0, c_out, so);
+  _tile_stored(1, c_out + 16, so);
+  _tile_stored(2, c_out + 16 * ldo, so);
+  _tile_stored(3, c_out + 16 * ldo + 16, so);
 }
 
 // ---- A·B for a linear (gemm_ab). B small beside A (a weight), packed once a
@@ -332,18 +347,20 @@ KILN_AMX void amx_block_2x2(int64_t ks, const uint16_t* a, int64_t lda, const ui
 // rows of 16 pairs contiguously, so that each B tile is 1 KB in a row. A is
 // read where it is (a tile is 16 of its rows, 64 bytes apart along k). Each
 // thread owns a range of 32-row bands of C; along n in panels whose packed B
-// stays in L2 (kAbPanelBytes), along k in chunks whose band of A stays in L1
-// (kAbChunk); the next band's rows are prefetched into L2 a line a row at a
-// time while the current band computes (a training step's activations come
-// from memory), and the last band's sums are emitted a few rows at a time
-// between its blocks. Measured in ViT-S's bf16 step (bench/ab.sh, 3 rounds each,
-// bench/results/2026-12-07-amx-linears/): panels of 2 MiB against 1 MiB
-// 0.953 against 0.986 s (ViT-B: 2.88 against 3.22 s with no panels at all);
-// chunks of 256 against 128 and 512, 0.987 against 0.997 and 1.013 s; the
-// prefetch 0.995 against 1.011 s without it; each band's rows emitted
-// between the next band's blocks rather than after its own, 1.027 against
-// 1.058 s (ViT-B: 3.119 against 3.202 s, 2 rounds).
-constexpr int64_t kAbChunk = 256, kAbPanelBytes = 2 << 20;
+// stays in L2 (kAbPanelBytes), along k in chunks of equal length, none
+// longer than kAbChunk, whose band of A stays in L1 (the sums of all but
+// the last kept in a band buffer); the next band's rows are prefetched into
+// L2 a line a row at a time while the current band computes (a training
+// step's activations come from memory). A finished 32x32 block goes to one
+// of two 4 KB slots, which stay in L1, and is written out (its epilogue
+// applied) after the next block's tile work is issued. Measured in ViT-S's
+// bf16 step (bench/ab.sh, 3 rounds each, bench/results/2026-12-07-amx-linears/):
+// panels of 2 MiB against 1 MiB 0.953 against 0.986 s (ViT-B: 2.88 against
+// 3.22 s with no panels at all); the prefetch 0.995 against 1.011 s without
+// it. Alone, with B's tiles loaded with the T1 hint (amx_block_2x2), chunks
+// of up to 512 against 256, and blocks written from L1 against a band's
+// rows from L2: bench/results/2026-12-07-amx-t1/.
+constexpr int64_t kAbChunk = 512, kAbPanelBytes = 2 << 20;
 
 // Columns [j0, j0 + 32) of B [k, n] (row-major) into blocks j0/16, j0/16 + 1.
 KILN_DPBF16 void pack_ab_rows(const uint16_t* b, int64_t k, int64_t n, int64_t j0, uint16_t* dst) {
@@ -376,8 +393,13 @@ bool gemm_ab_fits(int64_t m, int64_t n, int64_t k) {
   return unit() == Unit::amx && n % 32 == 0 && k % 32 == 0 && m > 0 && n > 0 && k > 0;
 }
 
-void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
-             const EmitRows& emit) {
+namespace {
+
+// C = A·B by 32x32 blocks: store(i0, rows, j0, s) gets the f32 sums of C's
+// rows [i0, i0 + rows) and columns [j0, j0 + 32), rows 32 apart at s.
+template <class Store>
+void gemm_ab_blocks(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
+                    const Store& store) {
   if (!gemm_ab_fits(m, n, k)) fail("tiles", "gemm_ab needs AMX and n, k multiples of 32");
   Buffer packed(&cpu_allocator(), k * n * 2, Device::cpu());
   auto* pb = static_cast<uint16_t*>(packed.data());
@@ -389,37 +411,28 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
     parallel_for(n / 32, 32 * k, [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) pack_ab_rows(b, k, n, j * 32, pb);
     });
-  const int64_t kc = std::min(k, kAbChunk);
+  const int64_t chunks = (k + kAbChunk - 1) / kAbChunk;
+  const int64_t kc = (k / 32 + chunks - 1) / chunks * 32;
   // Panels of equal width (in 32s), as few as keep each within the budget.
   const int64_t widest = std::max<int64_t>(32, kAbPanelBytes / (2 * k) / 32 * 32);
   const int64_t panels = (n + widest - 1) / widest;
   const int64_t nc = (n / 32 + panels - 1) / panels * 32;
   const int64_t bands = (m + 31) / 32;
   parallel_for(bands, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
-    // Two buffers of sums: a band's rows are emitted a few at a time between
-    // the next band's blocks, so that the core converts and stores them
-    // while the tile unit works.
-    Buffer sums(&cpu_allocator(), 2 * 32 * nc * sizeof(float), Device::cpu());
+    const int64_t band_sums = chunks > 1 ? 32 * nc : 0;
+    Buffer sums(&cpu_allocator(), (band_sums + 2 * 32 * 32) * sizeof(float), Device::cpu());
     Buffer tail(&cpu_allocator(), 32 * k * 2, Device::cpu());
-    float* bufs[2] = {static_cast<float*>(sums.data()), static_cast<float*>(sums.data()) + 32 * nc};
+    float* cs = static_cast<float*>(sums.data());
+    float* slots = cs + band_sums;
     struct {
-      int64_t i0 = 0, rows = 0, j0 = 0, cols = 0, done = 0;
-      float* c = nullptr;
-    } pend;  // the band whose rows are still to be emitted
-    const auto emit_to = [&](int64_t upto) {
-      if (upto > pend.done)
-        emit(pend.i0 + pend.done, upto - pend.done, pend.j0, pend.cols, pend.c + pend.done * nc,
-             nc);
-      pend.done = std::max(pend.done, upto);
-    };
+      int64_t i0 = 0, rows = 0, j0 = 0;
+      float* sums = nullptr;
+    } pend;  // the finished block still to be stored
     int parity = 0;
     amx_begin();
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
-      const int64_t cols = std::min(nc, n - j0), blocks = cols / 32;
-      const int64_t calls = (k + kc - 1) / kc * blocks;
+      const int64_t blocks = std::min(nc, n - j0) / 32;
       for (int64_t band = b0; band < b1; ++band) {
-        float* cs = bufs[parity];
-        parity ^= 1;
         const int64_t rows = std::min<int64_t>(32, m - band * 32);
         const uint16_t* ab = a + band * 32 * k;
         if (rows < 32) {  // the last band, padded with zeros
@@ -432,23 +445,66 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
         const int64_t next = band + 1 < b1 ? band + 1 : j0 + nc < n ? b0 : -1;
         const int64_t pf_total = next >= 0 ? std::min<int64_t>(32, m - next * 32) : 0;
         const uint16_t* pf = next >= 0 ? a + next * 32 * k : a;
-        int64_t call = 0;
         for (int64_t k0 = 0; k0 < k; k0 += kc) {
           const int64_t ks = std::min(kc, k - k0) / 32;
           for (int64_t jb = 0; jb < blocks; ++jb) {
             const int64_t r0 = pf_total * jb / blocks, r1 = pf_total * (jb + 1) / blocks;
             const uint16_t* bj = pb + ((j0 / 16) + 2 * jb) * (k / 2) * 32 + (k0 / 2) * 32;
-            amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, cs + jb * 32, nc, k0 == 0,
+            const float* c_in = k0 == 0 ? nullptr : cs + jb * 32;
+            if (k0 + kc < k) {
+              amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, c_in, nc, cs + jb * 32,
+                            nc, pf + r0 * k + k0, r1 - r0);
+              continue;
+            }
+            float* slot = slots + parity * 32 * 32;
+            parity ^= 1;
+            amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, c_in, nc, slot, 32,
                           pf + r0 * k + k0, r1 - r0);
-            emit_to(pend.rows * ++call / calls);
+            if (pend.sums) store(pend.i0, pend.rows, pend.j0, pend.sums);
+            pend = {band * 32, rows, j0 + jb * 32, slot};
           }
         }
-        emit_to(pend.rows);
-        pend = {band * 32, rows, j0, cols, 0, cs};
       }
     }
-    emit_to(pend.rows);
+    if (pend.sums) store(pend.i0, pend.rows, pend.j0, pend.sums);
     amx_end();
+  });
+}
+
+// A block of sums (rows 32 apart at s) into out's C [., n] at (i0, j0).
+KILN_DPBF16 void store_block(const LinearOut& out, int64_t n, int64_t i0, int64_t rows, int64_t j0,
+                             const float* s) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = (i0 + r) * n + j0;
+    __m512 lo = _mm512_load_ps(s + r * 32), hi = _mm512_load_ps(s + r * 32 + 16);
+    for (int t = 0; t < out.adds; ++t) {
+      const float* x = out.add[t] + (out.whole[t] ? at : j0);
+      lo = _mm512_add_ps(lo, _mm512_loadu_ps(x));
+      hi = _mm512_add_ps(hi, _mm512_loadu_ps(x + 16));
+    }
+    if (out.bf16) {
+      _mm512_storeu_si512(static_cast<uint16_t*>(out.c) + at, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    } else {
+      _mm512_storeu_ps(static_cast<float*>(out.c) + at, lo);
+      _mm512_storeu_ps(static_cast<float*>(out.c) + at + 16, hi);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
+             const EmitRows& emit) {
+  gemm_ab_blocks(m, n, k, a, b, tb, [&](int64_t i0, int64_t rows, int64_t j0, float* s) {
+    emit(i0, rows, j0, 32, s, 32);
+  });
+}
+
+void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
+             const LinearOut& out) {
+  if (out.adds < 0 || out.adds > 4) fail("tiles", "gemm_ab takes 0 to 4 addends");
+  gemm_ab_blocks(m, n, k, a, b, tb, [&](int64_t i0, int64_t rows, int64_t j0, const float* s) {
+    store_block(out, n, i0, rows, j0, s);
   });
 }
 
@@ -478,7 +534,8 @@ void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_
       for (int64_t band = b0; band < b1; ++band)
         for (int64_t j = 0; j < n; j += 32)
           amx_block_2x2(kc / 32, pa + (band - b0) * 32 * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * n,
-                        32 * n, c + band * 32 * n + j, n, ch == 0);
+                        32 * n, ch == 0 ? nullptr : c + band * 32 * n + j, n, c + band * 32 * n + j,
+                        n);
     }
     amx_end();
   });
@@ -515,6 +572,9 @@ bool gemm_at_b_fits(int64_t, int64_t) {
 }
 bool gemm_ab_fits(int64_t, int64_t, int64_t) {
   return false;
+}
+void gemm_ab(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, bool, const LinearOut&) {
+  fail("tiles", "kiln was built without its tile kernels");
 }
 void gemm_ab(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, bool, const EmitRows&) {
   fail("tiles", "kiln was built without its tile kernels");

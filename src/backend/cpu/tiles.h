@@ -50,14 +50,29 @@ void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_
 // A bf16 row-major (the batch's rows), B a weight, [k, n] row-major or, where
 // tb, stored as Bᵀ [n, k]. On AMX, over the threads, each a range of 32-row
 // bands of C; every value summed along k in the same order whatever the
-// thread count. C is not written here: emit(i0, rows, j0, cols, c, ldc) gets
-// the f32 sums of C's rows [i0, i0 + rows) and columns [j0, j0 + cols), rows
-// ldc apart in a buffer of the thread's (which emit may change), once each,
-// on the thread that computed them. Only where tile_kernels() is "AMX" and n
-// and k are multiples of 32 (gemm_ab_fits).
+// thread count. Only where tile_kernels() is "AMX" and n and k are multiples
+// of 32 (gemm_ab_fits).
+bool gemm_ab_fits(int64_t m, int64_t n, int64_t k);
+// C written by the kernel, with a linear's common epilogue: C = A·B plus up
+// to four f32 addends, each a row of n added to every row (a bias) or,
+// where whole, an [m, n] row-major (a residual); C row-major, f32 or
+// rounded to bf16 (to nearest even, subnormals flushed to zero, as
+// vcvtne2ps2bf16 does).
+struct LinearOut {
+  void* c = nullptr;
+  bool bf16 = false;
+  int adds = 0;
+  const float* add[4] = {};
+  bool whole[4] = {};
+};
+void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
+             const LinearOut& out);
+// C not written by the kernel: emit(i0, rows, j0, cols, c, ldc) gets the f32
+// sums of C's rows [i0, i0 + rows) and columns [j0, j0 + cols), rows ldc
+// apart in a buffer of the thread's (which emit may change), once each, on
+// the thread that computed them.
 using EmitRows =
     std::function<void(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* c, int64_t ldc)>;
-bool gemm_ab_fits(int64_t m, int64_t n, int64_t k);
 void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, bool tb,
              const EmitRows& emit);
 
