@@ -450,18 +450,16 @@ void gemm_ab_blocks(int64_t m, int64_t n, int64_t k, const uint16_t* a, const ui
           for (int64_t jb = 0; jb < blocks; ++jb) {
             const int64_t r0 = pf_total * jb / blocks, r1 = pf_total * (jb + 1) / blocks;
             const uint16_t* bj = pb + ((j0 / 16) + 2 * jb) * (k / 2) * 32 + (k0 / 2) * 32;
-            const float* c_in = k0 == 0 ? nullptr : cs + jb * 32;
-            if (k0 + kc < k) {
-              amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, c_in, nc, cs + jb * 32,
-                            nc, pf + r0 * k + k0, r1 - r0);
-              continue;
-            }
-            float* slot = slots + parity * 32 * 32;
-            parity ^= 1;
-            amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512, c_in, nc, slot, 32,
+            // The last chunk's sums go to a slot, the others to the band's.
+            const bool last = k0 + kc >= k;
+            float* out = last ? slots + parity * 32 * 32 : cs + jb * 32;
+            amx_block_2x2(ks, ab + k0, k, bj, bj + (k / 2) * 32, 32, 512,
+                          k0 == 0 ? nullptr : cs + jb * 32, nc, out, last ? 32 : nc,
                           pf + r0 * k + k0, r1 - r0);
+            if (!last) continue;
+            parity ^= 1;
             if (pend.sums) store(pend.i0, pend.rows, pend.j0, pend.sums);
-            pend = {band * 32, rows, j0 + jb * 32, slot};
+            pend = {band * 32, rows, j0 + jb * 32, out};
           }
         }
       }
