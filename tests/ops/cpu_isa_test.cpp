@@ -99,15 +99,15 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
 // rows), in bf16 against f64 on the same rounded values, m below n and above
 // it. On AMX, m and n multiples of 32 with k >= 256 run on kiln's own kernel
 // (tiles::gemm_at_b: k over more than one of its chunks, and not a multiple
-// of 32, here; the same bits on 1, 2 and 3 threads), m below n as Bᵀ·A
-// transposed into C; the others on oneDNN, m below n the same way
-// (matmul.cpp's runs_transposed).
+// of 32, here; the same bits on 1, 2 and 3 threads; C's parts by rows and,
+// where m is less than half n, by columns); the others on oneDNN, m below n
+// as Bᵀ·A transposed (matmul.cpp's runs_transposed).
 TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
   uint32_t seed = 11;
   struct Case {
     int64_t k, m, n;
-  } cases[] = {{200, 24, 80}, {200, 80, 24}, {200, 33, 47},
-               {600, 64, 96}, {600, 96, 64}, {300, 32, 32}};
+  } cases[] = {{200, 24, 80}, {200, 80, 24}, {200, 33, 47}, {600, 64, 96},
+               {600, 96, 64}, {300, 32, 32}, {600, 32, 96}, {300, 160, 64}};
   for (auto [k, m, n] : cases) {
     SCOPED_TRACE("k " + std::to_string(k) + ", m " + std::to_string(m) + ", n " +
                  std::to_string(n));

@@ -493,9 +493,8 @@ GemmShape gemm_shape(const MatmulAttrs& attrs, const Array& a, const Array& b) {
 }
 
 // A bf16 weight gradient C [m, n] = Aᵀ·B (A [k, m], B [k, n], k the batch's
-// rows) on kiln's AMX kernel (tiles::gemm_at_b) where it fits, with C's
-// longer side as its rows (else Cᵀ = Bᵀ·A, then transposed): oneDNN 2.6's
-// brgemm runs ViT's weight gradients at 1.1-1.5 TFLOP/s, packing the
+// rows) on kiln's AMX kernel (tiles::gemm_at_b) where it fits: oneDNN
+// 2.6's brgemm runs ViT's weight gradients at 1.1-1.5 TFLOP/s, packing the
 // transposed operand as it goes (bench/results/2026-12-07-amx-weight-gradients/).
 // The sums in f32, each along k in order, then rounded once for a bf16 C.
 // Returns false where it does not run (the GEMM goes to oneDNN).
@@ -504,27 +503,8 @@ bool amx_weight_gradient(const GemmShape& s, const void* a, const void* b, void*
   if (!(s.in == DType::bf16 && s.ta && !s.tb && s.batch_a == 1 && s.batch_b == 1 &&
         s.epilogue.empty() && s.k >= kAtbMinK && tiles::gemm_at_b_fits(s.m, s.n)))
     return false;
-  const bool swap = s.m < s.n;
-  const int64_t rows = swap ? s.n : s.m, cols = swap ? s.m : s.n, size = rows * cols;
-  const auto* x = static_cast<const uint16_t*>(swap ? b : a);
-  const auto* y = static_cast<const uint16_t*>(swap ? a : b);
-  if (!swap && s.out == DType::f32) {
-    tiles::gemm_at_b(s.k, rows, cols, x, y, static_cast<float*>(c));
-    return true;
-  }
-  Buffer sums(&cpu_allocator(), size * sizeof(float), Device::cpu());
-  float* f = static_cast<float*>(sums.data());
-  tiles::gemm_at_b(s.k, rows, cols, x, y, f);
-  if (!swap) {
-    narrow_into(f, size, c);
-  } else if (s.out == DType::f32) {
-    transpose_tiles(f, 1, s.m, s.n, static_cast<float*>(c));
-  } else {
-    Buffer narrow(&cpu_allocator(), size * sizeof(uint16_t), Device::cpu());
-    narrow_into(f, size, narrow.data());
-    transpose_tiles(static_cast<const uint16_t*>(narrow.data()), 1, s.m, s.n,
-                    static_cast<uint16_t*>(c));
-  }
+  tiles::gemm_at_b(s.k, s.m, s.n, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b),
+                   c, s.out == DType::bf16);
   return true;
 }
 

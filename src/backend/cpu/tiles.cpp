@@ -211,13 +211,12 @@ KILN_DPBF16 void dp_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 // 32 of k, so A [k, m] is transposed as it is packed: two rows of k
 // interleaved into pairs (m, k..k+1), then 16 x 16 of those 32-bit pairs
 // transposed. B [k, n] needs only the interleave (the pair layout). Packed
-// per chunk of kAtbChunk along k: B's rows whole (each thread its own copy,
-// read from L2 by every block) and A's rows of the thread's band, C's tiles
-// loaded and stored once a chunk. ViT-S's four weight gradients run at
-// 1.62-1.88 TFLOP/s alone where oneDNN 2.6's brgemm ran them at 1.38-1.46,
-// and take 204 ms of the step where they took 257
+// per chunk of kAtbChunk along k, each thread its part (gemm_at_b_part),
+// C's tiles loaded and stored once a chunk. ViT-S's four weight gradients
+// ran at 1.62-1.88 TFLOP/s alone where oneDNN 2.6's brgemm ran them at
+// 1.38-1.46, and took 204 ms of the step where they took 257
 // (bench/results/2026-12-07-amx-weight-gradients/). Chunks of 256 ran
-// faster than of 384 to 1024 (B's chunk and C's band stay in L2).
+// faster than of 384 to 1024 (B's chunk and C's part stay in L2).
 constexpr int64_t kAtbChunk = 256;
 
 alignas(64) constexpr uint16_t kPairs[64] = {
@@ -255,15 +254,16 @@ KILN_DPBF16 inline void transpose_pairs(__m512i (&r)[16]) {
   }
 }
 
-// B's rows [k0, k0 + kc) (zeros past k) in the pair layout: row r of dst,
-// 2n values, interleaves rows k0 + 2r and k0 + 2r + 1.
+// B's rows [k0, k0 + kc) (zeros past k) and columns [j0, j0 + w) in the pair
+// layout: row r of dst, 2w values, interleaves rows k0 + 2r and k0 + 2r + 1.
 KILN_DPBF16 void pack_pairs(const uint16_t* b, int64_t k, int64_t n, int64_t k0, int64_t kc,
-                            uint16_t* dst) {
+                            int64_t j0, int64_t w, uint16_t* dst) {
   const __m512i lo = _mm512_load_si512(kPairs), hi = _mm512_load_si512(kPairs + 32);
   for (int64_t r = 0; r < kc / 2; ++r) {
-    uint16_t* d = dst + r * 2 * n;
-    for (int64_t j = 0; j < n; j += 32) {
-      const __m512i x0 = row32(b, k, n, k0 + 2 * r, j), x1 = row32(b, k, n, k0 + 2 * r + 1, j);
+    uint16_t* d = dst + r * 2 * w;
+    for (int64_t j = 0; j < w; j += 32) {
+      const __m512i x0 = row32(b, k, n, k0 + 2 * r, j0 + j);
+      const __m512i x1 = row32(b, k, n, k0 + 2 * r + 1, j0 + j);
       _mm512_storeu_si512(d + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
       _mm512_storeu_si512(d + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
     }
@@ -510,33 +510,110 @@ bool gemm_at_b_fits(int64_t m, int64_t n) {
   return unit() == Unit::amx && m % 32 == 0 && n % 32 == 0 && m > 0 && n > 0;
 }
 
-void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, float* c) {
-  if (!gemm_at_b_fits(m, n)) fail("tiles", "gemm_at_b needs AMX and m, n multiples of 32");
-  const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
-  if (chunks <= 0) return std::fill(c, c + m * n, 0.0f);
-  // A band of 32 rows of C a job: one contiguous range of bands a thread.
-  parallel_for(m / 32, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
-    const int64_t rows = (b1 - b0) * 32;
-    Buffer packed_b(&cpu_allocator(), kAtbChunk * n * 2, Device::cpu());
-    Buffer packed_a(&cpu_allocator(), rows * kAtbChunk * 2, Device::cpu());
-    auto* pb = static_cast<uint16_t*>(packed_b.data());
-    auto* pa = static_cast<uint16_t*>(packed_a.data());
-    amx_begin();
-    for (int64_t ch = 0; ch < chunks; ++ch) {
-      const int64_t k0 = ch * kAtbChunk, kc = std::min(kAtbChunk, (k - k0 + 31) / 32 * 32);
-      pack_pairs(b, k, n, k0, kc, pb);
-      // Along k outermost, so that A's rows are read left to right.
-      for (int64_t s = 0; s < kc; s += 32)
-        for (int64_t band = b0; band < b1; ++band)
-          pack_transposed(a, k, m, band * 32, k0 + s, pa + (band - b0) * 32 * kc + s, kc);
-      for (int64_t band = b0; band < b1; ++band)
-        for (int64_t j = 0; j < n; j += 32)
-          amx_block_2x2(kc / 32, pa + (band - b0) * 32 * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * n,
-                        32 * n, ch == 0 ? nullptr : c + band * 32 * n + j, n, c + band * 32 * n + j,
-                        n);
+namespace {
+
+// A finished 32x32 block of sums (rows 32 apart at s) into C [., n] at (i0,
+// j0): f32, or rounded to bf16.
+KILN_DPBF16 void store_grad_block(void* c, bool bf16, int64_t n, int64_t i0, int64_t j0,
+                                  const float* s) {
+  for (int64_t r = 0; r < 32; ++r) {
+    const __m512 lo = _mm512_load_ps(s + r * 32), hi = _mm512_load_ps(s + r * 32 + 16);
+    const int64_t at = (i0 + r) * n + j0;
+    if (bf16) {
+      _mm512_storeu_si512(static_cast<uint16_t*>(c) + at, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    } else {
+      _mm512_storeu_ps(static_cast<float*>(c) + at, lo);
+      _mm512_storeu_ps(static_cast<float*>(c) + at + 16, hi);
     }
-    amx_end();
-  });
+  }
+}
+
+// One thread's part of C = Aᵀ·B: C's rows [r0, r1) and columns [c0, c1)
+// (multiples of 32), along k in chunks of kAtbChunk, A's rows and B's
+// columns of its part packed each chunk (A transposed). The sums of all but
+// the last chunk kept in a buffer of the part's (C itself where C is f32);
+// for a bf16 C the last chunk's blocks go to one of two 4 KB slots in L1 and
+// are rounded and written out after the next block's tile work is issued.
+void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
+                    bool bf16, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const int64_t rows = r1 - r0, cols = c1 - c0;
+  const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
+  const bool direct = !bf16;
+  const int64_t part_sums = direct || chunks == 1 ? 0 : rows * cols;
+  Buffer packed_b(&cpu_allocator(), kAtbChunk * cols * 2, Device::cpu());
+  Buffer packed_a(&cpu_allocator(), rows * kAtbChunk * 2, Device::cpu());
+  Buffer sums(&cpu_allocator(), (part_sums + 2 * 32 * 32) * sizeof(float), Device::cpu());
+  auto* pb = static_cast<uint16_t*>(packed_b.data());
+  auto* pa = static_cast<uint16_t*>(packed_a.data());
+  float* slots = static_cast<float*>(sums.data()) + part_sums;
+  // Block (i, j) of the part's sums: in C itself or in the buffer.
+  float* cs = direct ? static_cast<float*>(c) + r0 * n + c0 : static_cast<float*>(sums.data());
+  const int64_t ldc = direct ? n : cols;
+  struct {
+    int64_t i0 = 0, j0 = 0;
+    const float* sums = nullptr;
+  } pend;  // the finished block still to be written
+  int parity = 0;
+  amx_begin();
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t k0 = ch * kAtbChunk, kc = std::min(kAtbChunk, (k - k0 + 31) / 32 * 32);
+    const bool last = ch + 1 == chunks;
+    pack_pairs(b, k, n, k0, kc, c0, cols, pb);
+    // Along k outermost, so that A's rows are read left to right.
+    for (int64_t s = 0; s < kc; s += 32)
+      for (int64_t i = 0; i < rows; i += 32)
+        pack_transposed(a, k, m, r0 + i, k0 + s, pa + i * kc + s, kc);
+    for (int64_t i = 0; i < rows; i += 32)
+      for (int64_t j = 0; j < cols; j += 32) {
+        float* at = cs + i * ldc + j;
+        const bool slot = last && !direct;
+        float* dst = slot ? slots + parity * 32 * 32 : at;
+        amx_block_2x2(kc / 32, pa + i * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * cols, 32 * cols,
+                      ch == 0 ? nullptr : at, ldc, dst, slot ? 32 : ldc);
+        if (!slot) continue;
+        parity ^= 1;
+        if (pend.sums) store_grad_block(c, bf16, n, pend.i0, pend.j0, pend.sums);
+        pend = {r0 + i, c0 + j, dst};
+      }
+  }
+  if (pend.sums) store_grad_block(c, bf16, n, pend.i0, pend.j0, pend.sums);
+  amx_end();
+}
+
+}  // namespace
+
+void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
+               bool bf16) {
+  if (!gemm_at_b_fits(m, n)) fail("tiles", "gemm_at_b needs AMX and m, n multiples of 32");
+  if (k <= 0) {
+    if (bf16)
+      std::fill_n(static_cast<uint16_t*>(c), m * n, uint16_t{0});
+    else
+      std::fill_n(static_cast<float*>(c), m * n, 0.0f);
+    return;
+  }
+  // Each thread packs its own part's rows of A (transposed) and columns of B
+  // (interleaved only), both read from memory: a third of the kernel's
+  // time. With C's rows as the threads' parts, every thread packs B whole;
+  // with its columns, A whole, and A's values cost more (32 rows read at
+  // once against B's 2): C's columns where A is less than half as wide as
+  // B. A and B are not swapped: in a training step A is the output's
+  // gradient, just made, and B the layer's input, saved by the forward pass
+  // and colder, which B's pattern reads faster. In ViT-S's bf16 step
+  // (medians of 3 profiled runs) the four weight gradients take 14.7 ms a
+  // layer, against 15.1 with the narrower operand made A by swapping them
+  // (fc1's 4.48 against 4.83 ms) and 15.7 before C's columns were parts
+  // and the bf16 rounding was done here (fc2's 4.85 against 5.54 ms; then
+  // rounded and transposed after); bench/results/2026-12-07-weight-gradient-parts/.
+  const bool by_columns = 2 * m < n;
+  if (by_columns)
+    parallel_for(n / 32, 2 * 32 * m * k, [&](int64_t j0, int64_t j1) {
+      gemm_at_b_part(k, m, n, a, b, c, bf16, 0, m, j0 * 32, j1 * 32);
+    });
+  else
+    parallel_for(m / 32, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
+      gemm_at_b_part(k, m, n, a, b, c, bf16, b0 * 32, b1 * 32, 0, n);
+    });
 }
 
 void begin() {
@@ -577,7 +654,7 @@ void gemm_ab(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, bool, 
 void gemm_ab(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, bool, const EmitRows&) {
   fail("tiles", "kiln was built without its tile kernels");
 }
-void gemm_at_b(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, float*) {
+void gemm_at_b(int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, void*, bool) {
   fail("tiles", "kiln was built without its tile kernels");
 }
 #endif

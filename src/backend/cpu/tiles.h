@@ -38,13 +38,16 @@ void end();
 void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
           int64_t ldb, float* c, int64_t ldc);
 
-// C [m, n] (f32, rows n apart) = Aᵀ·B for A [k, m] and B [k, n], bf16
-// row-major: a weight gradient, k the batch's rows. On AMX, over the
-// threads, each a band of C's rows; every value summed along k in the same
-// order whatever the thread count. Only where tile_kernels() is "AMX" and m
-// and n are multiples of 32 (gemm_at_b_fits).
+// C [m, n] = Aᵀ·B for A [k, m] and B [k, n], bf16 row-major: a weight
+// gradient, k the batch's rows. C row-major, f32 or (bf16) rounded once to
+// bf16 (to nearest even, subnormals flushed to zero, as vcvtne2ps2bf16
+// does). On AMX, over the threads, each a range of C's rows or of its
+// columns; every value summed along k in the same order whatever the thread
+// count. Only where tile_kernels() is "AMX" and m and n are multiples of 32
+// (gemm_at_b_fits).
 bool gemm_at_b_fits(int64_t m, int64_t n);
-void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, float* c);
+void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
+               bool bf16);
 
 // C [m, n] = A [m, k] · B for a linear's forward or input-gradient GEMM:
 // A bf16 row-major (the batch's rows), B a weight, [k, n] row-major or, where
