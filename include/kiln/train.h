@@ -187,6 +187,11 @@ struct DataSplits {
 // checkpoint's preprocessor_config.json); unset: data_processor's default.
 DataSplits load_data(const TrainConfig& cfg,
                      const std::optional<data::ImageProcessor>& processor = std::nullopt);
+// n examples of `all` spread evenly over it (example i is all's i * size /
+// n: an image folder's held-out split, in class order, gives every class its
+// share); `all` itself where n is 0 or not below its size.
+std::shared_ptr<const data::Dataset> spread_examples(std::shared_ptr<const data::Dataset> all,
+                                                     int64_t n);
 // The images' size in a run of `model`: --image-size when given; else the
 // model's own for a model that takes only its size (a ViT); else 28 for
 // Fashion-MNIST and the model's config's (224 for a ResNet) otherwise.

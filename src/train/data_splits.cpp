@@ -255,9 +255,15 @@ DataSplits all_datasets(const TrainConfig& cfg, const nn::Model& model,
 DataSplits make_datasets(const TrainConfig& cfg, const nn::Model& model,
                          const std::optional<data::ImageProcessor>& processor) {
   DataSplits d = all_datasets(cfg, model, processor);
-  if (d.eval && cfg.eval_samples > 0 && cfg.eval_samples < d.eval->size())
-    d.eval = std::make_shared<SpreadExamples>(d.eval, cfg.eval_samples);
+  if (d.eval) d.eval = spread_examples(d.eval, cfg.eval_samples);
   return d;
+}
+
+std::shared_ptr<const data::Dataset> spread_examples(std::shared_ptr<const data::Dataset> all,
+                                                     int64_t n) {
+  if (n < 0) fail("data", "spread_examples takes n >= 0, got " + std::to_string(n));
+  if (n == 0 || n >= all->size()) return all;
+  return std::make_shared<SpreadExamples>(std::move(all), n);
 }
 
 DataSplits load_data(const TrainConfig& cfg, const std::optional<data::ImageProcessor>& processor) {

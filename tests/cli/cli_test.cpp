@@ -440,6 +440,19 @@ TEST(Cli, AResNetTrainsAndEvaluatesOnFashionMnist) {
   ASSERT_EQ(e.status, 0) << e.output;
   EXPECT_NE(e.output.find("(step 20) on fashion-mnist test"), std::string::npos) << e.output;
   EXPECT_NE(e.output.find("accuracy " + acc + "%"), std::string::npos) << e.output << r.output;
+  EXPECT_NE(e.output.find("(10000 images"), std::string::npos) << e.output;
+  // --samples N: N of the split's images, spread over it; N at or above the
+  // split's size is all of it, and a negative N is refused naming the flag.
+  CliRun s = kiln_cli("eval --checkpoint " + ckpt + " --data fashion-mnist --samples 250");
+  ASSERT_EQ(s.status, 0) << s.output;
+  EXPECT_NE(s.output.find("(250 images"), std::string::npos) << s.output;
+  CliRun all = kiln_cli("eval --checkpoint " + ckpt + " --data fashion-mnist --samples 20000");
+  ASSERT_EQ(all.status, 0) << all.output;
+  EXPECT_NE(all.output.find("accuracy " + acc + "% (10000 images"), std::string::npos)
+      << all.output;
+  CliRun bad = kiln_cli("eval --checkpoint " + ckpt + " --data fashion-mnist --samples -3");
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--samples"), std::string::npos) << bad.output;
   // bf16 mixed precision trains it too, in every mode.
   for (const char* mode : {"eager", "jit"}) {
     CliRun b = kiln_cli("train --data fashion-mnist --config " + cfg +

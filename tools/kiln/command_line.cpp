@@ -379,6 +379,10 @@ void define_eval(CLI::App& app, Subcommands& s, EvalFlags& ef) {
   e->add_option("--seq-len", ef.seq_len,
                 "text and tokens: tokens per block (default: the model's n_positions)")
       ->check(kPositiveInt);
+  e->add_option("--samples", ef.samples,
+                "evaluate N examples of the split (images, or blocks of tokens), spread evenly "
+                "over it, as kiln train's --eval-samples (default 0: all)")
+      ->check(kNonNegativeInt);
   e->add_option("--tokenizer", ef.tokenizer,
                 "text: a folder with tokenizer.json, or vocab.json and merges.txt (default: the "
                 "model's or checkpoint's folder)");

@@ -43,6 +43,7 @@ struct EvalFlags {
       layout = "nchw", device = "cpu", tokenizer;
   int64_t batch_size = 0;  // 0: 256 images, or 8 blocks of a language model
   int64_t seq_len = 0;     // 0: the model's n_positions
+  int64_t samples = 0;     // 0: the whole split
 };
 
 struct PredictFlags {

@@ -481,6 +481,7 @@ int run_eval(const cli::EvalFlags& f) {
                      (lm ? " has no held-out blocks"
                          : " has no held-out split (an image folder needs 10 or more files per "
                            "class)"));
+  ds = train::spread_examples(ds, f.samples);
   const Device device = parse_device(f.device, "--device");
   for (auto& [name, p] : ck.params) p = p.to(device);
   for (auto& [name, v] : ck.model_state) v = v.to(device);
