@@ -578,6 +578,33 @@ TEST(Passes, AnEpilogueUpdatesADonatedParameterInPlace) {
   EXPECT_EQ(step.last_compile().donated, 1);
 }
 
+// A jitted step's where(finite, new, old) on a donated parameter (the
+// training step's guard against a non-finite loss): the new value where the
+// condition holds, the old one, untouched in its buffer, where it does not;
+// f32 and bf16, jit and eager alike.
+TEST(Passes, AScalarConditionSelectsAWholeDonatedParameter) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(name_of(dt));
+    auto f = [](const std::vector<Array>& x) {
+      Array next = x[0] - x[1] * 0.5;
+      Array finite = less(abs(sum(x[1])), scalar_like(sum(x[1]), INFINITY));
+      return std::vector<Array>{where(finite, next, x[0])};
+    };
+    Jitted step = jit(f, {.donate = {0}});
+    const Array g = full({3, 100}, 2.0, dt);
+    const Array bad =
+        where(greater(reshape(arange(300), {3, 100}), full({}, 150.0)), full({3, 100}, NAN, dt), g);
+    Array p = full({3, 100}, 1.0, dt);
+    p = step({p, g})[0];
+    EXPECT_EQ(astype(p, DType::f32).to_vector<float>(), std::vector<float>(300, 0.0f));
+    p = step({p, bad})[0];  // NaN in the gradient: p stays as it was
+    EXPECT_EQ(astype(p, DType::f32).to_vector<float>(), std::vector<float>(300, 0.0f));
+    const Array q = full({3, 100}, 1.0, dt);
+    EXPECT_EQ(astype(f({q, bad})[0], DType::f32).to_vector<float>(), std::vector<float>(300, 1.0f));
+    EXPECT_EQ(astype(f({q, g})[0], DType::f32).to_vector<float>(), std::vector<float>(300, 0.0f));
+  }
+}
+
 // softmax(q kᵀ ∘ c) v written out by hand on heads split from [B, T, H·D]
 // activations (∘: '*' times 0.25, '/' divided by 4, ' ' no scale), with
 // its gradients with respect to q, k and v.
