@@ -512,22 +512,6 @@ bool gemm_at_b_fits(int64_t m, int64_t n) {
 
 namespace {
 
-// A finished 32x32 block of sums (rows 32 apart at s) into C [., n] at (i0,
-// j0): f32, or rounded to bf16.
-KILN_DPBF16 void store_grad_block(void* c, bool bf16, int64_t n, int64_t i0, int64_t j0,
-                                  const float* s) {
-  for (int64_t r = 0; r < 32; ++r) {
-    const __m512 lo = _mm512_load_ps(s + r * 32), hi = _mm512_load_ps(s + r * 32 + 16);
-    const int64_t at = (i0 + r) * n + j0;
-    if (bf16) {
-      _mm512_storeu_si512(static_cast<uint16_t*>(c) + at, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    } else {
-      _mm512_storeu_ps(static_cast<float*>(c) + at, lo);
-      _mm512_storeu_ps(static_cast<float*>(c) + at + 16, hi);
-    }
-  }
-}
-
 // One thread's part of C = Aᵀ·B: C's rows [r0, r1) and columns [c0, c1)
 // (multiples of 32), along k in chunks of kAtbChunk, A's rows and B's
 // columns of its part packed each chunk (A transposed). The sums of all but
@@ -536,6 +520,7 @@ KILN_DPBF16 void store_grad_block(void* c, bool bf16, int64_t n, int64_t i0, int
 // are rounded and written out after the next block's tile work is issued.
 void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
                     bool bf16, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const LinearOut out{c, bf16};  // no addends
   const int64_t rows = r1 - r0, cols = c1 - c0;
   const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
   const bool direct = !bf16;
@@ -572,11 +557,11 @@ void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const ui
                       ch == 0 ? nullptr : at, ldc, dst, slot ? 32 : ldc);
         if (!slot) continue;
         parity ^= 1;
-        if (pend.sums) store_grad_block(c, bf16, n, pend.i0, pend.j0, pend.sums);
+        if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
         pend = {r0 + i, c0 + j, dst};
       }
   }
-  if (pend.sums) store_grad_block(c, bf16, n, pend.i0, pend.j0, pend.sums);
+  if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
   amx_end();
 }
 
