@@ -208,16 +208,23 @@ KILN_DPBF16 void dp_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 }
 
 // ---- Aᵀ·B (gemm_at_b). AMX's A operand takes rows of C (16 of m) against
-// 32 of k, so A [k, m] is transposed as it is packed: two rows of k
-// interleaved into pairs (m, k..k+1), then 16 x 16 of those 32-bit pairs
-// transposed. B [k, n] needs only the interleave (the pair layout). Packed
-// per chunk of kAtbChunk along k, each thread its part (gemm_at_b_part),
-// C's tiles loaded and stored once a chunk. ViT-S's four weight gradients
-// ran at 1.62-1.88 TFLOP/s alone where oneDNN 2.6's brgemm ran them at
-// 1.38-1.46, and took 204 ms of the step where they took 257
-// (bench/results/2026-12-07-amx-weight-gradients/). Chunks of 256 ran
-// faster than of 384 to 1024 (B's chunk and C's part stay in L2).
-constexpr int64_t kAtbChunk = 256;
+// 32 of k, so A [k, m] is transposed as it is packed (32 x 32 squares,
+// transpose_square). B [k, n] needs only an interleave of its rows in pairs
+// (the pair layout). Packed per chunk of kAtbChunk along k, each thread its
+// part (gemm_at_b_part), C's tiles loaded and stored once a chunk; within a
+// chunk A is packed and multiplied kAtbGroupRows of the part's rows at a
+// time, so that the packed group stays in L2 beside B's chunk and C's part
+// and the chunk can be 512 long (C's tiles loaded and stored half as often,
+// and the tile unit's wait for each block's stores paid half as often, as
+// with 256). ViT-S's four weight gradients ran at 1.62-1.88 TFLOP/s alone
+// where oneDNN 2.6's brgemm ran them at 1.38-1.46, and took 204 ms of the
+// step where they took 257 (bench/results/2026-12-07-amx-weight-gradients/);
+// groups of 128 rows in chunks of 512, with transpose_square, ran them 13.7%
+// faster again on two cores (4 rounds) and took 6% less of a one-thread
+// step (6 rounds) than the part's rows at once in chunks of 256
+// (bench/results/2026-12-07-transpose-lanes/). The sums and their order
+// depend on neither: C's tiles are stored and loaded as f32.
+constexpr int64_t kAtbChunk = 512, kAtbGroupRows = 128;
 
 alignas(64) constexpr uint16_t kPairs[64] = {
     0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
@@ -270,23 +277,51 @@ KILN_DPBF16 void pack_pairs(const uint16_t* b, int64_t k, int64_t n, int64_t k0,
   }
 }
 
+// dst[i][c] = src[c][i] for a 32 x 32 square (src's rows lds apart, dst's
+// ld apart). Register i of group g gathers columns 8g..8g + 7 of rows i,
+// i + 8, i + 16 and i + 24 from memory (one 16-byte piece per lane), so
+// that three rounds of in-lane unpacks transpose the square: 96 shuffles,
+// where interleaving pairs of rows (vpermt2w) and transposing 16 x 16 pairs
+// took 192, and the inserts can run on port 0 beside them. Alone, from L2,
+// 11.1 against 10.1 bytes a cycle; ViT-S's four weight gradients about 7%
+// faster on one core (bench/results/2026-12-07-transpose-lanes/).
+KILN_DPBF16 inline void transpose_square(const uint16_t* src, int64_t lds, uint16_t* dst,
+                                         int64_t ld) {
+  for (int g = 0; g < 4; ++g) {  // columns 8g..8g + 7 of src, rows 8g..8g + 7 of dst
+    __m512i x[8], t[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint16_t* s = src + i * lds + 8 * g;
+      __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      for (int q = 1; q < 4; ++q)
+        z = _mm512_inserti32x4(
+            z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 8 * q * lds)), q);
+      x[i] = z;
+    }
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm512_unpacklo_epi16(x[i], x[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi16(x[i], x[i + 1]);
+    }
+    for (int h = 0; h < 8; h += 4) {
+      x[h] = _mm512_unpacklo_epi32(t[h], t[h + 2]);
+      x[h + 1] = _mm512_unpackhi_epi32(t[h], t[h + 2]);
+      x[h + 2] = _mm512_unpacklo_epi32(t[h + 1], t[h + 3]);
+      x[h + 3] = _mm512_unpackhi_epi32(t[h + 1], t[h + 3]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      _mm512_storeu_si512(dst + (8 * g + 2 * c) * ld, _mm512_unpacklo_epi64(x[c], x[c + 4]));
+      _mm512_storeu_si512(dst + (8 * g + 2 * c + 1) * ld, _mm512_unpackhi_epi64(x[c], x[c + 4]));
+    }
+  }
+}
+
 // Aᵀ's rows [i0, i0 + 32) and columns [k0, k0 + 32) (zeros past k) into
 // dst, rows ld apart: dst[i][c] = A[k0 + c][i0 + i].
 KILN_DPBF16 void pack_transposed(const uint16_t* a, int64_t k, int64_t m, int64_t i0, int64_t k0,
                                  uint16_t* dst, int64_t ld) {
-  const __m512i lo = _mm512_load_si512(kPairs), hi = _mm512_load_si512(kPairs + 32);
-  __m512i first[16], second[16];  // pairs of columns i0..i0 + 15 and i0 + 16..i0 + 31
-  for (int p = 0; p < 16; ++p) {
-    const __m512i x0 = row32(a, k, m, k0 + 2 * p, i0), x1 = row32(a, k, m, k0 + 2 * p + 1, i0);
-    first[p] = _mm512_permutex2var_epi16(x0, lo, x1);
-    second[p] = _mm512_permutex2var_epi16(x0, hi, x1);
-  }
-  transpose_pairs(first);
-  transpose_pairs(second);
-  for (int i = 0; i < 16; ++i) {
-    _mm512_storeu_si512(dst + i * ld, first[i]);
-    _mm512_storeu_si512(dst + (16 + i) * ld, second[i]);
-  }
+  if (k0 + 32 <= k) return transpose_square(a + k0 * m + i0, m, dst, ld);
+  alignas(64) uint16_t square[32 * 32];  // the last rows, padded with zeros
+  for (int r = 0; r < 32; ++r) _mm512_store_si512(square + r * 32, row32(a, k, m, k0 + r, i0));
+  transpose_square(square, 32, dst, ld);
 }
 
 // C's tiles [32, 32] = c_in (rows ldc apart; zeros where c_in is null) plus
@@ -513,20 +548,22 @@ bool gemm_at_b_fits(int64_t m, int64_t n) {
 namespace {
 
 // One thread's part of C = Aᵀ·B: C's rows [r0, r1) and columns [c0, c1)
-// (multiples of 32), along k in chunks of kAtbChunk, A's rows and B's
-// columns of its part packed each chunk (A transposed). The sums of all but
-// the last chunk kept in a buffer of the part's (C itself where C is f32);
-// for a bf16 C the last chunk's blocks go to one of two 4 KB slots in L1 and
-// are rounded and written out after the next block's tile work is issued.
+// (multiples of 32), along k in chunks of kAtbChunk: B's columns of the part
+// packed once a chunk, A's rows (transposed) a group of kAtbGroupRows at a
+// time. The sums of all but the last chunk kept in a buffer of the part's
+// (C itself where C is f32); for a bf16 C the last chunk's blocks go to one
+// of two 4 KB slots in L1 and are rounded and written out after the next
+// block's tile work is issued.
 void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
                     bool bf16, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   const LinearOut out{c, bf16};  // no addends
   const int64_t rows = r1 - r0, cols = c1 - c0;
+  const int64_t group = std::min(kAtbGroupRows, rows);
   const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
   const bool direct = !bf16;
   const int64_t part_sums = direct || chunks == 1 ? 0 : rows * cols;
   Buffer packed_b(&cpu_allocator(), kAtbChunk * cols * 2, Device::cpu());
-  Buffer packed_a(&cpu_allocator(), rows * kAtbChunk * 2, Device::cpu());
+  Buffer packed_a(&cpu_allocator(), group * kAtbChunk * 2, Device::cpu());
   Buffer sums(&cpu_allocator(), (part_sums + 2 * 32 * 32) * sizeof(float), Device::cpu());
   auto* pb = static_cast<uint16_t*>(packed_b.data());
   auto* pa = static_cast<uint16_t*>(packed_a.data());
@@ -544,22 +581,25 @@ void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const ui
     const int64_t k0 = ch * kAtbChunk, kc = std::min(kAtbChunk, (k - k0 + 31) / 32 * 32);
     const bool last = ch + 1 == chunks;
     pack_pairs(b, k, n, k0, kc, c0, cols, pb);
-    // Along k outermost, so that A's rows are read left to right.
-    for (int64_t s = 0; s < kc; s += 32)
-      for (int64_t i = 0; i < rows; i += 32)
-        pack_transposed(a, k, m, r0 + i, k0 + s, pa + i * kc + s, kc);
-    for (int64_t i = 0; i < rows; i += 32)
-      for (int64_t j = 0; j < cols; j += 32) {
-        float* at = cs + i * ldc + j;
-        const bool slot = last && !direct;
-        float* dst = slot ? slots + parity * 32 * 32 : at;
-        amx_block_2x2(kc / 32, pa + i * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * cols, 32 * cols,
-                      ch == 0 ? nullptr : at, ldc, dst, slot ? 32 : ldc);
-        if (!slot) continue;
-        parity ^= 1;
-        if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
-        pend = {r0 + i, c0 + j, dst};
-      }
+    for (int64_t g0 = 0; g0 < rows; g0 += group) {
+      const int64_t g1 = std::min(rows, g0 + group);
+      // Along k outermost, so that A's rows are read left to right.
+      for (int64_t s = 0; s < kc; s += 32)
+        for (int64_t i = g0; i < g1; i += 32)
+          pack_transposed(a, k, m, r0 + i, k0 + s, pa + (i - g0) * kc + s, kc);
+      for (int64_t i = g0; i < g1; i += 32)
+        for (int64_t j = 0; j < cols; j += 32) {
+          float* at = cs + i * ldc + j;
+          const bool slot = last && !direct;
+          float* dst = slot ? slots + parity * 32 * 32 : at;
+          amx_block_2x2(kc / 32, pa + (i - g0) * kc, kc, pb + 2 * j, pb + 2 * j + 32, 2 * cols,
+                        32 * cols, ch == 0 ? nullptr : at, ldc, dst, slot ? 32 : ldc);
+          if (!slot) continue;
+          parity ^= 1;
+          if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
+          pend = {r0 + i, c0 + j, dst};
+        }
+    }
   }
   if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
   amx_end();
