@@ -291,11 +291,13 @@ KILN_DPBF16 inline void transpose_square(const uint16_t* src, int64_t lds, uint1
     __m512i x[8], t[8];
     for (int i = 0; i < 8; ++i) {
       const uint16_t* s = src + i * lds + 8 * g;
-      __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-      for (int q = 1; q < 4; ++q)
-        z = _mm512_inserti32x4(
-            z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 8 * q * lds)), q);
-      x[i] = z;
+      auto piece = [&](int q) {  // columns 8g..8g + 7 of row i + 8q
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 8 * q * lds));
+      };
+      __m512i z = _mm512_castsi128_si512(piece(0));
+      z = _mm512_inserti32x4(z, piece(1), 1);  // (the lane an immediate)
+      z = _mm512_inserti32x4(z, piece(2), 2);
+      x[i] = _mm512_inserti32x4(z, piece(3), 3);
     }
     for (int i = 0; i < 8; i += 2) {
       t[i] = _mm512_unpacklo_epi16(x[i], x[i + 1]);
