@@ -295,7 +295,7 @@ KILN_DPBF16 inline void transpose_square(const uint16_t* src, int64_t lds, uint1
         return _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 8 * q * lds));
       };
       __m512i z = _mm512_castsi128_si512(piece(0));
-      z = _mm512_inserti32x4(z, piece(1), 1);  // (the lane an immediate)
+      z = _mm512_inserti32x4(z, piece(1), 1);  // lanes as literals: clang wants immediates
       z = _mm512_inserti32x4(z, piece(2), 2);
       x[i] = _mm512_inserti32x4(z, piece(3), 3);
     }
