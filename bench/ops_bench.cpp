@@ -252,6 +252,23 @@ void BM_gelu_grad(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(gelu_grad(a).raw());
   state.SetBytesProcessed(state.iterations() * 2 * a.nbytes());
 }
+// bf16 GELU at ViT-S's fc1 width, [32, 197, 1536]: the forward (a Gelu op)
+// and the backward as the jit step runs it (one FusedElementwise: g ·
+// gelu'(x), each op rounded to bf16). GB/s over the bf16 bytes read and
+// written.
+void BM_gelu_bf16(benchmark::State& state) {
+  Array x = astype(random::normal(random::Key(1), {32, 197, 1536}), DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(gelu(x).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+void BM_gelu_grad_bf16(benchmark::State& state) {
+  Array x = astype(random::normal(random::Key(1), {32, 197, 1536}), DType::bf16);
+  Array g = astype(random::normal(random::Key(2), {32, 197, 1536}), DType::bf16);
+  Jitted step(
+      [](const std::vector<Array>& a) { return std::vector<Array>{a[1] * gelu_grad(a[0])}; }, {});
+  for (auto _ : state) benchmark::DoNotOptimize(step({x, g})[0].raw());
+  state.SetBytesProcessed(state.iterations() * 3 * x.nbytes());
+}
 void BM_exp(benchmark::State& state) {
   Array a = random::normal(random::Key(1), {M, 768});
   for (auto _ : state) benchmark::DoNotOptimize(exp(a).raw());
@@ -504,6 +521,8 @@ BENCHMARK(BM_add)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_add_bias_broadcast)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_grad_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_exp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_softmax_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm)->Unit(benchmark::kMicrosecond)->UseRealTime();
