@@ -594,6 +594,19 @@ float scaled_exp_row(float* r, int64_t t, const ScaledExp& ex) {
   return _mm512_reduce_add_ps(total);
 }
 
+// store_rows for the tile path: rows [t, d] of f32 (d a multiple of 16)
+// into bf16 rows `ld` apart, row i times c[i] (or times c0 where c is null),
+// rounded by avx512::to_bf16 as store_transposed rounds.
+void store_rows16(const float* x, int64_t t, int64_t d, bits* y, int64_t ld, const float* c,
+                  float c0 = 1.0f) {
+  for (int64_t i = 0; i < t; ++i) {
+    const __m512 ci = _mm512_set1_ps(c ? c[i] : c0);
+    for (int64_t j = 0; j < d; j += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i * ld + j),
+                          avx512::to_bf16(_mm512_mul_ps(_mm512_loadu_ps(x + i * d + j), ci)));
+  }
+}
+
 // Prefetches into L2 the d values (bf16) at p: a row of the next job's, one
 // row per row of the current job's softmax. A job's q, k, v (and dO) rows
 // are 3·H·D (H·D) values apart, too far apart for the hardware's stride
@@ -672,7 +685,7 @@ void attention_bf16_tiles(const Array& qkv_a, const AttentionAttrs& at, bits* ou
         w.inv[i] = 1.0f / scaled_exp_row_bf16(r, g.t, ex, w.pa.data() + i * w.tk);
       }
       w.times_rows(q + 2 * g.e(), ld);
-      store_rows(w.o.data(), g.t, g.d, out + bi * g.t * g.e() + hi * g.d, g.e(), w.inv.data());
+      store_rows16(w.o.data(), g.t, g.d, out + bi * g.t * g.e() + hi * g.d, g.e(), w.inv.data());
     }
     tiles::end();
   });
@@ -687,7 +700,6 @@ void attention_grad_bf16_tiles(const Array& qkv_a, const Array& dout_a, const At
   const float scale = static_cast<float>(at.scale);
   parallel_for(g.b * g.h, 10 * g.t * g.t * g.d, [&](int64_t j0, int64_t j1) {
     TileJob w(g, true);
-    std::vector<float> scale_rows(g.t, scale);
     tiles::begin();
     for (int64_t job = j0; job < j1; ++job) {
       const JobRows<bits> jr(qkv, dout, dqkv, g, job);
@@ -717,7 +729,7 @@ void attention_grad_bf16_tiles(const Array& qkv_a, const Array& dout_a, const At
         softmax_grad_row_bf16(pr, dr, g.t, dot_row(pr, dr, g.t), w.pa.data() + i * w.tk);
       }
       w.times_rows(k, ld);  // dQ = scale · dS K
-      store_rows(w.o.data(), g.t, g.d, dq, ld, scale_rows.data());
+      store_rows16(w.o.data(), g.t, g.d, dq, ld, nullptr, scale);
       w.transposed_times_pa(q, ld);  // dKᵀ = Qᵀ dS
       store_transposed(w.c2.data(), w.tp, g.t, g.d, scale, dk, ld);
     }
