@@ -47,10 +47,8 @@ namespace m {
 KILN_MATH1(fabs) KILN_MATH1(erf) KILN_MATH1(exp) KILN_MATH1(log) KILN_MATH1(sqrt)
 KILN_MATH1(tanh) KILN_MATH1(sin) KILN_MATH1(cos) KILN_MATH1(log1p) KILN_MATH1(expm1)
 KILN_MATH1(floor) KILN_MATH1(rint) KILN_MATH2(copysign) KILN_MATH2(pow)
-    // clang-format on
-    KILN_HD inline float fma(float x, float y, float z) {
-  return fmaf(x, y, z);
-}
+KILN_HD inline float fma(float x, float y, float z) { return fmaf(x, y, z); }
+// clang-format on
 #undef KILN_MATH1
 #undef KILN_MATH2
             template <typename A, typename B>
@@ -117,14 +115,16 @@ inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 // exp(x) for x <= 0 (GELU's exp(-x²/2)): 2^u for u = x·log2(e), as 2^f
 // (f = u - n in [-1/2, 1/2], a polynomial of degree 5 fitted for it, 2.4e-7)
-// times 2^n from n's bits. Relative error below 6.4e-7 for x >= -10 and 4e-6
-// down to -87 (u's rounding, which exp_approx's two-part reduction avoids);
-// GELU's absolute error stays below 4.2e-7 and its derivative's 2.7e-7. u is clamped at -127, where
-// 2^n's bits are 0: results below 2^-126.5 are 0 (exp(-inf) = 0). NaN stays NaN. One clamp and no
-// selects, where exp_approx takes both ends of the range. Every multiply-add is an explicit fma, so
-// that the result does not depend on what a compiler contracts (a generator of vector code that
-// writes GELU out operation for operation gets the same bits; one was tried in fused_jit.cpp and
-// ran no faster than the loops compiled from this).
+// times 2^n from n's bits. u is clamped at -127, where 2^n's bits are 0:
+// results below 2^-126.5 are 0 (exp(-inf) = 0); NaN stays NaN. One clamp
+// and no selects, where exp_approx takes both ends of the range. Relative
+// error below 6.4e-7 for x >= -10 and 4e-6 down to -87 (u's rounding, which
+// exp_approx's two-part reduction avoids); GELU's absolute error stays below
+// 4.2e-7 and its derivative's 2.7e-7. Every multiply-add is an explicit fma,
+// so that the values do not depend on what a compiler contracts (a
+// generator of vector code that writes GELU out operation for operation gets
+// the same bits; one was tried in fused_jit.cpp and ran no faster than the
+// loops compiled from this).
 KILN_HD inline float exp_nonpositive(float x) {
   float u = x * 1.44269504089f;
   u = u < -127.0f ? -127.0f : u;    // keeps NaN
