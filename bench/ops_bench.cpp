@@ -45,6 +45,12 @@ const Gemm kGemmsSmall[] = {
     {"fc2_dx", M, 384, 1536, false, false}, {"fc2_dw", 384, M, 1536, true, false},
 };
 
+// GPT-2 124M's LM head at batch 4 x 1024 tokens (the vocabulary 50257, no
+// multiple of 32): logits X·Wᵀ in f32, dX = dY·W and dW = dYᵀ·X in bf16.
+const Gemm kGemmsLmHead[] = {{"fwd", 4096, 768, 50257, false, true},
+                             {"dx", 4096, 50257, 768, false, false},
+                             {"dw", 50257, 4096, 768, true, false}};
+
 Shape shape_a(const Gemm& g) {
   return g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k};
 }
@@ -70,10 +76,10 @@ void BM_kiln_matmul(benchmark::State& state, Gemm g, DType dt) {
 
 // kiln's bf16 matmul with a bf16 result, as PyTorch's bf16 matmul gives
 // (bench/bf16_gemm.sh runs it beside torch's on the same shapes).
-void BM_kiln_matmul_bf16_out(benchmark::State& state, Gemm g) {
+void BM_kiln_matmul_bf16_out(benchmark::State& state, Gemm g, DType out) {
   Array a = astype(random::normal(random::Key(1), shape_a(g)), DType::bf16);
   Array b = astype(random::normal(random::Key(2), shape_b(g)), DType::bf16);
-  MatmulOptions opt{g.ta, g.tb, DType::bf16};
+  MatmulOptions opt{g.ta, g.tb, out};
   for (auto _ : state) {
     Array c = matmul(a, b, opt);
     benchmark::DoNotOptimize(c.raw());
@@ -190,6 +196,25 @@ void BM_attention(benchmark::State& state, bool backward, DType dt, bool tiles) 
   }
   cpu::set_tile_kernels(true);
   set_flops(state, (backward ? 5.0 : 2.0) * 2.0 * kHeads * kT * kT * kD);
+}
+
+// The causal attention of GPT-2 124M's training step (Sdpa on separate q, k,
+// v [4, 1024, 12, 64]), forward and backward (dq, dk, dv); FLOP counted for
+// the lower triangle the causal mask leaves (T² / 2 scores a head).
+void BM_sdpa_causal(benchmark::State& state, bool backward, DType dt, bool tiles) {
+  constexpr int64_t B = 4, T = 1024, H = 12, D = 64;
+  Array q = astype(random::normal(random::Key(1), {B, T, H, D}), dt);
+  Array k = astype(random::normal(random::Key(2), {B, T, H, D}), dt);
+  Array v = astype(random::normal(random::Key(3), {B, T, H, D}), dt);
+  Array dout = astype(random::normal(random::Key(4), {B, T, H, D}), dt);
+  cpu::set_tile_kernels(tiles);
+  for (auto _ : state) {
+    Array r = backward ? attention_grad(q, k, v, dout, std::nullopt, 0.125, true)
+                       : attention(q, k, v, {.scale = 0.125, .causal = true});
+    benchmark::DoNotOptimize(r.raw());
+  }
+  cpu::set_tile_kernels(true);
+  set_flops(state, (backward ? 5.0 : 2.0) * 2.0 * B * H * (T * T / 2) * D);
 }
 
 // The same attention unfused, as transformers' eager attention: heads
@@ -460,12 +485,19 @@ int register_all() {
   for (const auto& g : kGemmsSmall) {
     std::string n = g.name;
     benchmark::RegisterBenchmark(("matmul_bf16_vit_small/" + n + "/kiln").c_str(),
-                                 BM_kiln_matmul_bf16_out, g)
+                                 BM_kiln_matmul_bf16_out, g, DType::bf16)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
     benchmark::RegisterBenchmark(
         ("matmul_bf16_vit_small/" + n + (cpu::gemm_bf16_native() ? "/onemkl" : "/widened")).c_str(),
         BM_gemm_bf16, g)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (const auto& g : kGemmsLmHead) {
+    const DType out = std::string(g.name) == "fwd" ? DType::f32 : DType::bf16;
+    benchmark::RegisterBenchmark((std::string("matmul_bf16_gpt2_lm_head/") + g.name).c_str(),
+                                 BM_kiln_matmul_bf16_out, g, out)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
@@ -491,6 +523,17 @@ int register_all() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
+  for (bool backward : {false, true})
+    for (bool tiles : {true, false}) {
+      if (!tiles && cpu::tile_kernels().empty()) continue;
+      benchmark::RegisterBenchmark(
+          (std::string("sdpa_causal_bf16") + (backward ? "/backward" : "/forward") +
+           (tiles ? "" : "/no_tiles"))
+              .c_str(),
+          BM_sdpa_causal, backward, DType::bf16, tiles)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   benchmark::RegisterBenchmark("attention_f32/vjp/fused", BM_attention_vjp, true)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();

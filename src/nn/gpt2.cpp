@@ -69,10 +69,13 @@ struct Block {
     mlp_proj.declare(d);
   }
 
-  // x [B, T, E] -> q, k, v [B, T, H, D].
-  std::vector<Array> qkv(Scope& s, const Array& x) const {
+  // x [B, T, E] -> q, k, v [B, T, H, D], in dt where given: the projection
+  // cast once before it is split (the cast then fuses into the projection's
+  // GEMM, and the split and its gradient move half the bytes).
+  std::vector<Array> qkv(Scope& s, const Array& x, std::optional<DType> dt = std::nullopt) const {
     const int64_t b = x.shape()[0], t = x.shape()[1], h = cfg->n_head, d = cfg->head_dim();
-    const Array packed = reshape(c_attn(s, ln_1(s, x)), {b, t, 3, h, d});
+    Array packed = reshape(c_attn(s, ln_1(s, x)), {b, t, 3, h, d});
+    if (dt) packed = astype(packed, *dt);
     std::vector<Array> out;
     for (int64_t i = 0; i < 3; ++i)
       out.push_back(reshape(slice(packed, {0, 0, i, 0, 0}, {b, t, i + 1, h, d}), {b, t, h, d}));
@@ -97,13 +100,13 @@ struct Block {
   }
 
   Array operator()(Scope& s, const Array& x, const std::optional<Array>& keep) const {
-    std::vector<Array> q = qkv(s, x);
+    const bool fused = s.options().fused_attention && !(s.dropping() && cfg->attn_pdrop > 0);
+    const std::vector<Array> q =
+        qkv(s, x, fused && bf16_attention(s, x) ? std::optional(DType::bf16) : std::nullopt);
     const double scale = cfg->attention_scale(layer);
     Array ctx;
-    if (s.options().fused_attention && !(s.dropping() && cfg->attn_pdrop > 0)) {
+    if (fused) {
       s.next_site();  // the probabilities' dropout site, unused here (as in the eager form)
-      if (bf16_attention(s, q[0]))
-        for (Array& a : q) a = astype(a, DType::bf16);
       ctx = attention(q[0], q[1], q[2], {.scale = scale, .causal = true, .key_padding_mask = keep});
     } else {
       // transformers' eager attention: the T×T probabilities materialized.

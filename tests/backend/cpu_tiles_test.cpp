@@ -25,7 +25,9 @@ int64_t round_up(int64_t x, int64_t m) {
 // them, pairs and tiles of 32 along k), at ViT's 197 tokens and head dim 64:
 // A and B hold small multiples of 1/8, so every f32 sum is exact and the
 // result must equal the f64 product; the padding holds zeros along k and
-// garbage elsewhere (which must not reach C's real rows and columns).
+// garbage elsewhere (which must not reach C's real rows and columns). With
+// add, the sums start from C's values: C = A·B, plus a different number at
+// each of C's real places, then C += A·B once more.
 TEST(CpuTiles, GemmIsTheProductOnPaddedOperands) {
   if (cpu::tile_kernels().empty()) GTEST_SKIP() << "no bf16 unit for kiln's tile kernels here";
   std::mt19937 rng(7);
@@ -50,12 +52,18 @@ TEST(CpuTiles, GemmIsTheProductOnPaddedOperands) {
         std::vector<float> c(mp * np, -1.0f);
         cpu::tiles::begin();
         cpu::tiles::gemm(m, n, k, a16.data(), kp, b16.data(), 2 * np, c.data(), np);
+        std::vector<float> twice(c);
+        for (int64_t i = 0; i < m; ++i)  // every real value + its row and column numbers
+          for (int64_t j = 0; j < n; ++j) twice[i * np + j] += static_cast<float>(i * 1000 + j);
+        cpu::tiles::gemm(m, n, k, a16.data(), kp, b16.data(), 2 * np, twice.data(), np, true);
         cpu::tiles::end();
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
             double s = 0;
             for (int64_t p = 0; p < k; ++p) s += double(a[i * k + p]) * b[p * n + j];
             ASSERT_EQ(c[i * np + j], s) << "at " << i << ", " << j;
+            ASSERT_EQ(twice[i * np + j], 2 * s + double(i * 1000 + j))
+                << "add, at " << i << ", " << j;
           }
       }
 }

@@ -2198,6 +2198,27 @@ TEST(Sdpa, F32AndBf16KernelsMatchF64) {
   }
 }
 
+// The cpu's bf16 Sdpa with and without kiln's tile kernels (on a CPU with a
+// bf16 unit: head dims that are multiples of 32 and 16 queries or more), on
+// the shapes above and on those the tile path takes apart: a last block of
+// queries that fills no tile along k (100 = 64 + 36, 161 = 2 · 64 + 33), a
+// KV cache's block (T < S) with a bias, keys no query sees (T < S, causal,
+// bottom-right aligned: all keys seen; T > S: the first queries see none).
+TEST(Sdpa, Bf16TileKernelsMatchF64) {
+  std::vector<SdpaShape> shapes = kSdpaShapes;
+  shapes.insert(shapes.end(), {{2, 100, 100, 2, 64, true, false},
+                               {1, 161, 161, 1, 32, false, true},
+                               {1, 40, 90, 2, 64, true, true},
+                               {2, 70, 30, 1, 32, true, false}});
+  for (bool tiles : {true, false}) {
+    SCOPED_TRACE(tiles ? "kiln's tile kernels where the CPU has a bf16 unit"
+                       : "kiln's tile kernels off");
+    cpu::set_tile_kernels(tiles);
+    expect_sdpa_matches_f64(Device::cpu(), DType::bf16, 1.5e-2, shapes);
+  }
+  cpu::set_tile_kernels(true);
+}
+
 TEST(Sdpa, GpuF32F64AndBf16KernelsMatchF64) {
   KILN_REQUIRE_GPU();
 #if KILN_CUDA_EMULATION  // every CUDA thread a fiber: the shorter shapes

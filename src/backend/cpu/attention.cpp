@@ -1027,6 +1027,188 @@ void sdpa_grad_bf16(const std::vector<Array>& in, const SdpaAttrs& at, bits* dx)
   });
 }
 
+#if KILN_CPU_AVX512
+// ---- Sdpa in bf16 on kiln's tile kernels (head dims that are multiples of
+// 32, as the packed attention's): per (batch, head) job, K and V are laid
+// out once in the pair layouts the kernels take, then each block of
+// kSdpaRows queries runs the GEMMs of sdpa_bf16 and sdpa_grad_bf16 on the
+// keys its last row sees. The backward sums dKᵀ and dVᵀ over the blocks in
+// f32 in the tile kernels' accumulators (tiles::gemm's add) and rounds them
+// once. A block that does not fill its tiles along k (the last one, along
+// the queries) has zeros written past its rows; along the keys, P and dS
+// are zero past what a row sees, up to the next 32.
+struct SdpaTileJob {
+  static constexpr int64_t R = kSdpaRows;  // a multiple of 32
+  int64_t d, sp, sk;                       // head dim; keys rounded to 16 and to 32
+  std::vector<bits> qa, kb, vb, ka, pa, pb, dta;
+  std::vector<float> s, dp, o, inv, dkt, dvt;
+  SdpaTileJob(const SdpaDims& g, bool backward)
+      : d(g.d), sp(round_up(g.s, 16)), sk(round_up(g.s, 32)) {
+    qa.assign(R * d, 0);   // a block's Q or dO rows [R][d]
+    kb.assign(d * sp, 0);  // Kᵀ in pairs [d / 2][2 sp]
+    ka.assign(sk * d, 0);  // V (forward) or K (backward) in pairs [sk / 2][2 d]
+    pa.assign(R * sk, 0);  // E, P or dS in bf16 [R][sk]
+    s.assign(R * sp, 0);
+    o.assign(R * d, 0);
+    inv.assign(R, 0);
+    if (backward) {
+      vb.assign(d * sp, 0);  // Vᵀ in pairs [d / 2][2 sp]
+      pb.assign(R * sp, 0);  // P or dS in pairs [R / 2][2 sp]
+      dta.assign(d * R, 0);  // dOᵀ or Qᵀ of a block [d][R]
+      dp.assign(R * sp, 0);
+      dkt.assign(d * sp, 0);  // dKᵀ and dVᵀ [d][sp]
+      dvt.assign(d * sp, 0);
+    }
+  }
+  // C [d][n] (ldc sp) += (x [m, d], rows ld apart)ᵀ · pa [m][n]: dVᵀ += dOᵀ P
+  // or dKᵀ += Qᵀ dS for a block of m rows.
+  void add_transposed_times_pa(const bits* x, int64_t ld, int64_t m, int64_t n, float* c) {
+    const int64_t mk = round_up(m, 32), n16 = round_up(n, 16);
+    transpose_rows(x, ld, m, d, dta.data(), R);
+    pair_rows(pa.data(), sk, m, n16, pb.data(), 2 * sp);
+    if (m < mk) {  // zeros along k past the block's rows
+      for (int64_t c0 = 0; c0 < d; ++c0) std::fill_n(dta.data() + c0 * R + m, mk - m, bits(0));
+      for (int64_t r = (m + 1) / 2; r < mk / 2; ++r)
+        std::fill_n(pb.data() + r * 2 * sp, 2 * n16, bits(0));
+    }
+    tiles::gemm(d, n, m, dta.data(), R, pb.data(), 2 * sp, c, sp, true);
+  }
+};
+
+// Row i's scores r (Q Kᵀ unscaled, n of them computed) made ready for
+// their exponentials: the scale and the bias applied (the scale folded into
+// the exponent where there is no bias and it is positive, as in the packed
+// path), and the row's shift (row_shift). vis: the keys the row sees.
+struct TileRow {
+  int64_t vis;
+  ScaledExp ex;
+};
+TileRow tile_row(float* r, int64_t n, const SdpaMask<float>& mask, float scale, int64_t bi,
+                 int64_t hi, int64_t i) {
+  const bool fold = !mask.bias && scale > 0;
+  if (!fold) scale_row(r, std::min(mask.visible(i), n), scale);
+  const int64_t vis = mask.apply(r, n, bi, hi, i);
+  return {vis, ScaledExp(fold ? scale : 1.0f, row_shift(r, vis))};
+}
+
+void sdpa_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bits* out) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<float> mask(g, at, in, 3);
+  const bits* q = static_cast<const bits*>(in[0].raw());
+  const bits* k = static_cast<const bits*>(in[1].raw());
+  const bits* v = static_cast<const bits*>(in[2].raw());
+  const int64_t ld = g.e(), seen = mask.keys(g.t);  // the keys any query sees
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 4 * g.t * seen * g.d, [&](int64_t j0, int64_t j1) {
+    SdpaTileJob w(g, false);
+    tiles::begin();
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t qo = bi * g.t * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      if (seen > 0) {
+        pair_cols(k + ko, ld, seen, g.d, w.kb.data(), 2 * w.sp);
+        pair_rows(v + ko, ld, seen, g.d, w.ka.data(), 2 * g.d);
+      }
+      for (int64_t i0 = 0; i0 < g.t; i0 += w.R) {
+        const int64_t m = std::min(g.t, i0 + w.R) - i0, n = mask.keys(i0 + m);
+        bits* ob = out + qo + i0 * ld;
+        if (n == 0) {
+          zero_rows(ob, m, g.d, ld);
+          continue;
+        }
+        const int64_t nk = round_up(n, 32);
+        copy_rows(q + qo + i0 * ld, ld, m, g.d, w.qa.data(), g.d);
+        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.kb.data(), 2 * w.sp, w.s.data(), w.sp);
+        for (int64_t i = 0; i < m; ++i) {
+          float* r = w.s.data() + i * w.sp;
+          bits* e = w.pa.data() + i * w.sk;
+          const TileRow row = tile_row(r, n, mask, scale, bi, hi, i0 + i);
+          w.inv[i] = row.vis > 0 ? inverse_total(scaled_exp_row_bf16(r, row.vis, row.ex, e)) : 0.0f;
+          std::fill(e + row.vis, e + nk, bits(0));
+        }
+        tiles::gemm(m, g.d, n, w.pa.data(), w.sk, w.ka.data(), 2 * g.d, w.o.data(), g.d);
+        store_rows16(w.o.data(), m, g.d, ob, ld, w.inv.data());
+      }
+    }
+    tiles::end();
+  });
+}
+
+void sdpa_grad_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bits* dx) {
+  const SdpaDims g = sdpa_dims(in);
+  const SdpaMask<float> mask(g, at, in, 4);
+  const bits* q = static_cast<const bits*>(in[0].raw());
+  const bits* k = static_cast<const bits*>(in[1].raw());
+  const bits* v = static_cast<const bits*>(in[2].raw());
+  const bits* dout = static_cast<const bits*>(in[3].raw());
+  const int64_t ld = g.e(), rows = g.t + 2 * g.s, seen = mask.keys(g.t);
+  const float scale = static_cast<float>(at.scale);
+  parallel_for(g.b * g.h, 10 * g.t * seen * g.d, [&](int64_t j0, int64_t j1) {
+    SdpaTileJob w(g, true);
+    tiles::begin();
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t bi = job / g.h, hi = job % g.h;
+      const int64_t qo = bi * g.t * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
+      bits* dq = dx + bi * rows * ld + hi * g.d;
+      bits *dk = dq + g.t * ld, *dv = dk + g.s * ld;
+      std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
+      std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
+      if (seen > 0) {
+        pair_cols(k + ko, ld, seen, g.d, w.kb.data(), 2 * w.sp);
+        pair_cols(v + ko, ld, seen, g.d, w.vb.data(), 2 * w.sp);
+        pair_rows(k + ko, ld, seen, g.d, w.ka.data(), 2 * g.d);
+      }
+      for (int64_t i0 = 0; i0 < g.t; i0 += w.R) {
+        const int64_t m = std::min(g.t, i0 + w.R) - i0, n = mask.keys(i0 + m);
+        const bits *qb = q + qo + i0 * ld, *dob = dout + qo + i0 * ld;
+        if (n == 0) {
+          zero_rows(dq + i0 * ld, m, g.d, ld);
+          continue;
+        }
+        const int64_t nk = round_up(n, 32);
+        copy_rows(qb, ld, m, g.d, w.qa.data(), g.d);  // S = Q Kᵀ
+        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.kb.data(), 2 * w.sp, w.s.data(), w.sp);
+        for (int64_t i = 0; i < m; ++i) {  // P in f32 (in s) and in bf16 (in pa)
+          float* r = w.s.data() + i * w.sp;
+          bits* p = w.pa.data() + i * w.sk;
+          const TileRow row = tile_row(r, n, mask, scale, bi, hi, i0 + i);
+          if (row.vis > 0)
+            scale_row_bf16(r, row.vis, inverse_total(scaled_exp_row(r, row.vis, row.ex)), p);
+          std::fill(r + row.vis, r + n, 0.0f);
+          std::fill(p + row.vis, p + nk, bits(0));
+        }
+        w.add_transposed_times_pa(dob, ld, m, n, w.dvt.data());  // dVᵀ += dOᵀ P
+        copy_rows(dob, ld, m, g.d, w.qa.data(), g.d);            // dP = dO Vᵀ
+        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.vb.data(), 2 * w.sp, w.dp.data(), w.sp);
+        for (int64_t i = 0; i < m; ++i) {  // dS in bf16, in pa (zeros past n stay)
+          const float *pr = w.s.data() + i * w.sp, *dr = w.dp.data() + i * w.sp;
+          softmax_grad_row_bf16(pr, dr, n, dot_row(pr, dr, n), w.pa.data() + i * w.sk);
+        }
+        tiles::gemm(m, g.d, n, w.pa.data(), w.sk, w.ka.data(), 2 * g.d, w.o.data(), g.d);
+        store_rows16(w.o.data(), m, g.d, dq + i0 * ld, ld, nullptr, scale);  // dQ = scale · dS K
+        w.add_transposed_times_pa(qb, ld, m, n, w.dkt.data());               // dKᵀ += Qᵀ dS
+      }
+      store_transposed(w.dvt.data(), w.sp, g.s, g.d, 1.0f, dv, ld);
+      store_transposed(w.dkt.data(), w.sp, g.s, g.d, scale, dk, ld);
+    }
+    tiles::end();
+  });
+}
+#endif
+
+// Whether the bf16 Sdpa runs on kiln's tile kernels: a bf16 unit, head dims
+// that are multiples of 32, and blocks of queries (a KV cache's one-token
+// steps stay on oneMKL, which packs only what one row needs).
+bool sdpa_tiles(const std::vector<Array>& in) {
+#if KILN_CPU_AVX512
+  const SdpaDims g = sdpa_dims(in);
+  return !tile_kernels().empty() && g.d % 32 == 0 && g.t >= 16;
+#else
+  (void)in;
+  return false;
+#endif
+}
+
 void sdpa_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
   check_sgemm_library();  // before the parallel region
@@ -1037,7 +1219,11 @@ void sdpa_kernel(const KernelContext&, const Primitive& p, const std::vector<Arr
   switch (in[0].dtype()) {
     case DType::f32: return sdpa_typed<float>(in, at, static_cast<float*>(y));
     case DType::f64: return sdpa_typed<double>(in, at, static_cast<double*>(y));
-    case DType::bf16: return sdpa_bf16(in, at, static_cast<bits*>(y));
+    case DType::bf16:
+#if KILN_CPU_AVX512
+      if (sdpa_tiles(in)) return sdpa_bf16_tiles(in, at, static_cast<bits*>(y));
+#endif
+      return sdpa_bf16(in, at, static_cast<bits*>(y));
     default:
       fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
   }
@@ -1053,7 +1239,11 @@ void sdpa_grad_kernel(const KernelContext&, const Primitive& p, const std::vecto
   switch (in[0].dtype()) {
     case DType::f32: return sdpa_grad_typed<float>(in, at, static_cast<float*>(y));
     case DType::f64: return sdpa_grad_typed<double>(in, at, static_cast<double*>(y));
-    case DType::bf16: return sdpa_grad_bf16(in, at, static_cast<bits*>(y));
+    case DType::bf16:
+#if KILN_CPU_AVX512
+      if (sdpa_tiles(in)) return sdpa_grad_bf16_tiles(in, at, static_cast<bits*>(y));
+#endif
+      return sdpa_grad_bf16(in, at, static_cast<bits*>(y));
     default:
       fail(p.name(), std::string("needs f32, f64 or bf16 inputs, got ") + name_of(in[0].dtype()));
   }

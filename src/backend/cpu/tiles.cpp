@@ -80,15 +80,23 @@ struct alignas(64) TileConfig {
 
 // One block of MI x NJ accumulator tiles (tmm0, tmm1 along n; tmm2, tmm3
 // the next 16 rows) over kt steps of 32: A tiles tmm4, tmm5, B tiles tmm6,
-// tmm7. (Tile numbers are immediates, hence the constant branches.)
-template <int MI, int NJ>
+// tmm7. (Tile numbers are immediates, hence the constant branches.) Add:
+// the accumulators start from C's values rather than from zeros.
+template <int MI, int NJ, bool Add>
 KILN_AMX void amx_block(int64_t kt, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                         float* c, int64_t ldc) {
   const int64_t sa = lda * 2, sb = ldb * 2, sc = ldc * 4;
-  _tile_zero(0);
-  if constexpr (NJ > 1) _tile_zero(1);
-  if constexpr (MI > 1) _tile_zero(2);
-  if constexpr (MI > 1 && NJ > 1) _tile_zero(3);
+  if constexpr (Add) {
+    _tile_loadd(0, c, sc);
+    if constexpr (NJ > 1) _tile_loadd(1, c + 16, sc);
+    if constexpr (MI > 1) _tile_loadd(2, c + 16 * ldc, sc);
+    if constexpr (MI > 1 && NJ > 1) _tile_loadd(3, c + 16 * ldc + 16, sc);
+  } else {
+    _tile_zero(0);
+    if constexpr (NJ > 1) _tile_zero(1);
+    if constexpr (MI > 1) _tile_zero(2);
+    if constexpr (MI > 1 && NJ > 1) _tile_zero(3);
+  }
   for (int64_t k = 0; k < kt; ++k) {
     const uint16_t* bk = b + k * 16 * ldb;
     _tile_loadd(6, bk, sb);
@@ -122,6 +130,7 @@ KILN_AMX void amx_end() {
 }
 
 // Whole tiles of 16 rows and columns and 32 along k.
+template <bool Add>
 KILN_AMX void amx_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                        const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   const int64_t mt = (m + 15) / 16, nt = (n + 15) / 16, kt = (k + 31) / 32;
@@ -132,13 +141,13 @@ KILN_AMX void amx_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64
       const uint16_t* bj = b + j * 32;
       float* cij = ci + j * 16;
       if (i + 1 < mt && j + 1 < nt)
-        amx_block<2, 2>(kt, ai, lda, bj, ldb, cij, ldc);
+        amx_block<2, 2, Add>(kt, ai, lda, bj, ldb, cij, ldc);
       else if (i + 1 < mt)
-        amx_block<2, 1>(kt, ai, lda, bj, ldb, cij, ldc);
+        amx_block<2, 1, Add>(kt, ai, lda, bj, ldb, cij, ldc);
       else if (j + 1 < nt)
-        amx_block<1, 2>(kt, ai, lda, bj, ldb, cij, ldc);
+        amx_block<1, 2, Add>(kt, ai, lda, bj, ldb, cij, ldc);
       else
-        amx_block<1, 1>(kt, ai, lda, bj, ldb, cij, ldc);
+        amx_block<1, 1, Add>(kt, ai, lda, bj, ldb, cij, ldc);
     }
   }
 }
@@ -149,7 +158,7 @@ KILN_AMX void amx_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64
 
 constexpr int kRows = 8;
 
-template <int NV>
+template <int NV, bool Add>
 KILN_DPBF16 __attribute__((always_inline)) inline void dp_block(int64_t kp, const uint16_t* a,
                                                                 int64_t lda, const uint16_t* b,
                                                                 int64_t ldb, float* c,
@@ -158,7 +167,8 @@ KILN_DPBF16 __attribute__((always_inline)) inline void dp_block(int64_t kp, cons
 #pragma GCC unroll 8
   for (int i = 0; i < kRows; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NV; ++j)
+      acc[i][j] = Add ? _mm512_loadu_ps(c + i * ldc + 16 * j) : _mm512_setzero_ps();
   for (int64_t r = 0; r < kp; ++r) {
     const uint16_t* br = b + r * ldb;
     __m512bh bv[NV];
@@ -185,13 +195,14 @@ KILN_DPBF16 __attribute__((always_inline)) inline void dp_block(int64_t kp, cons
 // column tiles are even (head dims of 64: two blocks of 16 accumulators
 // rather than one of 24 and one of 8). The block of columns is outermost, so
 // that its rows of B stay in L1 while the rows of A go by.
-template <int NV>
+template <int NV, bool Add>
 KILN_DPBF16 void dp_columns(int64_t m, int64_t kp, const uint16_t* a, int64_t lda,
                             const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; i += kRows)
-    dp_block<NV>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+    dp_block<NV, Add>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
 }
 
+template <bool Add>
 KILN_DPBF16 void dp_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   const int64_t kp = (k + 1) / 2, nt = (n + 15) / 16;
@@ -200,9 +211,9 @@ KILN_DPBF16 void dp_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
     const uint16_t* bj = b + j * 32;
     float* cj = c + j * 16;
     switch (std::min<int64_t>(step, nt - j)) {
-      case 3: dp_columns<3>(m, kp, a, lda, bj, ldb, cj, ldc); break;
-      case 2: dp_columns<2>(m, kp, a, lda, bj, ldb, cj, ldc); break;
-      default: dp_columns<1>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+      case 3: dp_columns<3, Add>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+      case 2: dp_columns<2, Add>(m, kp, a, lda, bj, ldb, cj, ldc); break;
+      default: dp_columns<1, Add>(m, kp, a, lda, bj, ldb, cj, ldc); break;
     }
   }
 }
@@ -652,10 +663,14 @@ void end() {
 }
 
 void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-          int64_t ldb, float* c, int64_t ldc) {
+          int64_t ldb, float* c, int64_t ldc, bool add) {
   switch (unit()) {
-    case Unit::amx: return amx_gemm(m, n, k, a, lda, b, ldb, c, ldc);
-    case Unit::dpbf16: return dp_gemm(m, n, k, a, lda, b, ldb, c, ldc);
+    case Unit::amx:
+      return add ? amx_gemm<true>(m, n, k, a, lda, b, ldb, c, ldc)
+                 : amx_gemm<false>(m, n, k, a, lda, b, ldb, c, ldc);
+    case Unit::dpbf16:
+      return add ? dp_gemm<true>(m, n, k, a, lda, b, ldb, c, ldc)
+                 : dp_gemm<false>(m, n, k, a, lda, b, ldb, c, ldc);
     case Unit::none: break;
   }
   fail("tiles", "kiln's tile kernels do not run on this CPU (tile_kernels() is empty)");
@@ -666,7 +681,7 @@ void begin() {
 }
 void end() {}
 void gemm(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*,
-          int64_t) {
+          int64_t, bool) {
   fail("tiles", "kiln was built without its tile kernels");
 }
 bool gemm_at_b_fits(int64_t, int64_t) {

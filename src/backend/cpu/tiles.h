@@ -34,9 +34,10 @@ void end();
 // (row r holds, for each column j, B[2r][j] and B[2r + 1][j]; ldb elements a
 // row). The buffers are the caller's, padded to whole AMX tiles: m and n
 // rounded up to 16, k to 32, with zeros along k past k (in A's columns and
-// B's rows); C's padding rows and columns may be written.
+// B's rows); C's padding rows and columns may be written. add: C += A · B
+// (C's padding rows and columns are then read as well).
 void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-          int64_t ldb, float* c, int64_t ldc);
+          int64_t ldb, float* c, int64_t ldc, bool add = false);
 
 // C [m, n] = Aᵀ·B for A [k, m] and B [k, n], bf16 row-major: a weight
 // gradient, k the batch's rows. C row-major, f32 or (bf16) rounded once to
