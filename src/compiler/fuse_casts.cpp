@@ -70,7 +70,8 @@ Folded fold(const Graph& g, int i, DType out) {
     m.out = out;  // from bf16 operands: f32 sums rounded once
     f.prim = std::make_shared<Primitive>(Op::Matmul, m);
   } else if (op != Op::FusedElementwise && op != Op::FusedReduce && op != Op::LayerNorm &&
-             op != Op::LayerNormGrad && op != Op::LayerNormParamGrad && op != Op::MatmulEpilogue) {
+             op != Op::LayerNormGrad && op != Op::LayerNormParamGrad && op != Op::MatmulEpilogue &&
+             op != Op::SoftmaxCrossEntropyGrad) {
     FusedAttrs program;
     if (!as_program(g, i, program)) return {};
     f.prim = std::make_shared<Primitive>(Op::FusedElementwise, std::move(program));

@@ -400,6 +400,34 @@ TEST(Passes, CastsFoldIntoGemmsAndLayerNormBackward) {
   expect_jit_equals_eager_on_cpu_and_ref(f, shapes, 50);
 }
 
+// A language model's loss gradient, rounded for its head's bf16 GEMM:
+// SoftmaxCrossEntropyGrad writes bf16 itself where a cast to bf16 alone
+// reads it (a pass of 4 and one of 6 bytes a logit fewer), the same bits
+// as the cast of its f32 result. CUDA's kernel writes its input's type only.
+TEST(Passes, CastFoldsIntoTheCrossEntropyGradient) {
+  auto f = [](const std::vector<Array>& x) {
+    const Array labels =
+        Array::from_vector(std::vector<int32_t>{0, 3, 39, 7, 7, 12}, {6}).to(x[0].device());
+    Array dl = astype(softmax_cross_entropy_grad(x[0] * 4.0, labels, x[1]), DType::bf16);
+    Array dx = matmul(dl, astype(x[2], DType::bf16), {false, false, DType::f32});
+    return std::vector<Array>{dl, dx};
+  };
+  const std::vector<Shape> shapes{{6, 40}, {6}, {40, 8}};
+  Graph traced_graph = trace(f, shapes);
+  Graph g = compiler::optimize(traced_graph, {});
+  EXPECT_EQ(count_ops(traced_graph, Op::Cast), 2);
+  EXPECT_EQ(count_ops(g, Op::Cast), 1);  // x[2]'s: an input's
+  int narrowed = 0;
+  for (const auto& n : g.nodes)
+    narrowed += !n.is_input() && n.prim->op() == Op::SoftmaxCrossEntropyGrad &&
+                n.dtype == DType::bf16 && g.nodes[n.inputs[0]].dtype == DType::f32;
+  EXPECT_EQ(narrowed, 1);
+  expect_jit_equals_eager_on_cpu_and_ref(f, shapes, 60);
+  Graph on_cuda = traced_graph;
+  for (auto& n : on_cuda.nodes) n.device = Device{DeviceType::cuda, 3};
+  EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::Cast), 2);
+}
+
 TEST(Passes, LeaveNumericsUnchanged) {
   auto f = [](const std::vector<Array>& x) {
     Array h = transpose(transpose(x[0], {1, 0}), {1, 0});

@@ -38,6 +38,7 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
              fusable(p.attrs<FusedReduceAttrs>().body) &&
              fusable(p.attrs<FusedReduceAttrs>().epilogue) && program_dtypes && out == DType::f32;
     case Op::LayerNorm:  // the input's dtype, or bf16 from f32
+    case Op::SoftmaxCrossEntropyGrad:
       return !inputs.empty() &&
              (out == inputs[0] || (inputs[0] == DType::f32 && out == DType::bf16));
     case Op::LayerNormGrad:

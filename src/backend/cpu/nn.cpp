@@ -270,6 +270,16 @@ std::vector<int64_t> labels_of(const Array& labels, int64_t classes) {
   return read_indices(labels, classes, false, "softmax_cross_entropy", "label");
 }
 
+// The largest of a row's n values (vectorized: a language model's rows are
+// 50257 logits; the same maximum in any order, NaN aside).
+template <typename T>
+acc_t<T> row_max(const T* x, int64_t n) {
+  acc_t<T> m = -std::numeric_limits<acc_t<T>>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t k = 0; k < n; ++k) m = ld(x[k]) > m ? ld(x[k]) : m;
+  return m;
+}
+
 // loss[r] = logsumexp(logits[r]) - logits[r, label[r]]
 void sce_kernel(const KernelContext&, const Primitive& p,
                 const std::vector<Array>& in, ArrayNode& out) {
@@ -284,8 +294,7 @@ void sce_kernel(const KernelContext&, const Primitive& p,
     parallel_for(rows, c * 4, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* xs = x + r * c;
-        A m = -std::numeric_limits<A>::infinity();
-        for (int64_t k = 0; k < c; ++k) m = ld(xs[k]) > m ? ld(xs[k]) : m;
+        const A m = row_max(xs, c);
         A total = 0;
 #pragma omp simd reduction(+ : total)
         for (int64_t k = 0; k < c; ++k) total += fast_exp(ld(xs[k]) - m);
@@ -299,7 +308,10 @@ void sce_kernel(const KernelContext&, const Primitive& p,
   });
 }
 
-// dlogits[r] = (softmax(logits[r]) - onehot(label[r])) * dloss[r]
+// dlogits[r] = (softmax(logits[r]) - onehot(label[r])) * dloss[r]; for f32
+// logits also rounded to bf16 as it is stored (the compiler's fuse_casts:
+// the bf16 GEMM of a language model's head reads it), the same bits as the
+// f32 result's cast.
 void sce_grad_kernel(const KernelContext&, const Primitive& p,
                      const std::vector<Array>& in, ArrayNode& out) {
   const Array& logits = in[0];
@@ -307,25 +319,36 @@ void sce_grad_kernel(const KernelContext&, const Primitive& p,
   auto labels = labels_of(in[1], c);
   std::vector<double> dloss(rows);
   in[2].copy_to_host(dloss.data(), DType::f64);
+  const bool narrow = logits.dtype() == DType::f32 && out.dtype == DType::bf16;
   dispatch_float(logits.dtype(), p.name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
     const T* x = logits.data<T>();
-    T* dx = static_cast<T*>(alloc_output(out));
+    void* y = alloc_output(out);
     parallel_for(rows, c * 6, [&](int64_t r0, int64_t r1) {
       std::vector<A> e(c);
       for (int64_t r = r0; r < r1; ++r) {
         const T* xs = x + r * c;
-        T* ds = dx + r * c;
-        A m = -std::numeric_limits<A>::infinity();
-        for (int64_t k = 0; k < c; ++k) m = ld(xs[k]) > m ? ld(xs[k]) : m;
+        const A m = row_max(xs, c);
         A total = 0;
 #pragma omp simd reduction(+ : total)
         for (int64_t k = 0; k < c; ++k) {
           e[k] = fast_exp(ld(xs[k]) - m);
           total += e[k];
         }
-        A scale = A(dloss[r]) / total;
+        const A scale = A(dloss[r]) / total;
+        if constexpr (std::is_same_v<T, float>) {
+          if (narrow) {  // the f32 values in e, then rounded
+            uint16_t* ds = static_cast<uint16_t*>(y) + r * c;
+#pragma omp simd
+            for (int64_t k = 0; k < c; ++k) e[k] *= scale;
+            e[labels[r]] -= A(dloss[r]);
+#pragma omp simd
+            for (int64_t k = 0; k < c; ++k) ds[k] = narrow_bf16(e[k]);
+            continue;
+          }
+        }
+        T* ds = static_cast<T*>(y) + r * c;
 #pragma omp simd
         for (int64_t k = 0; k < c; ++k) ds[k] = st<T>(e[k] * scale);
         ds[labels[r]] = st<T>(ld(ds[labels[r]]) - A(dloss[r]));

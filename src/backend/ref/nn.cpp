@@ -181,6 +181,7 @@ void sce_grad_kernel(const KernelContext&, const Primitive& p,
     for (int64_t k = 0; k < c; ++k) dx[r * c + k] = std::exp(x[r * c + k] - m) / total * dloss[r];
     dx[r * c + labels[r]] -= dloss[r];
   }
+  if (in[0].dtype() == DType::f32) round_to(dx, DType::f32);  // bf16 from f32: as its cast
   store(out, dx);
 }
 

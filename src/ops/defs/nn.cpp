@@ -439,7 +439,8 @@ void nn(OpDefs& d) {
           .narrows_to_bf16 = true,
           .no_vjp = kNoSecondOrder,
           .fallback = layer_norm_param_grad_fallback});
-  // logits, labels, dloss (a loss's type) -> dlogits.
+  // logits, labels, dloss (a loss's type) -> dlogits (bf16 from f32 logits
+  // where the compiler folds a cast into it).
   define(d, Op::SoftmaxCrossEntropyGrad,
          {.arity = 3,
           .infer = [](const Primitive& p, const std::vector<Aval>& in) -> Aval {
@@ -447,6 +448,7 @@ void nn(OpDefs& d) {
             KILN_EXPECT(in[2].shape == rows, p, "dloss " + str(in[2]) + " for rows " + str(rows));
             return in[0];
           },
+          .narrows_to_bf16 = true,
           .no_vjp = kNoSecondOrder,
           .fallback = sce_grad_fallback});
   // qkv, dout -> dqkv.
