@@ -1,5 +1,6 @@
 // kiln compiler: the simplifying passes — dead-code elimination, common-
 // subexpression elimination and algebraic simplification.
+#include <algorithm>
 #include <unordered_map>
 
 #include "compiler/fusion.h"
@@ -87,6 +88,55 @@ Graph common_subexpression_elimination(const Graph& g) {
 
 namespace {
 
+// The axis along which two SliceGrads' slices lie side by side (unit steps,
+// one full shape, the same range on every other axis, one range ending where
+// the other starts), or -1.
+int adjacent_slices(const Node& a, const Node& b) {
+  const auto& sa = a.prim->attrs<SliceAttrs>();
+  const auto& sb = b.prim->attrs<SliceAttrs>();
+  if (sa.full != sb.full || a.dtype != b.dtype || sa.start.size() != sa.full.size() ||
+      sb.start.size() != sb.full.size())
+    return -1;
+  int axis = -1;
+  for (size_t d = 0; d < sa.full.size(); ++d) {
+    if (sa.step[d] != 1 || sb.step[d] != 1) return -1;
+    if (sa.start[d] == sb.start[d] && sa.stop[d] == sb.stop[d]) continue;
+    if (axis >= 0 || (sa.stop[d] != sb.start[d] && sb.stop[d] != sa.start[d])) return -1;
+    axis = static_cast<int>(d);
+  }
+  return axis;
+}
+
+// The replacement of simplify's "slice-grad sum": the concatenation of the
+// two pieces (spliced where one is a concatenation along the same axis),
+// and a SliceGrad of it unless it covers the whole array.
+int join_slice_grads(Build& b) {
+  const Node &na = b.m.node("a"), &nb = b.m.node("b");
+  const int ax = adjacent_slices(na, nb);
+  const auto& sa = na.prim->attrs<SliceAttrs>();
+  const auto& sb = nb.prim->attrs<SliceAttrs>();
+  const bool a_first = sa.stop[ax] == sb.start[ax];
+  std::vector<int> parts;
+  Shape cat = b.m.node("x").shape;
+  cat[ax] = 0;
+  for (const char* name : {a_first ? "x" : "y", a_first ? "y" : "x"}) {
+    const Node& n = b.m.node(name);
+    cat[ax] += n.shape[ax];
+    if (!n.is_input() && n.prim->op() == Op::Concatenate && n.prim->attrs<AxisAttrs>().axis == ax) {
+      for (int k : b.operands_of(name)) parts.push_back(k);
+    } else {
+      parts.push_back(b(name));
+    }
+  }
+  const DType dt = b.m.root_node().dtype;
+  const int joined = b.add(Primitive(Op::Concatenate, AxisAttrs{ax}), std::move(parts), cat, dt);
+  SliceAttrs merged = sa;
+  merged.start[ax] = std::min(sa.start[ax], sb.start[ax]);
+  merged.stop[ax] = std::max(sa.stop[ax], sb.stop[ax]);
+  if (cat == sa.full) return joined;
+  return b.add(Primitive(Op::SliceGrad, merged), {joined}, sa.full, dt);
+}
+
 // simplify's rules. Each makes the graph smaller (or a chain shorter), so
 // they reach a fixed point.
 std::vector<Rule> simplify_rules() {
@@ -145,6 +195,24 @@ std::vector<Rule> simplify_rules() {
                                      : std::vector<int>{b("y"), b("x")};
          return b.add(*root.prim, std::move(in), root.shape, root.dtype);
        }},
+      // SliceGrad(x) + SliceGrad(y) = SliceGrad(concatenate(x, y)) for
+      // slices side by side (adjacent_slices): the VJP of an array split in
+      // pieces, as GPT-2's q, k and v from one projection, writes each value
+      // once where each piece's SliceGrad wrote the whole array (mostly
+      // zeros) and adds read them all. A concatenation along the same axis
+      // among the pieces is spliced in, and a SliceGrad that covers its
+      // whole array is the concatenation itself. Values are unchanged (x + 0
+      // is x, but for the sign of a zero).
+      {"slice-grad sum",
+       op(Op::Add,
+          {op(Op::SliceGrad, {any("x")}).named("a"), op(Op::SliceGrad, {any("y")}).named("b")}),
+       [](const Match& m) {
+         return m.root_node().shape == m.node("a").shape &&
+                m.root_node().dtype == m.node("a").dtype &&
+                adjacent_slices(m.node("a"), m.node("b")) >= 0;
+       },
+       {"a", "b"},
+       join_slice_grads},
       // reshape(reshape(x)) = reshape(x)
       {"reshape pair", op(Op::Reshape, {op(Op::Reshape, {any("x")})}), nullptr, {}, x_as_root},
       // transpose(transpose(x)) = one transpose (or x)

@@ -428,6 +428,38 @@ TEST(Passes, CastFoldsIntoTheCrossEntropyGradient) {
   EXPECT_EQ(count_ops(compiler::optimize(on_cuda, {}), Op::Cast), 2);
 }
 
+// The gradient of an array split in pieces (GPT-2's q, k and v from one
+// projection): the pieces' SliceGrads and the adds of them become one
+// concatenation (simplify's "slice-grad sum"), the same values. Pieces that
+// leave a gap between them keep their SliceGrads.
+TEST(Passes, SliceGradSumsBecomeConcatenations) {
+  auto pieces = [](const Array& w, int64_t i) { return slice(w, {0, i, 0}, {4, i + 1, 5}); };
+  auto whole = [&](const std::vector<Array>& x) {
+    auto loss = [&](const std::vector<Array>& p) {
+      const Array a = pieces(p[0], 0), b = pieces(p[0], 1), c = pieces(p[0], 2);
+      return sum(sin(a) * b + exp(c) * c);
+    };
+    return grad(loss)(std::vector<Array>{x[0]});
+  };
+  auto gap = [&](const std::vector<Array>& x) {
+    auto loss = [&](const std::vector<Array>& p) {
+      return sum(sin(pieces(p[0], 0)) * exp(pieces(p[0], 2)));
+    };
+    return grad(loss)(std::vector<Array>{x[0]});
+  };
+  const std::vector<Shape> shapes{{4, 3, 5}};
+  Graph traced_whole = trace(whole, shapes);
+  EXPECT_EQ(count_ops(traced_whole, Op::SliceGrad), 3);
+  Graph g = compiler::optimize(traced_whole, {});
+  EXPECT_EQ(count_ops(g, Op::SliceGrad), 0);
+  EXPECT_EQ(count_ops(g, Op::Concatenate), 1);
+  expect_jit_equals_eager_on_cpu_and_ref(whole, shapes, 70);
+  Graph g_gap = compiler::optimize(trace(gap, shapes), {});
+  EXPECT_EQ(count_ops(g_gap, Op::SliceGrad), 2);
+  EXPECT_EQ(count_ops(g_gap, Op::Concatenate), 0);
+  expect_jit_equals_eager_on_cpu_and_ref(gap, shapes, 71);
+}
+
 TEST(Passes, LeaveNumericsUnchanged) {
   auto f = [](const std::vector<Array>& x) {
     Array h = transpose(transpose(x[0], {1, 0}), {1, 0});
