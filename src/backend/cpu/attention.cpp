@@ -1194,20 +1194,15 @@ void sdpa_grad_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bit
     tiles::end();
   });
 }
-#endif
 
 // Whether the bf16 Sdpa runs on kiln's tile kernels: a bf16 unit, head dims
 // that are multiples of 32, and blocks of queries (a KV cache's one-token
 // steps stay on oneMKL, which packs only what one row needs).
 bool sdpa_tiles(const std::vector<Array>& in) {
-#if KILN_CPU_AVX512
   const SdpaDims g = sdpa_dims(in);
   return !tile_kernels().empty() && g.d % 32 == 0 && g.t >= 16;
-#else
-  (void)in;
-  return false;
-#endif
 }
+#endif
 
 void sdpa_kernel(const KernelContext&, const Primitive& p, const std::vector<Array>& in,
                  ArrayNode& out) {
