@@ -500,6 +500,11 @@ int register_all() {
                                  BM_kiln_matmul_bf16_out, g, out)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
+    if (cpu::gemm_bf16_native())
+      benchmark::RegisterBenchmark(
+          (std::string("matmul_bf16_gpt2_lm_head/") + g.name + "/onemkl").c_str(), BM_gemm_bf16, g)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   }
   for (const auto& g : kAttnGemms) {
     std::string n = g.name;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 
 #include "backend/cpu/tiles.h"
 #include "kiln/compiler.h"
@@ -207,6 +208,33 @@ TEST(CpuIsa, Bf16LinearGemmsEqualF64OnTheRoundedOperands) {
           << threads << " threads";
     }
   }
+}
+
+// A long reduction (k larger than m and n and no multiple of 32: a language
+// model's head's input gradient over its vocabulary), which runs on oneMKL's
+// bf16 GEMM on AMX (matmul.cpp's long_reduction_on_onemkl) and on oneDNN
+// elsewhere: against f64 on the same rounded values, f32 and bf16 results,
+// each operand stored either way.
+TEST(CpuIsa, Bf16LongReductionGemmsEqualF64OnTheRoundedOperands) {
+  uint32_t seed = 61;
+  for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{40, 1001, 24}, {33, 517, 70}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE("m " + std::to_string(m) + ", k " + std::to_string(k) + ", n " +
+                     std::to_string(n) + (ta ? ", A transposed" : "") +
+                     (tb ? ", B transposed" : ""));
+        const Array a = astype(random::normal(random::Key(seed++), ta ? Shape{k, m} : Shape{m, k}),
+                               DType::bf16);
+        const Array b = astype(random::normal(random::Key(seed++), tb ? Shape{n, k} : Shape{k, n}),
+                               DType::bf16);
+        const auto want =
+            matmul(astype(a, DType::f64), astype(b, DType::f64), {ta, tb}).to_vector<double>();
+        const Got got[] = {
+            {matmul(a, b, {ta, tb, DType::f32}), want, 2e-6 * std::sqrt(double(k)), "f32 out"},
+            {matmul(a, b, {ta, tb, DType::bf16}), want, 8e-3, "bf16 out"},
+        };
+        for (const Got& g : got) ASSERT_NO_FATAL_FAILURE(expect_close(g));
+      }
 }
 
 }  // namespace

@@ -579,6 +579,36 @@ bool amx_linear(const GemmShape& s, const void* a, const void* b, void* c,
   return true;
 }
 
+// A bf16 GEMM of a long reduction (k larger than m and n, and no multiple
+// of 32, which kiln's AMX kernels take) on oneMKL's bf16 GEMM, f32 sums
+// rounded once for a bf16 result: a language model's head's input gradient,
+// dX = dlogits · W over its vocabulary (GPT-2 124M at 4 x 1024 tokens:
+// 4096 x 768 from k = 50257), which oneDNN 2.6's brgemm ran at 1.06
+// TFLOP/s, W reordered first, and oneMKL at 1.8 (PyTorch 2.15's oneDNN
+// 3.13: 2.5). On AMX only: oneMKL ran the attention's bf16 GEMMs at a third
+// of oneDNN's rate on a Zen 4's AVX512-BF16. Returns false where it does not
+// run. (bench/results/2026-12-07-gpt2-sdpa-tiles/)
+bool long_reduction_on_onemkl(const GemmShape& s, const void* a, const void* b, void* c) {
+  if (!(s.in == DType::bf16 && s.batch_a == 1 && s.batch_b == 1 && s.epilogue.empty() &&
+        s.k > s.m && s.k > s.n && s.k % 32 != 0 && have_onemkl() && gemm_bf16_native()))
+    return false;
+  static const bool amx = bf16_gemm_unit() == "AMX";
+  if (!amx) return false;
+  const auto* a16 = static_cast<const uint16_t*>(a);
+  const auto* b16 = static_cast<const uint16_t*>(b);
+  const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  if (s.out == DType::f32) {
+    gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a16, lda, b16, ldb, 0.0f, static_cast<float*>(c),
+              s.n, "matmul");
+    return true;
+  }
+  Buffer sums(&cpu_allocator(), s.m * s.n * sizeof(float), Device::cpu());
+  float* f = static_cast<float*>(sums.data());
+  gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a16, lda, b16, ldb, 0.0f, f, s.n, "matmul");
+  narrow_into(f, s.m * s.n, c);
+  return true;
+}
+
 void matmul_kernel(const KernelContext&, const Primitive& p,
                    const std::vector<Array>& in, ArrayNode& out) {
   const Array &a = in[0], &b = in[1];
@@ -612,6 +642,7 @@ void matmul_kernel(const KernelContext&, const Primitive& p,
   if (s.in == DType::f32) return gemm_f32(s, a.raw(), b.raw(), c);
   if (amx_weight_gradient(s, a.raw(), b.raw(), c)) return;
   if (amx_linear(s, a.raw(), b.raw(), c, {})) return;
+  if (long_reduction_on_onemkl(s, a.raw(), b.raw(), c)) return;
   run_primitive(s, a.raw(), b.raw(), c);
 }
 
