@@ -294,6 +294,22 @@ void BM_gelu_grad_bf16(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(step({x, g})[0].raw());
   state.SetBytesProcessed(state.iterations() * 3 * x.nbytes());
 }
+// GPT-2's gelu_new (the tanh form) in bf16 at its MLP width, [4, 1024, 3072]:
+// the forward and the jitted backward, as above.
+void BM_gelu_tanh_bf16(benchmark::State& state) {
+  Array x = astype(random::normal(random::Key(1), {4, 1024, 3072}), DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(gelu_tanh(x).raw());
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+void BM_gelu_tanh_grad_bf16(benchmark::State& state) {
+  Array x = astype(random::normal(random::Key(1), {4, 1024, 3072}), DType::bf16);
+  Array g = astype(random::normal(random::Key(2), {4, 1024, 3072}), DType::bf16);
+  Jitted step(
+      [](const std::vector<Array>& a) { return std::vector<Array>{a[1] * gelu_tanh_grad(a[0])}; },
+      {});
+  for (auto _ : state) benchmark::DoNotOptimize(step({x, g})[0].raw());
+  state.SetBytesProcessed(state.iterations() * 3 * x.nbytes());
+}
 void BM_exp(benchmark::State& state) {
   Array a = random::normal(random::Key(1), {M, 768});
   for (auto _ : state) benchmark::DoNotOptimize(exp(a).raw());
@@ -571,6 +587,8 @@ BENCHMARK(BM_gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_grad)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_grad_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_tanh_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_tanh_grad_bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_exp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_softmax_attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -125,7 +125,12 @@ inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // generator of vector code that writes GELU out operation for operation gets
 // the same bits; one was tried in fused_jit.cpp and ran no faster than the
 // loops compiled from this).
-KILN_HD inline float exp_nonpositive(float x) {
+// (exp_nonpositive's two factors: 2^f, and 2^n; their product is the
+// result, so that a caller can form 1 + exp(x) in one explicit fma.)
+struct ExpParts {
+  float p, scale;
+};
+KILN_HD inline ExpParts exp_nonpositive_parts(float x) {
   float u = x * 1.44269504089f;
   u = u < -127.0f ? -127.0f : u;    // keeps NaN
   const float t = u + 12582912.0f;  // 1.5·2^23 + n exactly, as in exp_approx
@@ -136,7 +141,11 @@ KILN_HD inline float exp_nonpositive(float x) {
   p = m::fma(p, f, 0.2402212024f);
   p = m::fma(p, f, 0.6931469440f);
   p = m::fma(p, f, 1.0000001192f);
-  return p * m::float_from_bits(static_cast<int>((m::float_bits(t) - 0x4b400000u + 127u) << 23));
+  return {p, m::float_from_bits(static_cast<int>((m::float_bits(t) - 0x4b400000u + 127u) << 23))};
+}
+KILN_HD inline float exp_nonpositive(float x) {
+  const ExpParts e = exp_nonpositive_parts(x);
+  return e.p * e.scale;
 }
 
 // erfc(a) for a = |x|/√2 >= 0, and exp(-a²) = exp(-x²/2) beside it:
@@ -182,29 +191,48 @@ KILN_HD inline A gelu_exact_grad(A x) {
     return m::fma(x * static_cast<float>(kInvSqrt2Pi), c.e, c.phi(x));
   }
 }
-// tanh in f64 by the library; in f32 from exp_approx, (1 - e) / (1 + e) with
-// e = exp(-2|u|) and u's sign (the library's scalar tanh kept GPT-2's gelu_new
-// at 8 ns an element: 2026-12-06), within 1e-7 of it absolutely.
+// GELU's tanh form (GPT-2's gelu_new), u = √(2/π)(x + 0.044715x³):
+// 0.5·x·(1 + tanh(u)) = x·σ(2u), and in f32 σ(2u) = 1/(1 + e) for u >= 0
+// and e/(1 + e) below, e = exp(-2|u|) from exp_nonpositive: one exponential
+// of the cheap kind and one division, no copysign, and no cancellation in
+// the left tail (1 + tanh(u) lost the digits of small values there). The
+// derivative: σ + 2x·σ(1 - σ)·du/dx, 1 - σ(2u) as e/(1 + e) or 1/(1 + e).
+// Every multiply-add an explicit fma, as exp_nonpositive's. f64 takes the
+// library's tanh.
+struct SigmoidOf2u {
+  float s, c;  // σ(2u) and 1 - σ(2u), each without cancellation
+  KILN_HD explicit SigmoidOf2u(float u) {
+    const ExpParts x = exp_nonpositive_parts(-2.0f * m::fabs(u));
+    const float e = x.p * x.scale, r = 1.0f / m::fma(x.p, x.scale, 1.0f), er = e * r;
+    const bool up = u >= 0.0f;  // NaN: below (e·r is NaN)
+    s = up ? r : er;
+    c = up ? er : r;
+  }
+};
 template <typename A>
-KILN_HD inline A tanh_fast(A u) {
+KILN_HD inline A gelu_tanh(A x) {
   if constexpr (m::is_same_v<A, double>) {
-    return m::tanh(u);
+    const double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + m::tanh(u));
   } else {
-    const float e = exp_approx(-2.0f * m::fabs(u));
-    return m::copysign((1.0f - e) / (1.0f + e), u);
+    const float u = static_cast<float>(kSqrt2OverPi) * m::fma(0.044715f * (x * x), x, x);
+    return x * SigmoidOf2u(u).s;
   }
 }
 template <typename A>
-KILN_HD inline A gelu_tanh(A x) {
-  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
-  return A(0.5) * x * (A(1) + tanh_fast(u));
-}
-template <typename A>
 KILN_HD inline A gelu_tanh_grad(A x) {
-  A u = A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x);
-  A t = tanh_fast(u);
-  A du = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * x * x);
-  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du;
+  if constexpr (m::is_same_v<A, double>) {
+    const double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+    const double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * x * x);
+    const double t = m::tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  } else {
+    const float x2 = x * x;
+    const float u = static_cast<float>(kSqrt2OverPi) * m::fma(0.044715f * x2, x, x);
+    const float du = static_cast<float>(kSqrt2OverPi) * m::fma(0.134145f, x2, 1.0f);
+    const SigmoidOf2u g(u);
+    return m::fma(2.0f * x * g.s, g.c * du, g.s);
+  }
 }
 template <typename A>
 KILN_HD inline A fast_exp(A x) {

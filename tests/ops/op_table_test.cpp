@@ -1635,6 +1635,42 @@ TEST(Elementwise, F32ExpIsExpAndZeroAtMinusInfinity) {
     expect_f32_exp(x, exp(xs.to(d)).to_vector<float>(), "exp on " + d.str());
 }
 
+// f32 GELU in its tanh form (GPT-2's gelu_new) and its derivative, as every
+// f32 kernel and generated program computes them (scalar_math.h: x·σ(2u)
+// from exp_nonpositive), against f64 in the same form, x / (1 + exp(-2u)),
+// which keeps the left tail's digits (0.5x(1 + tanh u) loses them even in
+// f64): within 2-3e-7 of the value's size, within 2e-5 relatively down to
+// x = -9, and the CPU's GeluTanh op the same. (The form with tanh had 1e-6
+// in the derivative near x = 5.)
+TEST(Elementwise, F32GeluTanhIsWithinItsBounds) {
+  std::vector<float> xs;
+  for (float x = -12.0f; x <= 12.0f; x += 0.00037f) xs.push_back(x);
+  double worst = 0, worst_grad = 0, worst_tail = 0;
+  for (float x : xs) {
+    const double xd = x, c = std::sqrt(2.0 / M_PI);
+    const double u = c * (xd + 0.044715 * xd * xd * xd), du = c * (1 + 3 * 0.044715 * xd * xd);
+    const double e = std::exp(-2 * std::fabs(u)), sg = u >= 0 ? 1 / (1 + e) : e / (1 + e);
+    const double cg = u >= 0 ? e / (1 + e) : 1 / (1 + e);
+    const double want = xd * sg, want_grad = sg + 2 * xd * sg * cg * du;
+    const double err = std::fabs(gelu_tanh<float>(x) - want) / std::max(1.0, std::fabs(want));
+    const double err_grad =
+        std::fabs(gelu_tanh_grad<float>(x) - want_grad) / std::max(1.0, std::fabs(want_grad));
+    worst = std::max(worst, err);
+    worst_grad = std::max(worst_grad, err_grad);
+    if (x >= -9.0f && x < -1.0f)
+      worst_tail = std::max(worst_tail, std::fabs(gelu_tanh<float>(x) - want) / std::fabs(want));
+  }
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_LT(worst_grad, 3e-7);
+  EXPECT_LT(worst_tail, 2e-5);
+  const Array a = Array::from_vector(xs, {static_cast<int64_t>(xs.size())});
+  const auto on_cpu = gelu_tanh(a).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i)
+    ASSERT_EQ(on_cpu[i], gelu_tanh<float>(xs[i])) << "at x = " << xs[i];
+  std::printf("gelu_tanh f32: %.3g, derivative %.3g, left tail %.3g\n", worst, worst_grad,
+              worst_tail);
+}
+
 TEST(Elementwise, GpuF32ExpIsExpAndZeroAtMinusInfinity) {
   KILN_REQUIRE_GPU();
   const std::vector<float> x = exp_inputs();
