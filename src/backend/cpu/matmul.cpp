@@ -579,8 +579,8 @@ bool amx_linear(const GemmShape& s, const void* a, const void* b, void* c,
   return true;
 }
 
-// A bf16 GEMM of a long reduction (k larger than m and n, and no multiple
-// of 32, which kiln's AMX kernels take) on oneMKL's bf16 GEMM, f32 sums
+// A bf16 GEMM of a long reduction (k larger than m and n, and not a multiple
+// of 32, so kiln's AMX kernels do not take it) on oneMKL's bf16 GEMM, f32 sums
 // rounded once for a bf16 result: a language model's head's input gradient,
 // dX = dlogits · W over its vocabulary (GPT-2 124M at 4 x 1024 tokens:
 // 4096 x 768 from k = 50257), which oneDNN 2.6's brgemm ran at 1.06

@@ -258,8 +258,10 @@ bool supports(const Primitive& p, const std::vector<DType>& inputs, DType out) {
       p.op() == Op::SdpaGrad)  // f32, f64, bf16 (attention.cu, sdpa.cu)
     return !inputs.empty() &&
            (inputs[0] == DType::f32 || inputs[0] == DType::f64 || inputs[0] == DType::bf16);
-  if (p.op() == Op::LayerNorm || p.op() == Op::SoftmaxCrossEntropyGrad)   // no bf16 output
-    return !inputs.empty() && out == inputs[0];                           // from f32 (yet)
+  // LayerNorm and the cross-entropy's gradient: the input's dtype (no bf16
+  // output from f32 yet).
+  if (p.op() == Op::LayerNorm || p.op() == Op::SoftmaxCrossEntropyGrad)
+    return !inputs.empty() && out == inputs[0];
   if (p.op() == Op::LayerNormGrad || p.op() == Op::LayerNormParamGrad) {  // one dtype
     for (DType d : inputs)
       if (d != inputs[0]) return false;
