@@ -1060,6 +1060,22 @@ struct SdpaTileJob {
       dvt.assign(d * sp, 0);
     }
   }
+  // A job's keys and values (seen rows, ld apart) in the pair layouts: Kᵀ
+  // in kb, and V in ka for the forward; for the backward Vᵀ in vb and K in
+  // ka.
+  void pack(const bits* k, const bits* v, int64_t ld, int64_t seen, bool backward) {
+    if (seen == 0) return;
+    pair_cols(k, ld, seen, d, kb.data(), 2 * sp);
+    if (backward) pair_cols(v, ld, seen, d, vb.data(), 2 * sp);
+    pair_rows(backward ? k : v, ld, seen, d, ka.data(), 2 * d);
+  }
+  // c [m][sp] = (x [m, d], rows ld apart) · Bᵀ for bt (kb or vb) in pairs,
+  // over n keys: S = Q Kᵀ, or dP = dO Vᵀ.
+  void times_transposed(const bits* x, int64_t ld, int64_t m, int64_t n,
+                        const std::vector<bits>& bt, float* c) {
+    copy_rows(x, ld, m, d, qa.data(), d);
+    tiles::gemm(m, n, d, qa.data(), d, bt.data(), 2 * sp, c, sp);
+  }
   // C [d][n] (ldc sp) += (x [m, d], rows ld apart)ᵀ · pa [m][n]: dVᵀ += dOᵀ P
   // or dKᵀ += Qᵀ dS for a block of m rows.
   void add_transposed_times_pa(const bits* x, int64_t ld, int64_t m, int64_t n, float* c) {
@@ -1105,10 +1121,7 @@ void sdpa_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bits* ou
     for (int64_t job = j0; job < j1; ++job) {
       const int64_t bi = job / g.h, hi = job % g.h;
       const int64_t qo = bi * g.t * ld + hi * g.d, ko = bi * g.s * ld + hi * g.d;
-      if (seen > 0) {
-        pair_cols(k + ko, ld, seen, g.d, w.kb.data(), 2 * w.sp);
-        pair_rows(v + ko, ld, seen, g.d, w.ka.data(), 2 * g.d);
-      }
+      w.pack(k + ko, v + ko, ld, seen, false);
       for (int64_t i0 = 0; i0 < g.t; i0 += w.R) {
         const int64_t m = std::min(g.t, i0 + w.R) - i0, n = mask.keys(i0 + m);
         bits* ob = out + qo + i0 * ld;
@@ -1117,8 +1130,7 @@ void sdpa_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bits* ou
           continue;
         }
         const int64_t nk = round_up(n, 32);
-        copy_rows(q + qo + i0 * ld, ld, m, g.d, w.qa.data(), g.d);
-        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.kb.data(), 2 * w.sp, w.s.data(), w.sp);
+        w.times_transposed(q + qo + i0 * ld, ld, m, n, w.kb, w.s.data());
         for (int64_t i = 0; i < m; ++i) {
           float* r = w.s.data() + i * w.sp;
           bits* e = w.pa.data() + i * w.sk;
@@ -1153,11 +1165,7 @@ void sdpa_grad_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bit
       bits *dk = dq + g.t * ld, *dv = dk + g.s * ld;
       std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
       std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
-      if (seen > 0) {
-        pair_cols(k + ko, ld, seen, g.d, w.kb.data(), 2 * w.sp);
-        pair_cols(v + ko, ld, seen, g.d, w.vb.data(), 2 * w.sp);
-        pair_rows(k + ko, ld, seen, g.d, w.ka.data(), 2 * g.d);
-      }
+      w.pack(k + ko, v + ko, ld, seen, true);
       for (int64_t i0 = 0; i0 < g.t; i0 += w.R) {
         const int64_t m = std::min(g.t, i0 + w.R) - i0, n = mask.keys(i0 + m);
         const bits *qb = q + qo + i0 * ld, *dob = dout + qo + i0 * ld;
@@ -1166,8 +1174,7 @@ void sdpa_grad_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bit
           continue;
         }
         const int64_t nk = round_up(n, 32);
-        copy_rows(qb, ld, m, g.d, w.qa.data(), g.d);  // S = Q Kᵀ
-        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.kb.data(), 2 * w.sp, w.s.data(), w.sp);
+        w.times_transposed(qb, ld, m, n, w.kb, w.s.data());  // S = Q Kᵀ
         for (int64_t i = 0; i < m; ++i) {  // P in f32 (in s) and in bf16 (in pa)
           float* r = w.s.data() + i * w.sp;
           bits* p = w.pa.data() + i * w.sk;
@@ -1178,8 +1185,7 @@ void sdpa_grad_bf16_tiles(const std::vector<Array>& in, const SdpaAttrs& at, bit
           std::fill(p + row.vis, p + nk, bits(0));
         }
         w.add_transposed_times_pa(dob, ld, m, n, w.dvt.data());  // dVᵀ += dOᵀ P
-        copy_rows(dob, ld, m, g.d, w.qa.data(), g.d);            // dP = dO Vᵀ
-        tiles::gemm(m, n, g.d, w.qa.data(), g.d, w.vb.data(), 2 * w.sp, w.dp.data(), w.sp);
+        w.times_transposed(dob, ld, m, n, w.vb, w.dp.data());    // dP = dO Vᵀ
         for (int64_t i = 0; i < m; ++i) {  // dS in bf16, in pa (zeros past n stay)
           const float *pr = w.s.data() + i * w.sp, *dr = w.dp.data() + i * w.sp;
           softmax_grad_row_bf16(pr, dr, n, dot_row(pr, dr, n), w.pa.data() + i * w.sk);
