@@ -376,6 +376,15 @@ void BM_sum_rows(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * dy.nbytes());
 }
 
+// ---- a language model's predictions: argmax over GPT-2's 50257 logits ----
+// (an evaluation's top-1 accuracy, greedy generation), [1024, 50257]; GB/s
+// over the logits read once.
+void BM_argmax_rows(benchmark::State& state, DType dt) {
+  Array logits = astype(random::normal(random::Key(1), {1024, 50257}), dt);
+  for (auto _ : state) benchmark::DoNotOptimize(argmax(logits, -1).raw());
+  state.SetBytesProcessed(state.iterations() * logits.nbytes());
+}
+
 // ---- BatchNorm's per-channel sums over a channels-last activation ----
 // The backward pass's sum(dy · (x - mu)) over [32, HW, HW, C] (ResNet-50's
 // activations at batch 32; args C, HW), compiled: one FusedReduce. GB/s over
@@ -600,6 +609,8 @@ BENCHMARK(BM_layer_norm_param_grad)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_transpose_heads)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_argmax_rows, f32, DType::f32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_argmax_rows, bf16, DType::bf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_sum_rows)->Arg(192)->Arg(576)->Arg(768)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_channel_sums, f32, DType::f32)
     ->Args({256, 56})

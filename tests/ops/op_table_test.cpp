@@ -1253,6 +1253,63 @@ TEST(Reduce, MaxPropagatesNanAndKeepsMinusInfinity) {
   }
 }
 
+// Argmax along rows gives the first of equal maxima and the first NaN (as
+// NumPy), within a block of the cpu's row kernel and across blocks, in rows
+// of all -inf and rows of one element; in f32, bf16 and i32, on the cpu and
+// on ref, eager and jit, against a scan on the host.
+TEST(Reduce, ArgmaxFindsTheFirstMaximumAndTheFirstNan) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const int64_t n = 1000;
+  std::vector<std::vector<float>> rows;
+  std::vector<float> r(n);
+  for (int64_t i = 0; i < n; ++i) r[i] = static_cast<float>((i * 37) % 101);  // max 100, repeated
+  rows.push_back(r);
+  r.assign(n, -inf);
+  rows.push_back(r);  // all -inf: 0
+  r.assign(n, 1.0f);
+  r[700] = 2.0f, r[701] = 2.0f, r[5] = 2.0f;  // the first of equals, blocks apart
+  rows.push_back(r);
+  r[900] = nan, r[950] = nan;  // a NaN after the maximum wins
+  rows.push_back(r);
+  r.assign(n, 0.0f);
+  r[3] = nan, r[999] = 7.0f;
+  rows.push_back(r);
+  for (int64_t i = 0; i < n; ++i) r[i] = -static_cast<float>(i);  // decreasing: 0
+  rows.push_back(r);
+  r.assign(n, -1.0f);
+  r[n - 1] = 0.0f;  // the last element of a partial block
+  rows.push_back(r);
+  std::vector<float> all;
+  for (auto& row : rows) all.insert(all.end(), row.begin(), row.end());
+  std::vector<int32_t> expected;
+  for (auto& row : rows) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (!std::isnan(row[best]) && (std::isnan(row[i]) || row[i] > row[best])) best = i;
+    expected.push_back(best);
+  }
+  const Array x = Array::from_vector(all, {static_cast<int64_t>(rows.size()), n});
+  auto f = [](const std::vector<Array>& a) { return std::vector<Array>{argmax(a[0], 1)}; };
+  for (Device d : {Device::cpu(), Device::ref()})
+    for (DType dt : {DType::f32, DType::bf16, DType::i32}) {
+      Array xd = astype(x, dt).to(d);
+      for (const auto& out : {f({xd}), jit(f)({xd})}) {
+        std::vector<int32_t> got = astype(out[0], DType::i32).to_vector<int32_t>();
+        for (size_t k = 0; k < rows.size(); ++k) {
+          const bool has_nan =
+              std::any_of(rows[k].begin(), rows[k].end(), [](float v) { return std::isnan(v); });
+          if (dt == DType::i32 && has_nan) continue;  // NaN has no i32 value
+          EXPECT_EQ(got[k], expected[k]) << d.str() << " " << name_of(dt) << " row " << k;
+        }
+      }
+    }
+  // One element per row, and one row of 3 elements: index 0, 1.
+  EXPECT_EQ(argmax(Array::from_vector<float>({4, 5}, {2, 1}), 1).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(argmax(Array::from_vector<float>({1, 3, 2}, {1, 3}), 1).to_vector<int32_t>(),
+            (std::vector<int32_t>{1}));
+}
+
 // Column sums (bias gradients) split their columns by the thread count;
 // each column is still summed in row order, so the bits do not change with
 // it, in the Sum kernel and in a fused reduction with prologue and epilogue.
