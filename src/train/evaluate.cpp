@@ -27,10 +27,10 @@ std::tuple<Array, Array, Array> batch_metrics(const nn::Model& model, const Para
         {ones({b, t - 1}, DType::f32, y.device()), zeros({b, 1}, DType::f32, y.device())}, 1);
     const Array ce = softmax_cross_entropy(logits, next);  // [B, T]
     Array hits = sum(astype(equal(argmax(logits, -1), next), DType::f32) * keep);
-    // Top-5: fewer than 5 tokens more likely than the true one (whose log
-    // probability is -ce).
-    const Array above =
-        sum(astype(greater(log_softmax(logits, -1), reshape(-ce, {b, t, 1})), DType::f32), {-1});
+    // Top-5: fewer than 5 tokens score above the true one (its logit
+    // gathered, not a log-softmax of all of them).
+    const Array truth = take_along_axis(logits, reshape(next, {b, t, 1}), -1);
+    const Array above = sum(astype(greater(logits, truth), DType::f32), {-1});
     Array top5 = sum(astype(less(above, scalar_like(above, 5.0)), DType::f32) * keep);
     return {sum(ce * keep), hits, top5};
   }

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
+#include <random>
 
 #include "../test_util.h"
 #include "kiln/gpt2.h"
@@ -97,6 +100,61 @@ TEST(TrainLm, ASmallGpt2LearnsTextAlikeInEveryMode) {
   EXPECT_NEAR(first_losses[2], first_losses[0], 1e-4);
   EXPECT_NEAR(last_losses[1], last_losses[0], 1e-3);
   EXPECT_NEAR(last_losses[2], last_losses[0], 1e-3);
+}
+
+// An evaluation's next-token loss, accuracy and top-5 on blocks whose next
+// token is, by construction, the one the model ranks r-th (r = 0..7 in
+// turn: r = 0 a top-1 hit, r < 5 a top-5 hit), eager and compiled, in batches
+// of two shapes; the loss against the logits' log-sum-exp on the host.
+TEST(TrainLm, EvaluationCountsTheTokensTheModelRanksFirstAndInItsTopFive) {
+  auto model = tiny_gpt2();
+  const Params params = model->init(random::Key(5));
+  const int64_t blocks = 5, t = 16, vocab = 1200;
+  std::vector<int32_t> ids(blocks * t);
+  std::mt19937 rng(7);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  auto logits_of = [&] {
+    Array x = Array::from_vector(ids, {blocks, t});
+    return model->apply(params, {}, x, {.inference = true}).logits.to_vector<float>();
+  };
+  // Position p's logits read tokens 0..p only: token p + 1 is chosen from
+  // them, in order, and they stay what they were.
+  int hits = 0, top5 = 0;
+  for (int64_t p = 0; p + 1 < t; ++p) {
+    const std::vector<float> logits = logits_of();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* row = logits.data() + (b * t + p) * vocab;
+      std::vector<int32_t> order(vocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](int32_t i, int32_t j) { return row[i] > row[j]; });
+      const int64_t rank = (b + p) % 8;
+      ids[b * t + p + 1] = order[rank];
+      hits += rank == 0;
+      top5 += rank < 5;
+    }
+  }
+  const std::vector<float> logits = logits_of();
+  double loss = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t p = 0; p + 1 < t; ++p) {
+      const float* row = logits.data() + (b * t + p) * vocab;
+      double m = *std::max_element(row, row + vocab), z = 0;
+      for (int64_t v = 0; v < vocab; ++v) z += std::exp(row[v] - m);
+      loss += m + std::log(z) - row[ids[b * t + p + 1]];
+    }
+  const double predicted = static_cast<double>(blocks * (t - 1));
+  ASSERT_GT(hits, 0);
+  ASSERT_GT(top5, hits);
+  ASSERT_LT(top5, predicted);
+  data::TokenBlocks data(std::make_shared<const std::vector<int32_t>>(ids), t);
+  for (bool compiled : {false, true}) {
+    SCOPED_TRACE(compiled ? "compiled" : "eager");
+    const train::EvalResult r = train::evaluate(model, params, {}, data, 2, {}, compiled);
+    EXPECT_EQ(r.tokens, blocks * (t - 1));
+    EXPECT_DOUBLE_EQ(r.accuracy, hits / predicted);
+    EXPECT_DOUBLE_EQ(r.top5, top5 / predicted);
+    EXPECT_NEAR(r.loss, loss / predicted, 1e-4 * loss / predicted);
+  }
 }
 
 // The text is tokenized once: a second run reads the cache.
