@@ -999,6 +999,51 @@ VitStep vit_step(double lr = 0.05, bool fused_attention = true, DType matmul = D
   return s;
 }
 
+// On the cpu an executable borrows its arena for each run from a pool that
+// the process's executables share: a second program whose arena fits in
+// the first's runs in the first's pages, allocating no arena of its own,
+// and both still compute what they compute eagerly, run in turns.
+TEST(MemoryPlan, ExecutablesShareOneArenaBetweenTheirRuns) {
+  // Arenas of sizes no other test allocates (the allocator caches freed
+  // blocks by size class): about 30 and 18 MB.
+  auto chain = [](int64_t rows) {
+    return [rows](const std::vector<Array>& a) {
+      Array x = reshape(a[0], {rows, 1000});
+      Array h = exp(x * 0.5);  // intermediates of the run's size, two live
+      Array y = matmul(h, a[1]);
+      return std::vector<Array>{sum(tanh(y) * h, {1})};
+    };
+  };
+  Array big = random::normal(random::Key(1), {3701, 1000});
+  Array small = random::normal(random::Key(2), {2203, 1000});
+  Array w = random::normal(random::Key(3), {1000, 1000}) * 0.03;
+  Jitted f(chain(3701), {}), g(chain(2203), {});
+  auto close = [](const Array& a, const Array& b) {
+    const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+    bool same = x.size() == y.size();
+    for (size_t i = 0; same && i < x.size(); ++i)
+      same = std::fabs(x[i] - y[i]) <= 1e-4f * (1 + std::fabs(y[i]));
+    return same;
+  };
+  const Array f_eager = chain(3701)({big, w})[0], g_eager = chain(2203)({small, w})[0];
+  EXPECT_TRUE(close(f({big, w})[0], f_eager));
+  const size_t f_arena = f.last_compile().arena_bytes;
+  ASSERT_GT(f_arena, size_t{20} << 20);
+  const AllocatorStats before = cpu_allocator_stats();
+  const Array g_out = g({small, w})[0];
+  const AllocatorStats after = cpu_allocator_stats();
+  EXPECT_TRUE(close(g_out, g_eager));
+  const size_t g_arena = g.last_compile().arena_bytes;
+  ASSERT_GT(g_arena, size_t{10} << 20);
+  ASSERT_LT(g_arena, f_arena);
+  EXPECT_LT(after.bytes_reserved - before.bytes_reserved, g_arena)
+      << "the second program allocated an arena of its own";
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(close(f({big, w})[0], f_eager)) << "round " << round;
+    EXPECT_TRUE(close(g({small, w})[0], g_eager)) << "round " << round;
+  }
+}
+
 TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
   for (bool fused_attention : {true, false}) {
     SCOPED_TRACE(fused_attention ? "fused attention" : "eager attention");
