@@ -95,7 +95,11 @@ void reduce_typed(const T* x, T* y, const ReduceView& v) {
 // NaN (as NumPy). A block of 64 values at a time: the block's max and
 // whether it holds a NaN vectorize, and only a block with a NaN or a larger
 // value than all before it is searched for the index (a language model's
-// 50257 logits: 3.5 -> 26 GB/s in f32 on a Xeon with AVX-512).
+// 50257 logits: 3.5 -> 26 GB/s in f32, 2.8 -> 18 in bf16, on a Xeon with
+// AVX-512). clang starts an OpenMP max reduction from the lowest finite
+// float, above -inf: a block of -infs after a best of -inf gives that
+// value, which the search then does not find in the block (nothing there
+// is larger than the best).
 template <typename T>
 int64_t row_argmax(const T* row, int64_t n) {
   using A = acc_t<T>;
@@ -117,11 +121,12 @@ int64_t row_argmax(const T* row, int64_t n) {
       for (int64_t r = b; r < e; ++r)
         if (ld(row[r]) != ld(row[r])) return r;
     }
-    if (m > best) {
-      best = m;
-      for (arg = b; ld(row[arg]) != m; ++arg) {
-      }
-    }
+    if (m > best)
+      for (int64_t r = b; r < e; ++r)
+        if (ld(row[r]) == m) {
+          best = m, arg = r;
+          break;
+        }
   }
   return arg;
 }
