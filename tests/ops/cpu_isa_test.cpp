@@ -98,20 +98,22 @@ TEST(CpuIsa, Bf16MatmulsEqualF64OnTheRoundedOperands) {
 
 // The weights' gradients, Aᵀ·B with A [k, m] and B [k, n] (k the batch's
 // rows), in bf16 against f64 on the same rounded values, m below n and above
-// it. On AMX, m and n multiples of 32 with k >= 256 run on kiln's own kernel
+// it. On AMX, n a multiple of 32 with k >= 256 runs on kiln's own kernel
 // (tiles::gemm_at_b: k over one to three of its chunks, and not a multiple
 // of 32, the last chunk's rows one short of a square's 32 at k 543 and
-// 1055; parts of several groups of A's rows, the last a partial one; the
-// same bits on 1, 2 and 3 threads; C's parts by rows and, where m is less
-// than half n, by columns); the others on oneDNN, m below n as Bᵀ·A
-// transposed (matmul.cpp's runs_transposed).
+// 1055; parts of several groups of A's rows, the last a partial one; m no
+// multiple of 32, C's last band of rows partial (a vocabulary's 50257), in
+// a part of whole bands and of one; the same bits on 1, 2 and 3 threads;
+// C's parts by rows and, where m is less than half n, by columns); the
+// others on oneDNN, m below n as Bᵀ·A transposed (matmul.cpp's
+// runs_transposed).
 TEST(CpuIsa, Bf16WeightGradientGemmsEqualF64OnTheRoundedOperands) {
   uint32_t seed = 11;
   struct Case {
     int64_t k, m, n;
-  } cases[] = {{200, 24, 80},  {200, 80, 24}, {200, 33, 47},  {600, 64, 96},
-               {600, 96, 64},  {300, 32, 32}, {600, 32, 96},  {300, 160, 64},
-               {600, 320, 64}, {543, 32, 64}, {1055, 288, 64}};
+  } cases[] = {{200, 24, 80},   {200, 80, 24}, {200, 33, 47},  {600, 64, 96},   {600, 96, 64},
+               {300, 32, 32},   {600, 32, 96}, {300, 160, 64}, {600, 320, 64},  {543, 32, 64},
+               {1055, 288, 64}, {600, 77, 64}, {543, 33, 96},  {1055, 301, 64}, {300, 5, 32}};
   for (auto [k, m, n] : cases) {
     SCOPED_TRACE("k " + std::to_string(k) + ", m " + std::to_string(m) + ", n " +
                  std::to_string(n));

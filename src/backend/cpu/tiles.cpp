@@ -242,10 +242,14 @@ alignas(64) constexpr uint16_t kPairs[64] = {
     11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
     22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
 
-// Row k of x [rows, width] (32 values from column j), or zeros past the rows.
+// Row k of x [rows, width] (32 values from column j), or zeros past the rows
+// and past the columns (masked loads: nothing past them is read).
 KILN_DPBF16 inline __m512i row32(const uint16_t* x, int64_t rows, int64_t width, int64_t k,
                                  int64_t j) {
-  return k < rows ? _mm512_loadu_si512(x + k * width + j) : _mm512_setzero_si512();
+  if (k >= rows) return _mm512_setzero_si512();
+  if (j + 32 <= width) return _mm512_loadu_si512(x + k * width + j);
+  return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << (width - j)) - 1),
+                                  x + k * width + j);
 }
 
 // Transposes 16 x 16 32-bit lanes: r[i][p] <- r[p][i].
@@ -327,12 +331,12 @@ KILN_DPBF16 inline void transpose_square(const uint16_t* src, int64_t lds, uint1
   }
 }
 
-// Aᵀ's rows [i0, i0 + 32) and columns [k0, k0 + 32) (zeros past k) into
-// dst, rows ld apart: dst[i][c] = A[k0 + c][i0 + i].
+// Aᵀ's rows [i0, i0 + 32) and columns [k0, k0 + 32) (zeros past m and k)
+// into dst, rows ld apart: dst[i][c] = A[k0 + c][i0 + i].
 KILN_DPBF16 void pack_transposed(const uint16_t* a, int64_t k, int64_t m, int64_t i0, int64_t k0,
                                  uint16_t* dst, int64_t ld) {
-  if (k0 + 32 <= k) return transpose_square(a + k0 * m + i0, m, dst, ld);
-  alignas(64) uint16_t square[32 * 32];  // the last rows, padded with zeros
+  if (k0 + 32 <= k && i0 + 32 <= m) return transpose_square(a + k0 * m + i0, m, dst, ld);
+  alignas(64) uint16_t square[32 * 32];  // the last rows or columns, padded with zeros
   for (int r = 0; r < 32; ++r) _mm512_store_si512(square + r * 32, row32(a, k, m, k0 + r, i0));
   transpose_square(square, 32, dst, ld);
 }
@@ -555,25 +559,26 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t*
 }
 
 bool gemm_at_b_fits(int64_t m, int64_t n) {
-  return unit() == Unit::amx && m % 32 == 0 && n % 32 == 0 && m > 0 && n > 0;
+  return unit() == Unit::amx && n % 32 == 0 && m > 0 && n > 0;
 }
 
 namespace {
 
-// One thread's part of C = Aᵀ·B: C's rows [r0, r1) and columns [c0, c1)
-// (multiples of 32), along k in chunks of kAtbChunk: B's columns of the part
-// packed once a chunk, A's rows (transposed) a group of kAtbGroupRows at a
-// time. The sums of all but the last chunk kept in a buffer of the part's
-// (C itself where C is f32); for a bf16 C the last chunk's blocks go to one
-// of two 4 KB slots in L1 and are rounded and written out after the next
-// block's tile work is issued.
+// One thread's part of C = Aᵀ·B: C's rows [r0, r1) (r0 a multiple of 32, r1
+// one or m) and columns [c0, c1) (multiples of 32), along k in chunks of
+// kAtbChunk: B's columns of the part packed once a chunk, A's rows
+// (transposed) a group of kAtbGroupRows at a time. The sums of all but the
+// last chunk kept in a buffer of the part's (C itself where C is f32 and the
+// part's rows are whole blocks); otherwise the last chunk's blocks go to one
+// of two 4 KB slots in L1 and are written out (rounded for a bf16 C; the
+// rows of C only) after the next block's tile work is issued.
 void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
                     bool bf16, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   const LinearOut out{c, bf16};  // no addends
-  const int64_t rows = r1 - r0, cols = c1 - c0;
+  const int64_t rows = (r1 - r0 + 31) / 32 * 32, cols = c1 - c0;
   const int64_t group = std::min(kAtbGroupRows, rows);
   const int64_t chunks = (k + kAtbChunk - 1) / kAtbChunk;
-  const bool direct = !bf16;
+  const bool direct = !bf16 && r0 + rows <= m;
   const int64_t part_sums = direct || chunks == 1 ? 0 : rows * cols;
   Buffer packed_b(&cpu_allocator(), kAtbChunk * cols * 2, Device::cpu());
   Buffer packed_a(&cpu_allocator(), group * kAtbChunk * 2, Device::cpu());
@@ -609,12 +614,14 @@ void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const ui
                         32 * cols, ch == 0 ? nullptr : at, ldc, dst, slot ? 32 : ldc);
           if (!slot) continue;
           parity ^= 1;
-          if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
+          if (pend.sums)
+            store_block(out, n, pend.i0, std::min<int64_t>(32, m - pend.i0), pend.j0, pend.sums);
           pend = {r0 + i, c0 + j, dst};
         }
     }
   }
-  if (pend.sums) store_block(out, n, pend.i0, 32, pend.j0, pend.sums);
+  if (pend.sums)
+    store_block(out, n, pend.i0, std::min<int64_t>(32, m - pend.i0), pend.j0, pend.sums);
   amx_end();
 }
 
@@ -622,7 +629,7 @@ void gemm_at_b_part(int64_t k, int64_t m, int64_t n, const uint16_t* a, const ui
 
 void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
                bool bf16) {
-  if (!gemm_at_b_fits(m, n)) fail("tiles", "gemm_at_b needs AMX and m, n multiples of 32");
+  if (!gemm_at_b_fits(m, n)) fail("tiles", "gemm_at_b needs AMX and n a multiple of 32");
   if (k <= 0) {
     if (bf16)
       std::fill_n(static_cast<uint16_t*>(c), m * n, uint16_t{0});
@@ -649,8 +656,8 @@ void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_
       gemm_at_b_part(k, m, n, a, b, c, bf16, 0, m, j0 * 32, j1 * 32);
     });
   else
-    parallel_for(m / 32, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
-      gemm_at_b_part(k, m, n, a, b, c, bf16, b0 * 32, b1 * 32, 0, n);
+    parallel_for((m + 31) / 32, 2 * 32 * n * k, [&](int64_t b0, int64_t b1) {
+      gemm_at_b_part(k, m, n, a, b, c, bf16, b0 * 32, std::min(m, b1 * 32), 0, n);
     });
 }
 

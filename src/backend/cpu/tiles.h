@@ -44,8 +44,9 @@ void gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const
 // bf16 (to nearest even, subnormals flushed to zero, as vcvtne2ps2bf16
 // does). On AMX, over the threads, each a range of C's rows or of its
 // columns; every value summed along k in the same order whatever the thread
-// count. Only where tile_kernels() is "AMX" and m and n are multiples of 32
-// (gemm_at_b_fits).
+// count. Only where tile_kernels() is "AMX" and n is a multiple of 32
+// (gemm_at_b_fits); m is any (a language model's vocabulary: A's columns
+// past m read as zeros, C's rows past m never written).
 bool gemm_at_b_fits(int64_t m, int64_t n);
 void gemm_at_b(int64_t k, int64_t m, int64_t n, const uint16_t* a, const uint16_t* b, void* c,
                bool bf16);
