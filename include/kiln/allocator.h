@@ -34,7 +34,7 @@ struct AllocatorStats {
 inline constexpr size_t kCpuHugeBlock = size_t{8} << 20;
 Allocator& cpu_allocator();
 AllocatorStats cpu_allocator_stats();
-void cpu_allocator_trim();  // gives cached blocks back to the system
+void cpu_allocator_trim();  // gives cached blocks and free jit arenas back to the system
 
 // The allocator of a device (backends register theirs:
 // src/core/registration.h).

@@ -4,71 +4,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 #include "compiler/rewrite.h"
+#include "core/arenas.h"
 #include "ops/dispatch.h"
 
 namespace kiln::compiler {
-
-namespace {
-
-// The arenas of the executables that do not record, shared: such an
-// executable borrows an arena for a run and gives it back after it, so that
-// the programs of a process (a training step, its evaluation's batch shapes,
-// every jitted function) hold one arena at a time between them rather than
-// one each, and a program's first run writes to pages that an earlier run
-// already touched (the kernel clears every new page, 2-3 GB/s here: most of
-// a GPT-2 evaluation's first run). An executable that records keeps its own
-// arena, which its recording's kernels address.
-class ArenaPool {
- public:
-  // The smallest free arena on `device` of `bytes` or more; a new one where
-  // none is, the smaller free ones given back to their allocator (a larger
-  // one would serve their programs as well).
-  std::shared_ptr<Buffer> borrow(size_t bytes, Device device) {
-    std::shared_ptr<Buffer> drop_later;  // freed outside the lock
-    std::vector<std::shared_ptr<Buffer>> smaller;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto best = free_.end();
-      for (auto it = free_.begin(); it != free_.end(); ++it)
-        if ((*it)->device() == device && (*it)->bytes() >= bytes &&
-            (best == free_.end() || (*it)->bytes() < (*best)->bytes()))
-          best = it;
-      if (best != free_.end()) {
-        std::shared_ptr<Buffer> b = std::move(*best);
-        free_.erase(best);
-        return b;
-      }
-      for (auto it = free_.begin(); it != free_.end();)
-        if ((*it)->device() == device) {
-          smaller.push_back(std::move(*it));
-          it = free_.erase(it);
-        } else {
-          ++it;
-        }
-    }
-    smaller.clear();
-    return std::make_shared<Buffer>(&allocator_for(device), bytes, device);
-  }
-  void give_back(std::shared_ptr<Buffer> b) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(std::move(b));
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::shared_ptr<Buffer>> free_;
-};
-
-ArenaPool& arena_pool() {
-  // Never destroyed: executables in static storage may outlive it.
-  static auto* pool = new ArenaPool();
-  return *pool;
-}
-
-}  // namespace
 
 Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOptions& opt)
     : donated_(std::move(donated)) {
@@ -98,7 +39,7 @@ Executable::Executable(const Graph& g, std::vector<bool> donated, const PassOpti
     recordable_ = recordable_ && n.device == plan_.device &&
                   !(n.prim && (op_kind(n.prim->op()) == OpKind::Transfer ||
                                runs_fallback(n.device, n.prim->op())));
-  if (plan_.arena_bytes && recordable_)  // else borrowed for each run (ArenaPool)
+  if (plan_.arena_bytes && recordable_)  // else borrowed for each run (core/arenas.h)
     arena_ =
         std::make_shared<Buffer>(&allocator_for(plan_.device), plan_.arena_bytes, plan_.device);
   values_.resize(graph_.nodes.size());
@@ -314,11 +255,10 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
       for (size_t i = 0; i < e.values_.size(); ++i)
         if (e.values_[i] && e.plan_.slots[i].kind == MemoryPlan::Kind::Arena)
           e.values_[i]->buffer.reset();
-      arena_pool().give_back(std::move(e.arena_));
+      give_back_arena(std::move(e.arena_));
     }
   } give_back{*this};
-  if (!recordable_ && plan_.arena_bytes)
-    arena_ = arena_pool().borrow(plan_.arena_bytes, plan_.device);
+  if (!recordable_ && plan_.arena_bytes) arena_ = borrow_arena(plan_.arena_bytes, plan_.device);
   // The first run runs op by op (and compiles, plans and caches what its
   // kernels need); later ones replay a recording where the backend makes one.
   // (Not while kernels are profiled or checked for NaN: both read results.)

@@ -7,7 +7,9 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
+#include "core/arenas.h"
 #include "core/registration.h"
 #include "kiln/allocator.h"
 #include "kiln/error.h"
@@ -127,7 +129,74 @@ CpuCachingAllocator& cpu_caching_allocator() {
   return *alloc;
 }
 
+class ArenaPool {
+ public:
+  std::shared_ptr<Buffer> borrow(size_t bytes, Device device) {
+    std::vector<std::shared_ptr<Buffer>> smaller;  // freed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if ((*it)->device() == device && (*it)->bytes() >= bytes &&
+            (best == free_.end() || (*it)->bytes() < (*best)->bytes()))
+          best = it;
+      if (best != free_.end()) {
+        std::shared_ptr<Buffer> b = std::move(*best);
+        free_.erase(best);
+        return b;
+      }
+      smaller = take(device);
+    }
+    smaller.clear();
+    return std::make_shared<Buffer>(&allocator_for(device), bytes, device);
+  }
+  void give_back(std::shared_ptr<Buffer> b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(b));
+  }
+  void drop(Device device) {
+    std::vector<std::shared_ptr<Buffer>> gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gone = take(device);
+    }
+  }
+
+ private:
+  // The free arenas on `device`, out of the pool (the caller holds the lock).
+  std::vector<std::shared_ptr<Buffer>> take(Device device) {
+    std::vector<std::shared_ptr<Buffer>> out;
+    for (auto it = free_.begin(); it != free_.end();)
+      if ((*it)->device() == device) {
+        out.push_back(std::move(*it));
+        it = free_.erase(it);
+      } else {
+        ++it;
+      }
+    return out;
+  }
+
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Buffer>> free_;
+};
+
+ArenaPool& arena_pool() {
+  // Never destroyed: executables in static storage may outlive it.
+  static auto* pool = new ArenaPool();
+  return *pool;
+}
+
 }  // namespace
+
+std::shared_ptr<Buffer> borrow_arena(size_t bytes, Device device) {
+  return arena_pool().borrow(bytes, device);
+}
+void give_back_arena(std::shared_ptr<Buffer> arena) {
+  arena_pool().give_back(std::move(arena));
+}
+void drop_free_arenas(Device device) {
+  arena_pool().drop(device);
+}
 
 Allocator& cpu_allocator() {
   return cpu_caching_allocator();
@@ -136,6 +205,7 @@ AllocatorStats cpu_allocator_stats() {
   return cpu_caching_allocator().stats();
 }
 void cpu_allocator_trim() {
+  drop_free_arenas(Device::cpu());  // into the cache, then out of it
   cpu_caching_allocator().trim();
 }
 

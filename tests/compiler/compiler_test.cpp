@@ -1002,7 +1002,8 @@ VitStep vit_step(double lr = 0.05, bool fused_attention = true, DType matmul = D
 // On the cpu an executable borrows its arena for each run from a pool that
 // the process's executables share: a second program whose arena fits in
 // the first's runs in the first's pages, allocating no arena of its own,
-// and both still compute what they compute eagerly, run in turns.
+// and both still compute what they compute eagerly, run in turns;
+// cpu_allocator_trim gives the free arena back.
 TEST(MemoryPlan, ExecutablesShareOneArenaBetweenTheirRuns) {
   // Arenas of sizes no other test allocates (the allocator caches freed
   // blocks by size class): about 30 and 18 MB.
@@ -1042,6 +1043,12 @@ TEST(MemoryPlan, ExecutablesShareOneArenaBetweenTheirRuns) {
     EXPECT_TRUE(close(f({big, w})[0], f_eager)) << "round " << round;
     EXPECT_TRUE(close(g({small, w})[0], g_eager)) << "round " << round;
   }
+  // Trimming the allocator gives the free arena back to the system too.
+  const AllocatorStats held = cpu_allocator_stats();
+  cpu_allocator_trim();
+  EXPECT_LE(cpu_allocator_stats().bytes_in_use + f_arena, held.bytes_in_use)
+      << "the pool still holds the arena";
+  EXPECT_TRUE(close(g({small, w})[0], g_eager)) << "after the trim";
 }
 
 TEST(MemoryPlan, NoTwoLiveValuesShareBytesOnTheVitTrainingGraph) {
